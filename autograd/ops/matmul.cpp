@@ -1,0 +1,66 @@
+// matmul and linear with their backward. Transposes in the backward are views;
+// BLAS reads them through transpose flags (tensor/cpu/matmul.cpp).
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace attograd {
+namespace {
+// The last two dims swapped, as a view.
+Tensor mT(const Tensor& x) {
+  Shape sizes = x.sizes(), strides = x.strides();
+  std::swap(sizes.end()[-1], sizes.end()[-2]);
+  std::swap(strides.end()[-1], strides.end()[-2]);
+  return make_view(x, sizes, strides, x.offset());
+}
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  AG_CHECK(a.defined() && b.defined(), "matmul", "operand is an undefined tensor");
+  AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "operands must be at least 1-d, got {} and {}",
+           shape_str(a.sizes()), shape_str(b.sizes()));
+  // NumPy: a 1-d operand gains a dim for the product, which is removed after.
+  if (a.dim() == 1) return squeeze(matmul(unsqueeze(a, 0), b), -2);
+  if (b.dim() == 1) return squeeze(matmul(a, unsqueeze(b, 1)), -1);
+  return record("matmul", kernels::matmul(a, b), {a, b}, {a, b},
+                [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                  // forward: c = a @ b; so da = g @ b^T, db = a^T @ g (summed over broadcast batch dims)
+                  const Tensor &a = s[0], &b = s[1];
+                  return {kernels::sum_to(kernels::matmul(g, mT(b)), a.sizes()),
+                          kernels::sum_to(kernels::matmul(mT(a), g), b.sizes())};
+                });
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  AG_CHECK(x.defined() && weight.defined(), "linear", "input or weight is an undefined tensor");
+  AG_CHECK(weight.dim() == 2, "linear", "weight must be 2-d (out, in), got {}", shape_str(weight.sizes()));
+  AG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input {} does not match weight {} (out, in)",
+           shape_str(x.sizes()), shape_str(weight.sizes()));
+  if (bias.defined())
+    AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias {} does not match weight {}",
+             shape_str(bias.sizes()), shape_str(weight.sizes()));
+  // All leading dims fold into the rows of one GEMM: (N, in) @ (in, out).
+  const std::int64_t in = weight.size(1), out = weight.size(0);
+  Tensor x2 = kernels::contiguous(x);
+  x2 = make_view(x2, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, x2.offset());
+  Tensor y = kernels::matmul(x2, mT(weight));
+  if (bias.defined()) kernels::add_(y, bias);
+  Shape out_shape = x.sizes();
+  out_shape.back() = out;
+  y = make_view(y, out_shape, contiguous_strides(out_shape), 0);
+  return record("linear", y, {x, weight, bias}, {x2, weight},
+                [x_shape = x.sizes(), has_bias = bias.defined()](const Tensor& g,
+                                                                  const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                  // forward: y = x @ W^T + b; so dx = g @ W, dW = g^T @ x, db = sum_rows(g)
+                  const Tensor &x2 = s[0], &w = s[1];
+                  Tensor g2 = kernels::contiguous(g);
+                  g2 = make_view(g2, {x2.size(0), w.size(0)}, {w.size(0), 1}, g2.offset());
+                  Tensor dx = kernels::matmul(g2, w);
+                  dx = make_view(dx, x_shape, contiguous_strides(x_shape), 0);
+                  Tensor dw = kernels::matmul(mT(g2), x2);
+                  Tensor db = has_bias ? kernels::sum(g2, {0}, false) : Tensor();
+                  return {dx, dw, db};
+                });
+}
+
+}  // namespace attograd

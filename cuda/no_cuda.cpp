@@ -1,0 +1,21 @@
+// The stub linked when attograd is built without CUDA: the device count is 0
+// and every device entry point throws a clear error instead of crashing.
+#include "cuda/runtime.h"
+#include "tensor/error.h"
+
+namespace attograd::cuda {
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) { fail(op, "has no CUDA implementation in this build (ATTOGRAD_CUDA=OFF)"); }
+}  // namespace
+
+bool built_with_cuda() { return false; }
+int device_count() { return 0; }
+void* device_malloc(std::size_t, int) { no_cuda("cuda malloc"); }
+void device_free(void*, std::size_t, int) {}
+void copy_host_to_device(void*, const void*, std::size_t, int) { no_cuda("to(cuda)"); }
+void copy_device_to_host(void*, const void*, std::size_t, int) { no_cuda("to(cpu)"); }
+void copy_device_to_device(void*, const void*, std::size_t, int) { no_cuda("cuda copy"); }
+void synchronize(int) {}
+
+}  // namespace attograd::cuda

@@ -1,0 +1,81 @@
+// Batched matmul on OpenBLAS. Each matrix operand goes to BLAS as it lies in
+// memory when its last two dims are row-major (strides [ld, 1]) or
+// column-major (strides [1, ld], i.e. a transposed view): the latter becomes
+// a transpose flag, not a copy. Anything else is copied to contiguous first.
+#include <cblas.h>
+
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/parallel.h"
+
+namespace attograd::cpu {
+namespace {
+
+struct BlasOperand {
+  Tensor t;          // a view BLAS can read
+  bool transposed;   // column-major in its last two dims
+  std::int64_t ld;   // leading dimension
+};
+
+BlasOperand as_blas_operand(const Tensor& x) {
+  const std::int64_t nd = x.dim(), rows = x.sizes()[nd - 2], cols = x.sizes()[nd - 1];
+  const std::int64_t rs = x.strides()[nd - 2], cs = x.strides()[nd - 1];
+  // A size-1 dim's stride is arbitrary; BLAS only needs ld >= the other extent.
+  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<std::int64_t>(cols, 1)))
+    return {x, false, std::max<std::int64_t>({rows == 1 ? cols : rs, cols, 1})};
+  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<std::int64_t>(rows, 1)))
+    return {x, true, std::max<std::int64_t>({cols == 1 ? rows : cs, rows, 1})};
+  Tensor packed = empty(x.sizes(), x.options());
+  copy_(packed, x);
+  return {packed, false, std::max<std::int64_t>(cols, 1)};
+}
+
+template <typename T>
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
+          const T* b, std::int64_t ldb, T* c, std::int64_t ldc) {
+  const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, tra, trb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, tra, trb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape) {
+  const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  Shape out_shape = batch_shape;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+  Tensor out = empty(out_shape, a_in.options());
+  if (out.numel() == 0) return out;
+  if (k == 0) {
+    fill_(out, 0);
+    return out;
+  }
+  const BlasOperand a = as_blas_operand(a_in), b = as_blas_operand(b_in);
+  // Per-batch element offsets, with broadcast batch dims stepping by 0.
+  auto batch_strides = [&](const Tensor& t) {
+    Shape sizes(t.sizes().begin(), t.sizes().end() - 2), strides(t.strides().begin(), t.strides().end() - 2);
+    return broadcast_strides(sizes, strides, batch_shape);
+  };
+  const Shape sa = batch_strides(a.t), sb = batch_strides(b.t);
+  const std::int64_t batches = numel_of(batch_shape);
+  AG_DISPATCH_FLOAT(out.dtype(), "matmul", [&] {
+    const auto* pa = a.t.data<scalar_t>();
+    const auto* pb = b.t.data<scalar_t>();
+    auto* pc = out.data<scalar_t>();
+    for (std::int64_t i = 0; i < batches; ++i) {
+      std::int64_t oa = 0, ob = 0, rest = i;
+      for (std::size_t d = batch_shape.size(); d-- > 0;) {
+        const std::int64_t idx = rest % batch_shape[d];
+        rest /= batch_shape[d];
+        oa += idx * sa[d];
+        ob += idx * sb[d];
+      }
+      gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n);
+    }
+  });
+  return out;
+}
+
+}  // namespace attograd::cpu

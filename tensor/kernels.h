@@ -1,0 +1,119 @@
+#pragma once
+// Raw compute on tensors: no autograd, no graph. Every function here checks its
+// inputs (dtype, device, shapes) and dispatches to the CPU or CUDA
+// implementation in tensor/dispatch.cpp, the one place where that choice is
+// made. autograd/ops wraps these into differentiable ops.
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace attograd::kernels {
+
+// ---- elementwise -----------------------------------------------------------
+// One list of unary ops; `s` is the scalar operand of the *_scalar forms.
+#define AG_UNARY_OPS(X)                                                    \
+  X(neg)          /* -x */                                                 \
+  X(exp) X(log) X(sqrt) X(tanh) X(abs)                                     \
+  X(relu)         /* max(x, 0) */                                          \
+  X(step)         /* x > 0 ? 1 : 0 (relu's derivative) */                  \
+  X(gelu)         /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */    \
+  X(gelu_grad)    /* d gelu / dx */                                        \
+  X(add_scalar)   /* x + s */                                              \
+  X(mul_scalar)   /* x * s */                                              \
+  X(rsub_scalar)  /* s - x */                                              \
+  X(rdiv_scalar)  /* s / x */                                              \
+  X(pow_scalar)   /* x ^ s */
+
+enum class Unary {
+#define AG_ENUM(name) name,
+  AG_UNARY_OPS(AG_ENUM)
+#undef AG_ENUM
+};
+const char* unary_name(Unary op);
+Tensor unary(Unary op, const Tensor& x, double s = 0.0);
+
+// Binary ops broadcast (NumPy rules); both operands must share dtype and device.
+// Comparisons return bool tensors.
+#define AG_BINARY_OPS(X) \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gt) X(lt) X(eq)
+enum class Binary {
+#define AG_ENUM(name) name,
+  AG_BINARY_OPS(AG_ENUM)
+#undef AG_ENUM
+};
+const char* binary_name(Binary op);
+Tensor binary(Binary op, const Tensor& a, const Tensor& b);
+
+// mask ? a : b, all three broadcast together; mask is bool.
+Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b);
+
+// ---- copies, casts, fills ----------------------------------------------------
+// dst = src, with src broadcast to dst's shape and cast to dst's dtype; any devices.
+void copy_(const Tensor& dst, const Tensor& src);
+void fill_(const Tensor& dst, double value);
+// y += alpha * x (x broadcast to y), in place.
+void add_(const Tensor& y, const Tensor& x, double alpha = 1.0);
+Tensor contiguous(const Tensor& x);  // x itself when already contiguous
+Tensor clone(const Tensor& x);       // always a fresh contiguous copy
+Tensor cast(const Tensor& x, DType dtype);
+Tensor to_device(const Tensor& x, Device device);
+
+// ---- reductions --------------------------------------------------------------
+// Sum over `dims` (all dims when empty), keeping them as size 1 when keepdim.
+Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim);
+struct MaxResult {
+  Tensor values;   // x's shape with `dim` reduced
+  Tensor indices;  // int64, same shape: position of the first maximum along dim
+};
+MaxResult max(const Tensor& x, int dim, bool keepdim);
+// Reduces a broadcast gradient back to `shape` (sums the broadcast dims).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+// ---- linear algebra ------------------------------------------------------------
+// a (..., M, K) @ b (..., K, N) -> (..., M, N); batch dims broadcast; both >= 2-D.
+// Transposed views go to BLAS as transpose flags, not copies.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// ---- fused row ops (over the last dim of a tensor) -------------------------------
+Tensor softmax_forward(const Tensor& x);                        // y
+Tensor softmax_backward(const Tensor& y, const Tensor& dy);     // dx = y * (dy - sum(dy * y))
+Tensor log_softmax_forward(const Tensor& x);                    // y
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy); // dx = dy - exp(y) * sum(dy)
+
+struct LayerNormResult {
+  Tensor y;     // x's shape
+  Tensor mean;  // x's shape without the last dim
+  Tensor rstd;  // 1 / sqrt(var + eps), same shape as mean
+};
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;
+};
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                   const Tensor& mean, const Tensor& rstd);
+
+// Rows of `weight` (V, C) picked by int64 `ids` of any shape: ids.shape + (C).
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids);
+// Scatter-adds dy rows into a zero (V, C) gradient.
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows);
+
+struct CrossEntropyResult {
+  Tensor loss;   // scalar: mean over targets != ignore_index (0 when none)
+  Tensor lse;    // (N) log-sum-exp of each row
+  std::int64_t count = 0;  // rows that counted
+};
+// logits (N, V), targets int64 (N); fused log-softmax + NLL.
+CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index);
+// dlogits = (softmax(logits) - onehot(target)) * dloss / count, zero on ignored rows.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              std::int64_t ignore_index, std::int64_t count, double dloss);
+
+// Inverted-dropout scale mask: 0 with probability p, else 1/(1-p); element i of
+// the (contiguous) mask is decided by philox(seed, offset + i), identically on every device.
+Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options);
+
+// Concatenation along dim; all other dims must agree.
+Tensor cat(const std::vector<Tensor>& xs, int dim);
+
+}  // namespace attograd::kernels

@@ -1,0 +1,82 @@
+#pragma once
+// Counter-based random numbers (Philox4x32-10, Salmon et al. 2011): the value
+// at position i depends only on (seed, counter), so a CUDA kernel reproduces
+// exactly what the CPU draws, in any order, and backward can regenerate a
+// dropout mask from its (seed, offset).
+#include <array>
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace attograd {
+
+// Philox4x32-10 on a 128-bit counter (c0..c3) and 64-bit key; usable from CUDA too.
+#if defined(__CUDACC__)
+#define AG_HOST_DEVICE __host__ __device__
+#else
+#define AG_HOST_DEVICE
+#endif
+
+struct Philox4 {
+  std::uint32_t v[4];
+};
+
+AG_HOST_DEVICE inline Philox4 philox4x32(std::uint64_t counter, std::uint64_t key) {
+  std::uint32_t c0 = static_cast<std::uint32_t>(counter), c1 = static_cast<std::uint32_t>(counter >> 32);
+  std::uint32_t c2 = 0, c3 = 0;
+  std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
+    const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
+    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
+    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in [0, 1) from 24 random bits (exactly representable in float32).
+AG_HOST_DEVICE inline float uniform_from_bits(std::uint32_t bits) { return (bits >> 8) * (1.0f / 16777216.0f); }
+
+// Element i of a stream draws from counter (offset + i / 4), lane i % 4.
+AG_HOST_DEVICE inline float philox_uniform(std::uint64_t seed, std::uint64_t offset, std::uint64_t i) {
+  return uniform_from_bits(philox4x32(offset + i / 4, seed).v[i % 4]);
+}
+
+// A seed plus a running offset; each draw of n numbers advances the offset.
+class Generator {
+ public:
+  explicit Generator(std::uint64_t seed = 0x5eed) : seed_(seed) {}
+  std::uint64_t seed() const { return seed_; }
+  std::uint64_t offset() const { return offset_; }
+  void set_state(std::uint64_t seed, std::uint64_t offset) { seed_ = seed, offset_ = offset; }
+  // Reserves counters for n numbers and returns the offset to draw them from.
+  std::uint64_t reserve(std::uint64_t n) {
+    const std::uint64_t start = offset_;
+    offset_ += (n + 3) / 4;
+    return start;
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t offset_ = 0;
+};
+
+// The process-wide generator used when none is passed; manual_seed resets it.
+Generator& default_generator();
+void manual_seed(std::uint64_t seed);
+
+// Uniform [low, high) and standard normal (Box-Muller on pairs) samples.
+Tensor rand(const Shape& sizes, TensorOptions options = {}, Generator& gen = default_generator());
+Tensor uniform(const Shape& sizes, double low, double high, TensorOptions options = {},
+               Generator& gen = default_generator());
+Tensor randn(const Shape& sizes, TensorOptions options = {}, Generator& gen = default_generator());
+Tensor normal(const Shape& sizes, double mean, double stddev, TensorOptions options = {},
+              Generator& gen = default_generator());
+
+}  // namespace attograd

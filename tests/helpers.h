@@ -1,0 +1,85 @@
+#pragma once
+// Shared test helpers: float64 inputs on odd shapes, gradcheck assertions,
+// and closeness checks with tolerances written once per dtype.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "autograd/engine.h"
+#include "autograd/gradcheck.h"
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+#include "tensor/rng.h"
+
+namespace attograd::test {
+
+// Tolerances per dtype, written once: float32 results are compared at these,
+// float64 references tighter.
+inline double atol_for(DType t) { return t == DType::f64 ? 1e-10 : 1e-5; }
+inline double rtol_for(DType t) { return t == DType::f64 ? 1e-9 : 1e-4; }
+
+// A float64 leaf with values drawn from N(0, 1) by a fixed seed, requiring grad.
+inline Tensor leaf(const Shape& sizes, std::uint64_t seed = 1) {
+  Generator gen(seed);
+  Tensor t = randn(sizes, {DType::f64}, gen);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// A leaf with positive values in [0.5, 2), for log / sqrt / div / pow.
+inline Tensor positive_leaf(const Shape& sizes, std::uint64_t seed = 1) {
+  Generator gen(seed);
+  Tensor t = uniform(sizes, 0.5, 2.0, {DType::f64}, gen);
+  t.set_requires_grad(true);
+  return t;
+}
+
+// A non-contiguous leaf of shape `sizes`: a view with its last two dims
+// transposed, normal values (or in [0.5, 2) when `positive`).
+inline Tensor transposed_leaf(const Shape& sizes, std::uint64_t seed = 1, bool positive = false) {
+  Generator gen(seed);
+  Shape swapped = sizes;
+  std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+  Tensor base = positive ? uniform(swapped, 0.5, 2.0, {DType::f64}, gen) : randn(swapped, {DType::f64}, gen);
+  Tensor t = make_view(base, sizes, [&] {
+    Shape s = base.strides();
+    std::swap(s[s.size() - 1], s[s.size() - 2]);
+    return s;
+  }(), 0);
+  REQUIRE_FALSE(t.is_contiguous());
+  t.set_requires_grad(true);
+  return t;
+}
+
+// Largest |a - b| over all elements (shapes must match).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double m = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    if (std::isnan(va[i]) != std::isnan(vb[i])) return INFINITY;
+    if (!std::isnan(va[i])) m = std::max(m, std::abs(va[i] - vb[i]));
+  }
+  return m;
+}
+
+// a and b agree within the tolerances of `dtype`, elementwise.
+inline bool all_close(const Tensor& a, const Tensor& b, double atol, double rtol) {
+  if (a.sizes() != b.sizes()) return false;
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  for (std::size_t i = 0; i < va.size(); ++i)
+    if (!(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i]))) return false;
+  return true;
+}
+
+}  // namespace attograd::test
+
+// REQUIRE_GRADCHECK("op", fn, inputs...): fails with the op, input, element, analytic and numeric values.
+#define REQUIRE_GRADCHECK(name, fn, ...)                                                         \
+  do {                                                                                           \
+    const auto gradcheck_result_ = ::attograd::gradcheck(name, fn, __VA_ARGS__);                 \
+    INFO(gradcheck_result_.message);                                                             \
+    REQUIRE(gradcheck_result_.ok);                                                               \
+    REQUIRE(gradcheck_result_.checked > 0);                                                      \
+  } while (0)

@@ -1,0 +1,101 @@
+// Elementwise ops: known values and float64 gradchecks on odd, transposed and broadcast shapes.
+#include "helpers.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+}
+
+TEST_CASE("add/sub/mul/div known values with broadcasting", "[elementwise]") {
+  Tensor a = from({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = from({10, 20, 30}, {3});
+  CHECK((a + b).to_vector<float>() == std::vector<float>{11, 22, 33, 14, 25, 36});
+  CHECK((a - b).to_vector<float>() == std::vector<float>{-9, -18, -27, -6, -15, -24});
+  CHECK((a * b).to_vector<float>() == std::vector<float>{10, 40, 90, 40, 100, 180});
+  CHECK((b / a).at({1, 2}) == Approx(5.0));
+  Tensor col = from({1, 2}, {2, 1});
+  CHECK((col * b).sizes() == Shape{2, 3});
+  CHECK((col * b).at({1, 2}) == Approx(60));
+  CHECK((2.0 - a).at({0, 0}) == Approx(1));
+  CHECK((1.0 / a).at({1, 1}) == Approx(0.2));
+}
+
+TEST_CASE("unary known values", "[elementwise]") {
+  Tensor x = from<double>({-1.0, 0.0, 2.0}, {3});
+  CHECK(relu(x).to_vector<double>() == std::vector<double>{0, 0, 2});
+  CHECK(exp(x).at({2}) == Approx(std::exp(2.0)));
+  CHECK(tanh(x).at({0}) == Approx(std::tanh(-1.0)));
+  // GPT-2's tanh GELU at 1.0: 0.5 * (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.8411919906
+  CHECK(gelu(from<double>({1.0}, {1})).item() == Approx(0.8411919906).epsilon(1e-9));
+  CHECK(pow(from<double>({3.0}, {1}), 2.0).item() == Approx(9.0));
+  CHECK(sqrt(from<double>({16.0}, {1})).item() == Approx(4.0));
+  CHECK(log(from<double>({M_E}, {1})).item() == Approx(1.0));
+}
+
+TEST_CASE("broadcasting errors name the op and shapes", "[elementwise][errors]") {
+  Tensor a = zeros({2, 3}), b = zeros({4});
+  REQUIRE_THROWS_WITH(a + b, Catch::Contains("[add]") && Catch::Contains("[2,3]") && Catch::Contains("[4]"));
+  REQUIRE_THROWS_WITH(a * zeros({3}, {DType::f64}), Catch::Contains("[mul]") && Catch::Contains("float64"));
+  REQUIRE_THROWS_WITH(relu(Tensor()), Catch::Contains("undefined"));
+}
+
+TEST_CASE("gradcheck binary ops on odd and broadcast shapes", "[elementwise][gradcheck]") {
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&, const Tensor&)>>> ops = {
+      {"add", [](const Tensor& a, const Tensor& b) { return a + b; }},
+      {"sub", [](const Tensor& a, const Tensor& b) { return a - b; }},
+      {"mul", [](const Tensor& a, const Tensor& b) { return a * b; }},
+      {"div", [](const Tensor& a, const Tensor& b) { return a / b; }},
+      {"pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); }},
+  };
+  for (const auto& [name, op] : ops) {
+    SECTION(name) {
+      Fn fn = [op = op](const std::vector<Tensor>& x) { return op(x[0], x[1]); };
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({5, 7}, 1), positive_leaf({5, 7}, 2)});
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({5, 1}, 3), positive_leaf({7}, 4)});          // broadcast both
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({11, 1, 5}, 5), positive_leaf({3, 1}, 6)});
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({5, 7}, 8), transposed_leaf({5, 7}, 7, true)});  // non-contiguous
+    }
+  }
+}
+
+TEST_CASE("gradcheck unary and scalar ops", "[elementwise][gradcheck]") {
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
+      {"neg", [](const Tensor& x) { return -x; }},
+      {"exp", [](const Tensor& x) { return exp(x); }},
+      {"log", [](const Tensor& x) { return log(x); }},
+      {"sqrt", [](const Tensor& x) { return sqrt(x); }},
+      {"tanh", [](const Tensor& x) { return tanh(x); }},
+      {"relu", [](const Tensor& x) { return relu(x - 1.2); }},
+      {"gelu", [](const Tensor& x) { return gelu(x - 1.0); }},
+      {"add_scalar", [](const Tensor& x) { return x + 3.0; }},
+      {"mul_scalar", [](const Tensor& x) { return x * -2.5; }},
+      {"pow_scalar", [](const Tensor& x) { return pow(x, 2.5); }},
+      {"rsub_scalar", [](const Tensor& x) { return 1.0 - x; }},
+      {"rdiv_scalar", [](const Tensor& x) { return 2.0 / x; }},
+  };
+  for (const auto& [name, op] : ops) {
+    SECTION(name) {
+      Fn fn = [op = op](const std::vector<Tensor>& x) { return op(x[0]); };
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({5, 7}, 11)});
+      REQUIRE_GRADCHECK(name, fn, {positive_leaf({13}, 12)});
+      REQUIRE_GRADCHECK(name, fn, {transposed_leaf({5, 7}, 13, true)});
+    }
+  }
+}
+
+TEST_CASE("where and masked_fill: values and gradcheck with a broadcast mask", "[elementwise][gradcheck]") {
+  Tensor mask = from_vector(std::vector<bool>{true, false, true, false, false, true, false}, {1, 7});
+  Tensor x = from({1, 2, 3, 4, 5, 6, 7}, {1, 7});
+  Tensor y = masked_fill(x, mask, -1.0);
+  CHECK(y.to_vector<float>() == std::vector<float>{-1, 2, -1, 4, 5, -1, 7});
+  Fn fill = [mask](const std::vector<Tensor>& v) { return masked_fill(v[0], mask, 3.0); };
+  REQUIRE_GRADCHECK("masked_fill", fill, {leaf({5, 7})});
+  REQUIRE_GRADCHECK("masked_fill", fill, {transposed_leaf({5, 7})});
+  Fn sel = [mask](const std::vector<Tensor>& v) { return where(mask, v[0], v[1]); };
+  REQUIRE_GRADCHECK("where", sel, {leaf({5, 7}, 1), leaf({5, 1}, 2)});
+  REQUIRE_THROWS_WITH(masked_fill(zeros({2, 3}), from_vector(std::vector<bool>{true, false}, {2}), 0.0),
+                      Catch::Contains("[masked_fill]"));
+  REQUIRE_THROWS_WITH(masked_fill(zeros({2, 3}), zeros({3}), 0.0), Catch::Contains("bool"));
+}

@@ -1,0 +1,5 @@
+#include "train/version.h"
+
+namespace attograd {
+const char* version() { return ATTOGRAD_VERSION; }
+}  // namespace attograd
