@@ -9,6 +9,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "cuda/runtime.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
 

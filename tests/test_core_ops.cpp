@@ -1,0 +1,146 @@
+// Views, reductions and matmul: known values and float64 gradchecks on odd,
+// transposed and broadcast shapes.
+#include "helpers.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+}
+
+TEST_CASE("gradcheck view ops", "[views][gradcheck]") {
+  REQUIRE_GRADCHECK("view", Fn([](const std::vector<Tensor>& x) { return view(x[0], {7, 5}); }), {leaf({5, 7})});
+  REQUIRE_GRADCHECK("reshape", Fn([](const std::vector<Tensor>& x) { return reshape(x[0], {35}) * 2.0; }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("transpose", Fn([](const std::vector<Tensor>& x) { return transpose(x[0], 0, 2); }),
+                    {leaf({3, 5, 7})});
+  REQUIRE_GRADCHECK("permute", Fn([](const std::vector<Tensor>& x) { return permute(x[0], {1, 2, 0}); }),
+                    {leaf({3, 5, 7})});
+  REQUIRE_GRADCHECK("narrow", Fn([](const std::vector<Tensor>& x) { return narrow(x[0], 1, 2, 3); }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("slice", Fn([](const std::vector<Tensor>& x) { return slice(x[0], 0, 1, 11, 3); }),
+                    {leaf({11, 5})});
+  REQUIRE_GRADCHECK("select", Fn([](const std::vector<Tensor>& x) { return select(x[0], 1, -2); }),
+                    {leaf({5, 7})});
+  REQUIRE_GRADCHECK("expand", Fn([](const std::vector<Tensor>& x) { return expand(x[0], {3, 5, 7}) * 1.5; }),
+                    {leaf({5, 1})});
+  REQUIRE_GRADCHECK("unsqueeze+squeeze",
+                    Fn([](const std::vector<Tensor>& x) { return squeeze(unsqueeze(x[0], 1) * 2.0, 1); }),
+                    {leaf({5, 7})});
+  REQUIRE_GRADCHECK("flatten", Fn([](const std::vector<Tensor>& x) { return flatten(x[0], 0, 1); }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("contiguous", Fn([](const std::vector<Tensor>& x) { return contiguous(x[0]) * 3.0; }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("to_dtype",
+                    Fn([](const std::vector<Tensor>& x) { return to(to(x[0], DType::f32) * 2.0, DType::f64); }),
+                    {leaf({5})}, GradcheckOptions{.eps = 1e-3, .atol = 1e-4, .rtol = 1e-3});
+}
+
+TEST_CASE("sum, mean and max: known values", "[reduce]") {
+  Tensor x = from({1, 5, 3, 4, 2, 6}, {2, 3});
+  CHECK(sum(x).item() == 21);
+  CHECK(sum(x, {0}).to_vector<float>() == std::vector<float>{5, 7, 9});
+  CHECK(sum(x, {1}, true).sizes() == Shape{2, 1});
+  CHECK(sum(x, {-1}).to_vector<float>() == std::vector<float>{9, 12});
+  CHECK(mean(x, {1}).to_vector<float>() == std::vector<float>{3, 4});
+  CHECK(max(x, 1).to_vector<float>() == std::vector<float>{5, 6});
+  CHECK(max(x, 0, true).sizes() == Shape{1, 3});
+  CHECK(argmax(x, 1).to_vector<std::int64_t>() == std::vector<std::int64_t>{1, 2});
+  CHECK(max(x).item() == 6);
+  CHECK(sum(transpose(x, 0, 1), {0}).to_vector<float>() == std::vector<float>{9, 12});
+  REQUIRE_THROWS_WITH(sum(x, {2}), Catch::Contains("[sum] dim 2 out of range"));
+  REQUIRE_THROWS_WITH(sum(x, {1, -1}), Catch::Contains("given twice"));
+  REQUIRE_THROWS_WITH(max(zeros({0, 3}), 0), Catch::Contains("empty"));
+}
+
+TEST_CASE("a float32 sum of many elements keeps its digits", "[reduce]") {
+  // 2^24 + 1 ones: a float32 accumulator stalls at 16777216.
+  const std::int64_t n = (1 << 24) + 8;
+  CHECK(sum(ones({n})).item() == Approx(static_cast<double>(n)).epsilon(1e-7));
+}
+
+TEST_CASE("gradcheck reductions", "[reduce][gradcheck]") {
+  REQUIRE_GRADCHECK("sum_all", Fn([](const std::vector<Tensor>& x) { return sum(x[0]); }), {leaf({5, 7})});
+  REQUIRE_GRADCHECK("sum_dims", Fn([](const std::vector<Tensor>& x) { return sum(x[0], {0, 2}); }),
+                    {leaf({3, 5, 7})});
+  REQUIRE_GRADCHECK("sum_keepdim", Fn([](const std::vector<Tensor>& x) { return sum(x[0], {1}, true); }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("mean", Fn([](const std::vector<Tensor>& x) { return mean(x[0], {-1}); }), {leaf({11, 13})});
+  REQUIRE_GRADCHECK("max_dim", Fn([](const std::vector<Tensor>& x) { return max(x[0], 1); }), {leaf({5, 7})});
+  REQUIRE_GRADCHECK("max_keepdim", Fn([](const std::vector<Tensor>& x) { return max(x[0], 0, true); }),
+                    {transposed_leaf({5, 7})});
+  REQUIRE_GRADCHECK("max_all", Fn([](const std::vector<Tensor>& x) { return max(x[0]); }), {leaf({5, 7})});
+}
+
+TEST_CASE("matmul known values and NumPy shapes", "[matmul]") {
+  Tensor a = from({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor b = from({7, 8, 9, 10, 11, 12}, {3, 2});
+  CHECK(matmul(a, b).to_vector<float>() == std::vector<float>{58, 64, 139, 154});
+  CHECK(matmul(transpose(b, 0, 1), transpose(a, 0, 1)).to_vector<float>() == std::vector<float>{58, 139, 64, 154});
+  CHECK(matmul(a, from({1, 1, 1}, {3})).to_vector<float>() == std::vector<float>{6, 15});  // matrix @ vector
+  CHECK(matmul(from({1, 1}, {2}), a).to_vector<float>() == std::vector<float>{5, 7, 9});  // vector @ matrix
+  CHECK(matmul(zeros({4, 1, 2, 3}), zeros({5, 3, 7})).sizes() == Shape{4, 5, 2, 7});     // broadcast batch
+  REQUIRE_THROWS_WITH(matmul(a, a), Catch::Contains("[matmul] inner dimensions differ: a is [2,3], b is [2,3]"));
+  REQUIRE_THROWS_WITH(matmul(zeros({2, 2, 3}), zeros({3, 3, 2})), Catch::Contains("cannot be broadcast"));
+  REQUIRE_THROWS_WITH(matmul(a, to(b, DType::f64)), Catch::Contains("dtypes differ"));
+}
+
+TEST_CASE("matmul agrees with a naive loop on every layout", "[matmul]") {
+  Generator gen(3);
+  Tensor a = randn({3, 4, 5}, {DType::f64}, gen), b = randn({3, 5, 6}, {DType::f64}, gen);
+  auto naive = [](const Tensor& x, const Tensor& y) {
+    std::vector<double> out;
+    for (std::int64_t n = 0; n < x.size(0); ++n)
+      for (std::int64_t i = 0; i < x.size(1); ++i)
+        for (std::int64_t j = 0; j < y.size(2); ++j) {
+          double s = 0;
+          for (std::int64_t k = 0; k < x.size(2); ++k) s += x.at({n, i, k}) * y.at({n, k, j});
+          out.push_back(s);
+        }
+    return from_vector(out, {x.size(0), x.size(1), y.size(2)});
+  };
+  const Tensor expected = naive(a, b);
+  // The same values through transposed, sliced and expanded layouts.
+  Tensor at = transpose(contiguous(transpose(a, 1, 2)), 1, 2);
+  Tensor bt = transpose(contiguous(transpose(b, 1, 2)), 1, 2);
+  CHECK(max_abs_diff(matmul(a, b), expected) < 1e-12);
+  CHECK(max_abs_diff(matmul(at, bt), expected) < 1e-12);
+  Tensor wide = randn({3, 4, 9}, {DType::f64}, gen);
+  Tensor a_in_wide = narrow(wide, 2, 2, 5);  // row stride 9 > cols 5
+  CHECK(max_abs_diff(matmul(a_in_wide, b), naive(contiguous(a_in_wide), b)) < 1e-12);
+  Tensor a_perm = permute(contiguous(permute(a, {1, 0, 2})), {1, 0, 2});  // batch stride not outermost
+  CHECK(max_abs_diff(matmul(a_perm, b), expected) < 1e-12);
+  Tensor b0 = select(b, 0, 0);
+  Tensor b_expanded = expand(b0, {3, 5, 6});
+  CHECK(max_abs_diff(matmul(a, b_expanded), matmul(a, b0)) < 1e-12);
+}
+
+TEST_CASE("gradcheck matmul and linear", "[matmul][gradcheck]") {
+  Fn mm = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
+  REQUIRE_GRADCHECK("matmul", mm, {leaf({5, 7}, 1), leaf({7, 11}, 2)});
+  REQUIRE_GRADCHECK("matmul", mm, {transposed_leaf({5, 7}, 3), transposed_leaf({7, 11}, 4)});
+  REQUIRE_GRADCHECK("matmul_batched_broadcast", mm, {leaf({3, 1, 5, 7}, 5), leaf({2, 7, 4}, 6)});
+  REQUIRE_GRADCHECK("matmul_vec", mm, {leaf({7}, 7), leaf({3, 7, 5}, 8)});
+  REQUIRE_GRADCHECK("matmul_mat_vec", mm, {leaf({5, 7}, 9), leaf({7}, 10)});
+  Fn lin = [](const std::vector<Tensor>& x) { return linear(x[0], x[1], x[2]); };
+  REQUIRE_GRADCHECK("linear", lin, {leaf({3, 5, 7}, 11), leaf({4, 7}, 12), leaf({4}, 13)});
+  REQUIRE_GRADCHECK("linear", lin, {transposed_leaf({5, 7}, 14), transposed_leaf({4, 7}, 15), leaf({4}, 16)});
+  Fn nobias = [](const std::vector<Tensor>& x) { return linear(x[0], x[1]); };
+  REQUIRE_GRADCHECK("linear_nobias", nobias, {leaf({5, 7}, 17), leaf({4, 7}, 18)});
+}
+
+TEST_CASE("linear equals its composition matmul + add", "[matmul]") {
+  Tensor x = leaf({2, 5, 7}, 1), w = leaf({4, 7}, 2), b = leaf({4}, 3);
+  Tensor fused = linear(x, w, b);
+  Tensor composed = matmul(x, transpose(w, 0, 1)) + b;
+  CHECK(max_abs_diff(fused, composed) < 1e-12);
+  backward(sum(fused * fused));
+  const Tensor gx = kernels::clone(x.grad()), gw = kernels::clone(w.grad()), gb = kernels::clone(b.grad());
+  x.set_grad({}), w.set_grad({}), b.set_grad({});
+  backward(sum(composed * composed));
+  CHECK(max_abs_diff(gx, x.grad()) < 1e-10);
+  CHECK(max_abs_diff(gw, w.grad()) < 1e-10);
+  CHECK(max_abs_diff(gb, b.grad()) < 1e-10);
+  REQUIRE_THROWS_WITH(linear(zeros({2, 5}), zeros({4, 6})), Catch::Contains("[linear]"));
+}
