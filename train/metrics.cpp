@@ -1,0 +1,77 @@
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tensor/error.h"
+
+namespace attograd {
+
+namespace {
+nlohmann::json to_json(const TrainRecord& r) {
+  return {{"kind", "train"}, {"step", r.step},           {"loss", r.loss},
+          {"lr", r.lr},       {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
+          {"elapsed_s", r.elapsed_s}};
+}
+
+nlohmann::json to_json(const EvalRecord& r) {
+  nlohmann::json j = {{"kind", "eval"}, {"step", r.step}, {"val_loss", r.val_loss}, {"elapsed_s", r.elapsed_s}};
+  if (r.accuracy) j["accuracy"] = *r.accuracy;
+  return j;
+}
+
+// NaN and infinities are written as null by the JSON library; read them back as NaN.
+double number(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
+}
+}  // namespace
+
+MetricsLog::MetricsLog(std::string path, std::int64_t resume_step) : path_(std::move(path)) {
+  std::vector<std::string> kept;  // earlier lines, in their order
+  if (resume_step > 0) {
+    std::ifstream in(path_);
+    std::string line;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // a torn last line
+      const std::int64_t step = j["step"].get<std::int64_t>();
+      if (step > resume_step) continue;
+      kept.push_back(j.dump());
+      if (j.value("kind", "") == "train")
+        train_.push_back({step, number(j, "loss"), number(j, "lr"), number(j, "grad_norm"), number(j, "tokens_per_s"),
+                          number(j, "elapsed_s")});
+      else if (j.value("kind", "") == "eval")
+        eval_.push_back({step, number(j, "val_loss"),
+                         j.contains("accuracy") ? std::optional<double>(number(j, "accuracy")) : std::nullopt,
+                         number(j, "elapsed_s")});
+    }
+  }
+  file_ = std::fopen(path_.c_str(), "w");
+  AG_CHECK(file_, "--out", "cannot write '{}': {}", path_, std::strerror(errno));
+  for (const auto& line : kept) write_line(line);
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write_line(const std::string& line) {
+  std::fputs(line.c_str(), file_);
+  std::fputc('\n', file_);
+  std::fflush(file_);
+}
+
+void MetricsLog::log(const TrainRecord& r) {
+  train_.push_back(r);
+  write_line(to_json(r).dump());
+}
+
+void MetricsLog::log(const EvalRecord& r) {
+  eval_.push_back(r);
+  write_line(to_json(r).dump());
+}
+
+}  // namespace attograd

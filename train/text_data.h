@@ -1,0 +1,49 @@
+#pragma once
+// Character-level language modelling on a UTF-8 text file: the vocabulary is
+// the file's code points (or the checkpoint's, when resuming or evaluating),
+// the first 90% of the characters train and the last 10% validate, and a
+// training row is a random contiguous window of block + 1 characters.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/dataset.h"
+
+namespace attograd {
+
+// The file's bytes; "[--data] cannot read 'f': No such file or directory", or "... is empty".
+std::string read_text_file(const std::string& path, const char* flag = "--data");
+
+class TextData final : public Dataset {
+ public:
+  static constexpr double kValidationFraction = 0.1;
+  static constexpr std::int64_t kMaxEvalWindows = 256;
+
+  // `text` is the file's content; `path` names it in errors. With a tokenizer
+  // (from a checkpoint), every character of the text must be in it.
+  TextData(const std::string& text, std::string path, std::uint64_t seed,
+           std::optional<Tokenizer> tokenizer = std::nullopt);
+
+  std::int64_t train_tokens() const { return static_cast<std::int64_t>(train_.size()); }
+  std::int64_t validation_tokens() const { return static_cast<std::int64_t>(validation_.size()); }
+  // Entropy in nats of the training split's character frequencies: the loss of
+  // a model that ignores context, which a language model must beat.
+  double unigram_entropy() const;
+
+  // Dataset
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const override;
+  // Non-overlapping windows that tile the validation split (at most kMaxEvalWindows).
+  std::vector<Batch> eval_batches(std::int64_t batch, std::int64_t block) const override;
+  bool has_answers() const override { return false; }
+  std::string default_prompt() const override;
+
+ private:
+  void check_block(std::int64_t block) const;
+  std::string path_;
+  std::uint64_t seed_;
+  Tokenizer tokenizer_;
+  std::vector<std::int64_t> train_, validation_;
+};
+
+}  // namespace attograd
