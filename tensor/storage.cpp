@@ -35,6 +35,10 @@ class CpuCache {
   void put(void* p, std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= nbytes;
+    if (stats_.bytes_cached + nbytes > kMaxCachedBytes) {
+      std::free(p);  // the cache is full: sizes this varied are not a training loop's
+      return;
+    }
     stats_.bytes_cached += nbytes;
     free_[nbytes].push_back(p);
   }
@@ -51,6 +55,7 @@ class CpuCache {
   }
 
  private:
+  static constexpr std::size_t kMaxCachedBytes = std::size_t{4} << 30;  // 4 GiB
   static std::size_t round_up(std::size_t n) { return (std::max<std::size_t>(n, 1) + 63) / 64 * 64; }
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;

@@ -1,0 +1,68 @@
+// The thread pool: coverage of the range, exceptions, nesting, thread counts,
+// and the allocation cache that makes steady-state steps allocation-free.
+#include <atomic>
+
+#include "helpers.h"
+#include "tensor/parallel.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+TEST_CASE("parallel_for covers the range exactly once, in chunks of at least the grain", "[parallel]") {
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    CHECK(get_num_threads() == threads);
+    std::vector<std::atomic<int>> hits(1001);
+    parallel_for(0, 1001, 10, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (auto& h : hits) REQUIRE(h.load() == 1);
+  }
+  set_num_threads(2);
+}
+
+TEST_CASE("parallel_for rethrows a worker's exception and stays usable", "[parallel]") {
+  set_num_threads(2);
+  REQUIRE_THROWS_WITH(parallel_for(0, 100, 1,
+                                   [](std::int64_t b, std::int64_t) {
+                                     if (b > 0) fail("worker", "boom at {}", b);
+                                   }),
+                      Catch::Contains("boom"));
+  std::atomic<int> total{0};
+  parallel_for(0, 100, 1, [&](std::int64_t b, std::int64_t e) { total += static_cast<int>(e - b); });
+  CHECK(total == 100);
+}
+
+TEST_CASE("nested parallel_for runs serially inside a worker", "[parallel]") {
+  set_num_threads(2);
+  std::atomic<int> total{0};
+  parallel_for(0, 4, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i)
+      parallel_for(0, 10, 1, [&](std::int64_t lo, std::int64_t hi) { total += static_cast<int>(hi - lo); });
+  });
+  CHECK(total == 40);
+  REQUIRE_THROWS_WITH(set_num_threads(0), Catch::Contains("[set_num_threads]"));
+}
+
+TEST_CASE("large elementwise ops split across threads give the serial result", "[parallel]") {
+  Generator gen(5);
+  Tensor a = randn({300, 1000}, {}, gen), b = randn({1000}, {}, gen);
+  set_num_threads(1);
+  const Tensor serial = gelu(a * b + 1.0);
+  set_num_threads(2);
+  const Tensor threaded = gelu(a * b + 1.0);
+  CHECK(max_abs_diff(serial, threaded) == 0);
+}
+
+TEST_CASE("a repeated computation is served from the allocation cache", "[parallel][alloc]") {
+  auto step = [] {
+    Tensor x = ones({64, 64});
+    return sum(matmul(x, x) * 2.0).item();
+  };
+  step();
+  const CpuAllocStats before = cpu_alloc_stats();
+  for (int i = 0; i < 3; ++i) step();
+  const CpuAllocStats after = cpu_alloc_stats();
+  CHECK(after.allocations == before.allocations);
+  CHECK(after.reuses > before.reuses);
+}
