@@ -7,6 +7,7 @@
 
 #include "tensor/cpu/cpu_kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/vec_math.h"
 
 namespace attograd::cpu {
 namespace {
@@ -14,14 +15,14 @@ namespace {
 template <typename T>
 T gelu(T x) {
   const T k = T(0.7978845608028654);  // sqrt(2/pi)
-  return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+  return T(0.5) * x * (T(1) + tanh_of(k * (x + T(0.044715) * x * x * x)));
 }
 template <typename T>
 T gelu_grad(T x) {
   // forward: y = 0.5 x (1 + tanh(u)), u = k (x + c x^3)
   // so dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) k (1 + 3 c x^2)
   const T k = T(0.7978845608028654), c = T(0.044715);
-  const T t = std::tanh(k * (x + c * x * x * x));
+  const T t = tanh_of(k * (x + c * x * x * x));
   return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
 }
 
@@ -30,10 +31,10 @@ T apply_unary(kernels::Unary op, T x, T s) {
   using U = kernels::Unary;
   switch (op) {
     case U::neg: return -x;
-    case U::exp: return std::exp(x);
+    case U::exp: return exp_of(x);
     case U::log: return std::log(x);
     case U::sqrt: return std::sqrt(x);
-    case U::tanh: return std::tanh(x);
+    case U::tanh: return tanh_of(x);
     case U::abs: return std::abs(x);
     case U::relu: return x > T(0) ? x : T(0);
     case U::step: return x > T(0) ? T(1) : T(0);
@@ -90,9 +91,50 @@ void map2(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   });
 }
 
+// The transcendental float32 ops on contiguous data: out of line so each is
+// compiled once per SIMD level (AG_SIMD_CLONES) around the inlined polynomial.
+AG_SIMD_CLONES void exp_f32(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = exp_fast(x[i]);
+}
+AG_SIMD_CLONES void tanh_f32(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = tanh_fast(x[i]);
+}
+AG_SIMD_CLONES void gelu_f32(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
+}
+AG_SIMD_CLONES void gelu_grad_f32(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_grad(x[i]);
+}
+
+// Runs a contiguous float32 kernel over (out, in), or the generic strided map otherwise.
+template <typename F>
+void map1_f32(const Tensor& out, const Tensor& in, void (*contiguous_kernel)(float*, const float*, std::int64_t),
+              F scalar) {
+  Operands<2> ops;
+  set_operand(ops, 0, out, out.sizes());
+  set_operand(ops, 1, in, out.sizes());
+  strided_loop<2>(out.sizes(), ops, [&](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
+    if (s[0] == sizeof(float) && s[1] == sizeof(float)) {
+      contiguous_kernel(reinterpret_cast<float*>(p[0]), reinterpret_cast<const float*>(p[1]), n);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<float*>(p[0] + i * s[0]) = scalar(*reinterpret_cast<const float*>(p[1] + i * s[1]));
+    }
+  });
+}
+
 template <typename T>
 void unary_typed(kernels::Unary op, const Tensor& out, const Tensor& x, T s) {
   using U = kernels::Unary;
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case U::exp: return map1_f32(out, x, exp_f32, [](float v) { return exp_fast(v); });
+      case U::tanh: return map1_f32(out, x, tanh_f32, [](float v) { return tanh_fast(v); });
+      case U::gelu: return map1_f32(out, x, gelu_f32, [](float v) { return gelu(v); });
+      case U::gelu_grad: return map1_f32(out, x, gelu_grad_f32, [](float v) { return gelu_grad(v); });
+      default: break;
+    }
+  }
   // The hot ones get their own loop so the op is not switched per element.
   switch (op) {
     case U::add_scalar: return map1<T, T>(out, x, [s](T v) { return v + s; });
