@@ -4,6 +4,7 @@
 // draws exactly the batches the uninterrupted one would have, and a fixed
 // held-out set.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,10 @@ class Dataset {
   // A prompt to sample from when the user gives none.
   virtual std::string default_prompt() const = 0;
 };
+
+struct TrainOptions;
+// The task or text file `options` names; with `vocabulary` (from a checkpoint)
+// a text file must fit it. Reading and decoding errors name --data and the file.
+std::unique_ptr<Dataset> make_dataset(const TrainOptions& options, const Tokenizer* vocabulary = nullptr);
 
 }  // namespace attograd

@@ -1,24 +1,9 @@
-// The attograd program. Subcommands are added by the train issue; for now it
-// answers --help and --version.
-#include <cstdio>
-#include <cstring>
+// The attograd program: `attograd train | sample | eval | attention`, see train/cli.cpp.
+#include <string>
+#include <vector>
 
-#include "train/version.h"
+#include "train/cli.h"
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--version") == 0) {
-      std::printf("attograd %s\n", attograd::version());
-      return 0;
-    }
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("attograd %s: a minimal reverse-mode autograd framework\nusage: attograd [--help] [--version]\n",
-                  attograd::version());
-      return 0;
-    }
-    std::fprintf(stderr, "attograd: unknown argument '%s' (try --help)\n", argv[i]);
-    return 2;
-  }
-  std::printf("attograd %s\n", attograd::version());
-  return 0;
+  return attograd::run_cli(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -41,6 +41,10 @@ TaskKind parse_task(const std::string& name) {
 
 int default_task_size(TaskKind kind) { return kind == TaskKind::add ? 2 : 8; }
 
+std::int64_t task_sequence_length(TaskKind kind, int size) {
+  return kind == TaskKind::add ? 3 * std::int64_t{size} + 3 : 2 * std::int64_t{size} + 1;
+}
+
 Task::Task(TaskSpec spec) : spec_(spec), tokenizer_(Tokenizer::from_text("0123456789+=")) {
   AG_CHECK(spec_.size >= 1 && spec_.size <= kMaxSize, "--task-size", "must be in [1, {}], got {}", kMaxSize,
            spec_.size);
@@ -53,9 +57,7 @@ std::int64_t Task::prompt_length() const {
   return spec_.kind == TaskKind::add ? 2 * spec_.size + 2 : spec_.size + 1;
 }
 
-std::int64_t Task::sequence_length() const {
-  return prompt_length() + (spec_.kind == TaskKind::add ? spec_.size + 1 : spec_.size);
-}
+std::int64_t Task::sequence_length() const { return task_sequence_length(spec_.kind, spec_.size); }
 
 Problem Task::make(const std::vector<int>& digits) const {
   AG_CHECK(static_cast<int>(digits.size()) == digit_count(), "task", "{} needs {} digits, got {}",

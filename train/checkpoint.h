@@ -1,0 +1,46 @@
+#pragma once
+// A run's checkpoint, one safetensors file (train/safetensors.h):
+//   tensors   every parameter under its model name ("blocks.0.attn.qkv.weight",
+//             float32, loadable by safetensors/torch as a state dict), and the
+//             optimizer's buffers as "optim.<buffer>.<parameter>"
+//             ("optim.exp_avg.wte.weight")
+//   metadata  format, step, config (the run's options), vocab (the
+//             tokenizer), rng (data seed, dropout generator seed and offset)
+//             and optimizer (its name and step count), each a JSON string
+// Together they continue a run bit for bit: batches are a function of
+// (seed, step) and dropout masks of the generator's (seed, offset).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "nn/gpt.h"
+#include "train/optimizer.h"
+#include "train/options.h"
+#include "train/tokenizer.h"
+
+namespace attograd {
+
+inline constexpr const char* kCheckpointFormat = "attograd.checkpoint.v1";
+
+struct CheckpointInfo {
+  TrainOptions config;  // data, model and optimisation fields
+  Tokenizer tokenizer;
+  std::int64_t step = 0;  // optimizer steps taken
+};
+
+void save_checkpoint(const std::string& path, const nn::GPT& model, const train::Optimizer* optimizer,
+                     const CheckpointInfo& info);
+
+struct LoadedCheckpoint {
+  CheckpointInfo info;
+  std::unique_ptr<nn::GPT> model;  // parameters loaded, dropout generator restored, on the CPU
+  std::map<std::string, Tensor> optimizer_state;  // "exp_avg.<name>", ... (empty when none was saved)
+  std::string optimizer_name;                     // "adamw", "sgd" or empty
+  std::int64_t optimizer_steps = 0;
+};
+
+// Every field is checked; a malformed file gives "[path] ..." naming what is wrong.
+LoadedCheckpoint load_checkpoint(const std::string& path);
+
+}  // namespace attograd

@@ -1,0 +1,193 @@
+#include "train/cli.h"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <sstream>
+
+#include "tensor/error.h"
+#include "train/commands.h"
+#include "train/version.h"
+
+namespace attograd {
+
+namespace {
+
+// A flag whose value comes from the task's preset unless the user gives it.
+struct PresetFlag {
+  CLI::Option* option;
+  std::function<void(const TrainOptions& preset)> take;  // copies the preset's value
+  bool fixed_on_resume;  // part of the checkpoint's identity
+};
+
+template <typename T>
+void add_preset_flag(CLI::App& cmd, std::vector<PresetFlag>& flags, TrainOptions& o, T TrainOptions::*field,
+                     const std::string& name, const std::string& help, bool fixed_on_resume = true) {
+  CLI::Option* opt = cmd.add_option(name, o.*field, help);
+  flags.push_back({opt, [&o, field](const TrainOptions& preset) { o.*field = preset.*field; }, fixed_on_resume});
+}
+
+constexpr const char* kTrainEpilog = R"(
+Presets: flags not given take the task's preset. The defaults shown are sort's;
+add differs only in its block (3n+2 for n-digit operands); --data (text) uses
+--layers 4 --width 128 --block 64 --batch 32 --steps 2000 --lr 2e-3
+--warmup 100 --dropout 0.1 --eval-interval 200.
+
+Tasks ("prompt=answer", loss on the answer only, one problem in ten held out):
+  sort     31415926=11234569     reverse  31415926=62951413
+  copy     31415926=31415926     add      07+45=250 (the sum, least significant digit first)
+
+Writes to the run directory: ckpt.safetensors (safetensors layout: parameters,
+optimizer state, step, RNG state, config and vocabulary), metrics.jsonl, loss.svg.)";
+
+}  // namespace
+
+int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err) {
+  CLI::App app{"attograd: a minimal reverse-mode autograd framework, training a small GPT", "attograd"};
+  app.set_version_flag("--version", std::string("attograd ") + version());
+  app.require_subcommand(0, 1);
+  app.option_defaults()->always_capture_default();
+
+  // ---- train
+  TrainOptions train;
+  std::vector<PresetFlag> presets;
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT on next-token prediction (no arguments: sort 8 digits, ~20 s)");
+  train_cmd->footer(kTrainEpilog);
+  {
+    auto& c = *train_cmd;
+    auto& p = presets;
+    c.add_option("--task", train.task, "Synthetic task: sort, reverse, copy, add");
+    add_preset_flag(c, p, train, &TrainOptions::task_size, "--task-size",
+                    "Digits per sequence (sort, reverse, copy) or per operand (add); add's preset is 2");
+    add_preset_flag(c, p, train, &TrainOptions::heldout, "--heldout",
+                    "Held-out problems evaluated for exact match (all of them when fewer exist)");
+    c.add_option("--data", train.data, "Character-level language modelling on this UTF-8 text file instead of a task");
+    add_preset_flag(c, p, train, &TrainOptions::layers, "--layers", "Transformer blocks");
+    add_preset_flag(c, p, train, &TrainOptions::heads, "--heads", "Attention heads per block (must divide --width)");
+    add_preset_flag(c, p, train, &TrainOptions::width, "--width", "Model width (embedding size)");
+    add_preset_flag(c, p, train, &TrainOptions::block, "--block",
+                    "Context length in tokens (preset: one whole problem, or 64 for text)");
+    add_preset_flag(c, p, train, &TrainOptions::dropout, "--dropout", "Dropout probability in training");
+    add_preset_flag(c, p, train, &TrainOptions::optimizer, "--optimizer", "adamw or sgd (with momentum)");
+    add_preset_flag(c, p, train, &TrainOptions::batch, "--batch", "Sequences per step");
+    add_preset_flag(c, p, train, &TrainOptions::steps, "--steps",
+                    "Optimizer steps in the whole run (the schedule's length; may be raised on --resume)");
+    add_preset_flag(c, p, train, &TrainOptions::lr, "--lr", "Peak learning rate");
+    add_preset_flag(c, p, train, &TrainOptions::warmup, "--warmup",
+                    "Linear warm-up steps, then cosine decay to lr * --min-lr-ratio");
+    add_preset_flag(c, p, train, &TrainOptions::min_lr_ratio, "--min-lr-ratio", "Final learning rate / peak");
+    add_preset_flag(c, p, train, &TrainOptions::weight_decay, "--weight-decay",
+                    "AdamW: decoupled weight decay; SGD: L2. Applied to Linear weights only: never to biases, "
+                    "LayerNorm or embeddings");
+    add_preset_flag(c, p, train, &TrainOptions::beta1, "--beta1", "AdamW first-moment decay");
+    add_preset_flag(c, p, train, &TrainOptions::beta2, "--beta2", "AdamW second-moment decay");
+    add_preset_flag(c, p, train, &TrainOptions::momentum, "--momentum", "SGD momentum");
+    add_preset_flag(c, p, train, &TrainOptions::grad_clip, "--grad-clip",
+                    "Clip gradients to this global L2 norm (0: no clipping)");
+    add_preset_flag(c, p, train, &TrainOptions::seed, "--seed",
+                    "Seeds the data, the held-out split, the initial weights and dropout");
+    c.add_option("--threads", train.threads, "CPU threads (0: every core); same seed and threads, same run");
+    c.add_option("--device", train.device, "cpu or cuda");
+    add_preset_flag(c, p, train, &TrainOptions::eval_interval, "--eval-interval",
+                    "Steps between evaluations and checkpoints", /*fixed_on_resume=*/false);
+    c.add_option("--out", train.out, "Run directory (default: runs/<task>, or runs/<file name> for --data)");
+    c.add_option("--resume", train.resume,
+                 "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
+    c.add_option("--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
+    c.add_flag("--quiet", train.quiet, "No progress line (evaluations and the summary still print)");
+  }
+
+  // ---- sample
+  SampleOptions sample;
+  std::string sample_prompt;
+  CLI::App* sample_cmd = app.add_subcommand("sample", "Generate text from a checkpoint (with a key/value cache)");
+  sample_cmd->add_option("--ckpt", sample.ckpt, "Checkpoint file")->required();
+  CLI::Option* prompt_opt = sample_cmd->add_option(
+      "--prompt", sample_prompt, "Text to continue (default: a held-out problem for tasks, the text's first character)");
+  sample_cmd->add_option("--tokens", sample.tokens, "Tokens to generate");
+  sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)");
+  sample_cmd->add_option("--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)");
+  sample_cmd->add_option("--seed", sample.seed, "Sampling seed");
+  sample_cmd->add_option("--threads", sample.threads, "CPU threads (0: every core)");
+  sample_cmd->add_option("--device", sample.device, "cpu or cuda");
+  bool no_cache = false;
+  sample_cmd->add_flag("--no-cache", no_cache, "Recompute the whole context for every token (slower; same tokens)");
+
+  // ---- eval
+  EvalOptions eval;
+  CLI::App* eval_cmd = app.add_subcommand("eval", "Held-out loss and, for tasks, exact-match accuracy of a checkpoint");
+  eval_cmd->add_option("--ckpt", eval.ckpt, "Checkpoint file")->required();
+  eval_cmd->add_option("--data", eval.data, "Text runs: evaluate on this file instead of the one trained on");
+  eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: every core)");
+  eval_cmd->add_option("--device", eval.device, "cpu or cuda");
+
+  // ---- attention
+  AttentionPlotOptions attention;
+  CLI::App* attention_cmd =
+      app.add_subcommand("attention", "Draw every head's attention weights for a text as an SVG heat map");
+  attention_cmd->add_option("--ckpt", attention.ckpt, "Checkpoint file")->required();
+  attention_cmd->add_option("--text", attention.text, "Text to attend over (at most the block size)")->required();
+  attention_cmd->add_option("--out", attention.out, "SVG file to write");
+  attention_cmd->add_option("--threads", attention.threads, "CPU threads (0: every core)");
+
+  const auto error_line = [&](const std::string& message) {
+    std::fprintf(err, "attograd: error: %s\n", message.c_str());
+    std::fflush(err);
+  };
+
+  try {
+    std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes a reversed vector
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help, --version
+      std::ostringstream os, es;
+      app.exit(e, os, es);
+      std::fputs(os.str().c_str(), out);
+      return 0;
+    }
+    error_line(std::string(e.what()) + " (see --help)");
+    return 2;
+  }
+
+  try {
+    if (train_cmd->parsed()) {
+      if (!train.resume.empty()) {
+        for (const PresetFlag& f : presets)
+          AG_CHECK(!f.fixed_on_resume || f.option->count() == 0 || f.option->get_name() == "--steps", "--resume",
+                   "{} cannot be changed when resuming: the checkpoint's config is used", f.option->get_name());
+        for (const char* name : {"--task", "--data"})
+          AG_CHECK(train_cmd->get_option(name)->count() == 0, "--resume",
+                   "{} cannot be changed when resuming: the checkpoint's config is used", name);
+        if (train_cmd->get_option("--steps")->count() == 0) train.steps = 0;  // 0: the checkpoint's
+        if (train_cmd->get_option("--eval-interval")->count() == 0) train.eval_interval = 0;
+      } else {
+        AG_CHECK(train.data.empty() || train_cmd->get_option("--task")->count() == 0, "--task",
+                 "cannot be combined with --data (text is its own task)");
+        const TrainOptions preset = preset_for(train, train_cmd->get_option("--task-size")->count() > 0);
+        for (const PresetFlag& f : presets)
+          if (f.option->count() == 0) f.take(preset);
+      }
+      const TrainSummary summary = train_command(train, out);
+      (void)summary;
+    } else if (sample_cmd->parsed()) {
+      if (prompt_opt->count() > 0) sample.prompt = sample_prompt;
+      sample.use_cache = !no_cache;
+      sample_command(sample, out);
+    } else if (eval_cmd->parsed()) {
+      eval_command(eval, out);
+    } else if (attention_cmd->parsed()) {
+      attention_command(attention, out);
+    } else {
+      std::fputs(app.help().c_str(), out);
+    }
+  } catch (const Error& e) {
+    error_line(e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    error_line(std::string("unexpected failure: ") + e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace attograd

@@ -1,0 +1,112 @@
+// `attograd sample`, `eval` and `attention`: each loads a checkpoint and asks
+// one thing of the model. (`train` is in train/trainer.cpp.)
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "cuda/runtime.h"
+#include "tensor/error.h"
+#include "tensor/parallel.h"
+#include "train/checkpoint.h"
+#include "train/commands.h"
+#include "train/evaluate.h"
+#include "train/generate.h"
+#include "train/model.h"
+#include "train/safetensors.h"
+#include "train/svg.h"
+#include "train/utf8.h"
+
+namespace attograd {
+
+namespace {
+
+Device checked_device(const std::string& name) {
+  TrainOptions probe;  // validate() owns the device checks and their messages
+  probe.device = name;
+  AG_CHECK(name == "cpu" || name == "cuda", "--device", "unknown device '{}' (cpu, cuda)", name);
+  if (name == "cuda") validate(probe);
+  return name == "cuda" ? Device::cuda() : Device::cpu();
+}
+
+void set_threads(int threads) {
+  AG_CHECK(threads >= 0 && threads <= 1024, "--threads", "must be in [1, 1024] (0: every core), got {}", threads);
+  if (threads > 0) set_num_threads(threads);
+}
+
+}  // namespace
+
+std::string sample_command(const SampleOptions& o, std::FILE* out) {
+  AG_CHECK(o.tokens >= 0 && o.tokens <= 1'000'000, "--tokens", "must be in [0, 1000000], got {}", o.tokens);
+  AG_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "--temperature", "must be finite and >= 0, got {}",
+           o.temperature);
+  AG_CHECK(o.top_k >= 0, "--top-k", "must be >= 0 (0: all), got {}", o.top_k);
+  const Device device = checked_device(o.device);
+  set_threads(o.threads);
+  LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
+  const Tokenizer& tok = ckpt.info.tokenizer;
+
+  std::string prompt;
+  if (o.prompt) {
+    prompt = *o.prompt;
+  } else {
+    // The run's own default context; a text file that has gone away still leaves its vocabulary.
+    try {
+      prompt = make_dataset(ckpt.info.config, &tok)->default_prompt();
+    } catch (const Error&) {
+      prompt = utf8::encode(tok.symbol(0));
+    }
+  }
+  AG_CHECK(!prompt.empty(), "--prompt", "must hold at least one character");
+  const std::vector<std::int64_t> ids = tok.encode(prompt, "--prompt");
+  if (!device.is_cpu()) ckpt.model->to(device);
+  const std::vector<std::int64_t> seq = generate(
+      *ckpt.model, ids,
+      {.tokens = o.tokens, .temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .use_cache = o.use_cache},
+      device);
+  const std::string text = tok.decode(seq);
+  std::fprintf(out, "%s\n", text.c_str());
+  std::fflush(out);
+  return text;
+}
+
+EvalSummary eval_command(const EvalOptions& o, std::FILE* out) {
+  const Device device = checked_device(o.device);
+  set_threads(o.threads);
+  LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
+  TrainOptions config = ckpt.info.config;
+  if (!o.data.empty()) {
+    AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text", o.ckpt, config.task);
+    config.data = o.data;
+  }
+  const auto data = make_dataset(config, &ckpt.info.tokenizer);
+  if (!device.is_cpu()) ckpt.model->to(device);
+  const EvalResult r = evaluate(*ckpt.model, *data, 500, device);
+  std::string line = fmt::format("{} (step {}): held-out loss {:.4f} over {} sequences", o.ckpt, ckpt.info.step, r.loss,
+                                 r.examples);
+  if (r.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *r.accuracy);
+  std::fprintf(out, "%s\n", line.c_str());
+  std::fflush(out);
+  return {r.loss, r.accuracy, r.examples};
+}
+
+void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
+  set_threads(o.threads);
+  AG_CHECK(!o.out.empty(), "--out", "must name a file");
+  LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
+  const Tokenizer& tok = ckpt.info.tokenizer;
+  const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");
+  const std::int64_t T = static_cast<std::int64_t>(ids.size()), block = ckpt.info.config.block;
+  AG_CHECK(T >= 1 && T <= block, "--text", "must be 1 to {} characters (the block size), got {}", block, T);
+  AttentionMaps maps;
+  for (std::int64_t id : ids) maps.tokens.push_back(utf8::encode(tok.symbol(id)));
+  maps.weights = attention_weights(*ckpt.model, from_vector(ids, {1, T}));
+  const std::filesystem::path path(o.out);
+  const std::string svg = attention_svg(maps, fmt::format("attention of {} on \"{}\"", o.ckpt, o.text));
+  write_file_atomically(path.string(), svg);
+  std::fprintf(out, "wrote %s: %zu layers x %zu heads, %lld x %lld weights each\n", o.out.c_str(), maps.weights.size(),
+               maps.weights.empty() ? size_t{0} : maps.weights[0].size(), static_cast<long long>(T),
+               static_cast<long long>(T));
+  std::fflush(out);
+}
+
+}  // namespace attograd

@@ -1,0 +1,50 @@
+#include "train/model.h"
+
+#include "autograd/grad_mode.h"
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace attograd {
+
+nn::GPTConfig gpt_config(const TrainOptions& o, std::int64_t vocab_size) {
+  nn::GPTConfig c;
+  c.vocab_size = vocab_size;
+  c.block_size = o.block;
+  c.n_layer = o.layers;
+  c.n_head = o.heads;
+  c.n_embd = o.width;
+  c.dropout = o.dropout;
+  c.bias = true;
+  c.tie_weights = true;
+  c.seed = o.seed;
+  return c;
+}
+
+std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t vocab_size) {
+  return std::make_unique<nn::GPT>(gpt_config(options, vocab_size));
+}
+
+std::vector<std::vector<std::vector<float>>> attention_weights(nn::GPT& model, const Tensor& tokens) {
+  NoGradGuard no_grad;
+  model.eval();
+  // GPT::forward, block by block, asking each attention layer for its weights
+  // (nn/gpt.cpp's Block::forward with return_weights; dropout is off in eval mode).
+  const std::int64_t t = tokens.size(1);
+  Tensor x = model.wte(tokens) + model.wpe(arange(t, {DType::i64}));  // (1, T, C)
+  std::vector<std::vector<std::vector<float>>> maps;
+  for (const auto& block : model.blocks) {
+    const Tensor h = block->ln_1(x);
+    const nn::AttendResult a = block->attn.forward(h, h, h, {.return_weights = true});
+    const Tensor w = to_cpu(a.weights);  // (1, H, T, T)
+    const std::int64_t heads = w.size(1);
+    std::vector<std::vector<float>> layer;
+    for (std::int64_t head = 0; head < heads; ++head)
+      layer.push_back(contiguous(select(select(w, 0, 0), 0, head)).to_vector<float>());
+    maps.push_back(std::move(layer));
+    x = x + a.out;
+    x = x + block->mlp(block->ln_2(x));
+  }
+  return maps;
+}
+
+}  // namespace attograd

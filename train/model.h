@@ -1,0 +1,20 @@
+#pragma once
+// The GPT a run trains, built from its options and vocabulary, and what train/
+// needs of it beyond nn/: attention weights per head for the picture.
+#include <memory>
+
+#include "nn/gpt.h"
+#include "train/options.h"
+#include "train/svg.h"
+#include "train/tokenizer.h"
+
+namespace attograd {
+
+nn::GPTConfig gpt_config(const TrainOptions& options, std::int64_t vocab_size);
+std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t vocab_size);
+
+// Runs `tokens` (1, T) through the model in eval mode and returns every
+// layer's and head's attention weights: weights[layer][head] is T x T.
+std::vector<std::vector<std::vector<float>>> attention_weights(nn::GPT& model, const Tensor& tokens);
+
+}  // namespace attograd

@@ -1,0 +1,128 @@
+#include "train/options.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "cuda/runtime.h"
+#include "tensor/error.h"
+#include "train/tasks.h"
+
+namespace attograd {
+
+TrainOptions preset_for(const TrainOptions& options, bool task_size_given) {
+  TrainOptions p;  // the sort preset: the struct's defaults
+  p.task = options.task;
+  p.data = options.data;
+  if (options.data.empty()) {
+    // The context is exactly one problem; an unknown task is left for validate() to report.
+    for (TaskKind kind : {TaskKind::sort, TaskKind::reverse, TaskKind::copy, TaskKind::add})
+      if (options.task == task_name(kind)) {
+        p.task_size = task_size_given ? options.task_size : default_task_size(kind);
+        if (p.task_size >= 1 && p.task_size <= Task::kMaxSize) p.block = task_sequence_length(kind, p.task_size) - 1;
+      }
+  }
+  if (!options.data.empty()) {
+    // Character-level text: a longer context and a wider model.
+    p.layers = 4, p.heads = 4, p.width = 128, p.block = 64;
+    p.batch = 32, p.steps = 2000, p.lr = 2e-3, p.warmup = 100, p.dropout = 0.1;
+    p.eval_interval = 200;
+  } else if (options.task == "add") {
+    p.steps = 600;
+  }
+  return p;
+}
+
+void validate(const TrainOptions& o) {
+  if (o.data.empty()) {
+    parse_task(o.task);  // "[--task] unknown task 'x' (sort, reverse, copy, add)"
+    AG_CHECK(o.task_size >= 1 && o.task_size <= Task::kMaxSize, "--task-size", "must be in [1, {}], got {}",
+             Task::kMaxSize, o.task_size);
+    AG_CHECK(o.heldout >= 1 && o.heldout <= 100000, "--heldout", "must be in [1, 100000], got {}", o.heldout);
+    const std::int64_t needed = task_sequence_length(parse_task(o.task), o.task_size) - 1;
+    AG_CHECK(o.block >= needed, "--block", "{} with --task-size {} needs a block of at least {}, got {}", o.task,
+             o.task_size, needed, o.block);
+  }
+  AG_CHECK(o.layers >= 1 && o.layers <= 256, "--layers", "must be in [1, 256], got {}", o.layers);
+  AG_CHECK(o.heads >= 1, "--heads", "must be >= 1, got {}", o.heads);
+  AG_CHECK(o.width >= 1 && o.width <= 65536, "--width", "must be in [1, 65536], got {}", o.width);
+  AG_CHECK(o.width % o.heads == 0, "--heads", "{} heads do not divide --width {}", o.heads, o.width);
+  AG_CHECK(o.block >= 1 && o.block <= 65536, "--block", "must be in [1, 65536], got {}", o.block);
+  AG_CHECK(std::isfinite(o.dropout) && o.dropout >= 0 && o.dropout < 1, "--dropout", "must be in [0, 1), got {}",
+           o.dropout);
+
+  AG_CHECK(o.optimizer == "adamw" || o.optimizer == "sgd", "--optimizer", "unknown optimizer '{}' (adamw, sgd)",
+           o.optimizer);
+  AG_CHECK(o.batch >= 1 && o.batch <= 1 << 20, "--batch", "must be in [1, 1048576], got {}", o.batch);
+  AG_CHECK(o.steps >= 1, "--steps", "must be >= 1, got {}", o.steps);
+  AG_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr", "must be a finite number > 0, got {}", o.lr);
+  AG_CHECK(o.warmup >= 0, "--warmup", "must be >= 0, got {}", o.warmup);
+  AG_CHECK(std::isfinite(o.min_lr_ratio) && o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--min-lr-ratio",
+           "must be in [0, 1], got {}", o.min_lr_ratio);
+  AG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", "must be finite and >= 0, got {}",
+           o.weight_decay);
+  AG_CHECK(std::isfinite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, "--beta1", "must be in [0, 1), got {}", o.beta1);
+  AG_CHECK(std::isfinite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, "--beta2", "must be in [0, 1), got {}", o.beta2);
+  AG_CHECK(std::isfinite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "--momentum", "must be in [0, 1), got {}",
+           o.momentum);
+  AG_CHECK(std::isfinite(o.grad_clip) && o.grad_clip >= 0, "--grad-clip", "must be finite and >= 0 (0 disables), got {}",
+           o.grad_clip);
+
+  AG_CHECK(o.threads >= 0 && o.threads <= 1024, "--threads", "must be in [1, 1024] (0: every core), got {}",
+           o.threads);
+  AG_CHECK(o.eval_interval >= 1, "--eval-interval", "must be >= 1, got {}", o.eval_interval);
+  AG_CHECK(o.stop_at >= 0, "--stop-at", "must be >= 1 (0: run to --steps), got {}", o.stop_at);
+  AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
+  if (o.device == "cuda") {
+    AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
+    AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present");
+  }
+}
+
+std::string config_to_json(const TrainOptions& o) {
+  const nlohmann::json j = {
+      {"task", o.task},           {"task_size", o.task_size}, {"heldout", o.heldout},
+      {"data", o.data},           {"layers", o.layers},       {"heads", o.heads},
+      {"width", o.width},         {"block", o.block},         {"dropout", o.dropout},
+      {"optimizer", o.optimizer}, {"batch", o.batch},         {"steps", o.steps},
+      {"lr", o.lr},               {"warmup", o.warmup},       {"min_lr_ratio", o.min_lr_ratio},
+      {"weight_decay", o.weight_decay}, {"beta1", o.beta1},   {"beta2", o.beta2},
+      {"momentum", o.momentum},   {"grad_clip", o.grad_clip}, {"seed", o.seed}};
+  return j.dump();
+}
+
+TrainOptions config_from_json(const std::string& json) {
+  TrainOptions o;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(json);
+    j.at("task").get_to(o.task);
+    j.at("task_size").get_to(o.task_size);
+    j.at("heldout").get_to(o.heldout);
+    j.at("data").get_to(o.data);
+    j.at("layers").get_to(o.layers);
+    j.at("heads").get_to(o.heads);
+    j.at("width").get_to(o.width);
+    j.at("block").get_to(o.block);
+    j.at("dropout").get_to(o.dropout);
+    j.at("optimizer").get_to(o.optimizer);
+    j.at("batch").get_to(o.batch);
+    j.at("steps").get_to(o.steps);
+    j.at("lr").get_to(o.lr);
+    j.at("warmup").get_to(o.warmup);
+    j.at("min_lr_ratio").get_to(o.min_lr_ratio);
+    j.at("weight_decay").get_to(o.weight_decay);
+    j.at("beta1").get_to(o.beta1);
+    j.at("beta2").get_to(o.beta2);
+    j.at("momentum").get_to(o.momentum);
+    j.at("grad_clip").get_to(o.grad_clip);
+    j.at("seed").get_to(o.seed);
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint", "config metadata is malformed: {}", e.what());
+  }
+  // A checkpoint's config is untrusted input like any other.
+  TrainOptions checked = o;
+  checked.device = "cpu";
+  validate(checked);
+  return o;
+}
+
+}  // namespace attograd

@@ -1,0 +1,59 @@
+#pragma once
+// Everything a training run is made of, as one struct: the data, the model,
+// the optimisation, and the run's own settings. The first three are saved in
+// every checkpoint (`config` metadata) and fixed on --resume; the run settings
+// (threads, device, output, when to stop, printing) may change between runs.
+#include <cstdint>
+#include <string>
+
+namespace attograd {
+
+struct TrainOptions {
+  // ---- data: a synthetic task, or character-level text when `data` is set
+  std::string task = "sort";
+  int task_size = 8;             // digits (sort, reverse, copy) or digits per operand (add)
+  std::int64_t heldout = 2000;   // held-out problems evaluated
+  std::string data;              // a UTF-8 text file
+
+  // ---- model
+  std::int64_t layers = 2, heads = 4, width = 64;
+  std::int64_t block = 16;       // context length: a task's sequence length - 1, or longer
+  double dropout = 0.0;
+
+  // ---- optimisation
+  std::string optimizer = "adamw";  // adamw | sgd
+  std::int64_t batch = 64, steps = 600;
+  double lr = 3e-3;
+  std::int64_t warmup = 50;         // linear warm-up steps, then cosine decay to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;
+  double weight_decay = 0.1;        // AdamW: decoupled; SGD: L2 (never on biases, norms, embeddings)
+  double beta1 = 0.9, beta2 = 0.99; // AdamW
+  double momentum = 0.9;            // SGD
+  double grad_clip = 1.0;           // max global gradient norm; 0 disables
+  std::uint64_t seed = 1337;
+
+  // ---- the run itself (not part of a checkpoint's identity)
+  int threads = 0;                  // 0: every core
+  std::string device = "cpu";
+  std::int64_t eval_interval = 100; // steps between evaluations (and checkpoints)
+  std::string out;                  // run directory; empty: runs/<task or file name>
+  std::string resume;               // checkpoint to continue from
+  std::int64_t stop_at = 0;         // stop (and save) after this step; 0: run to `steps`
+  bool quiet = false;               // no progress line (evaluations and the summary still print)
+};
+
+// The preset a task trains with when a flag is not given, chosen by
+// `options.task`, `options.data` and (for the block size) `options.task_size`
+// when `task_size_given`. The struct's own defaults are sort's preset.
+TrainOptions preset_for(const TrainOptions& options, bool task_size_given);
+
+// Throws "[--flag] ..." naming the first invalid flag and its value.
+// Checks what needs no file: sizes, ranges, finiteness, heads dividing width,
+// the task name, the optimizer and the device.
+void validate(const TrainOptions& options);
+
+// The JSON saved in checkpoints (data, model and optimisation fields) and back.
+std::string config_to_json(const TrainOptions& options);
+TrainOptions config_from_json(const std::string& json);  // run fields keep their defaults
+
+}  // namespace attograd

@@ -1,0 +1,192 @@
+// `attograd train`: options -> data, model, optimizer -> the training loop,
+// with periodic evaluation, checkpoints, metrics.jsonl and loss.svg.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "tensor/error.h"
+#include "tensor/parallel.h"
+#include "train/checkpoint.h"
+#include "train/commands.h"
+#include "train/evaluate.h"
+#include "train/grad_clip.h"
+#include "train/metrics.h"
+#include "train/model.h"
+#include "train/progress.h"
+#include "train/safetensors.h"
+#include "train/schedule.h"
+#include "train/svg.h"
+#include "train/tasks.h"
+#include "train/text_data.h"
+
+namespace attograd {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCheckpointName = "ckpt.safetensors";
+// Held-out problems per evaluation batch: large batches amortise the per-op overhead.
+constexpr std::int64_t kEvalBatch = 500;
+
+// Fails unless `dir` exists as a writable directory or can be created; creates nothing.
+void check_output_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    AG_CHECK(fs::is_directory(dir, ec), "--out", "'{}' exists and is not a directory", dir.string());
+    AG_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "--out", "'{}' is not writable", dir.string());
+    return;
+  }
+  fs::path ancestor = fs::absolute(dir, ec).parent_path();
+  while (!ancestor.empty() && !fs::exists(ancestor, ec) && ancestor != ancestor.root_path())
+    ancestor = ancestor.parent_path();
+  AG_CHECK(fs::is_directory(ancestor, ec), "--out", "cannot create '{}': '{}' is not a directory", dir.string(),
+           ancestor.string());
+  AG_CHECK(::access(ancestor.c_str(), W_OK | X_OK) == 0, "--out", "cannot create '{}': '{}' is not writable",
+           dir.string(), ancestor.string());
+}
+
+std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<train::SGD>(
+        model.named_parameters(), train::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  return std::make_unique<train::AdamW>(model.named_parameters(), train::AdamWOptions{.lr = o.lr,
+                                                                                      .beta1 = o.beta1,
+                                                                                      .beta2 = o.beta2,
+                                                                                      .eps = 1e-8,
+                                                                                      .weight_decay = o.weight_decay});
+}
+
+std::string describe_data(const TrainOptions& o, const Dataset& data) {
+  if (!o.data.empty()) {
+    const auto& text = dynamic_cast<const TextData&>(data);
+    return fmt::format("text '{}' ({} train / {} validation characters, vocabulary {}, unigram entropy {:.3f})", o.data,
+                       text.train_tokens(), text.validation_tokens(), data.tokenizer().size(), text.unigram_entropy());
+  }
+  const auto& task = dynamic_cast<const Task&>(data);
+  return fmt::format("task {} (size {}, e.g. {}{}; {} held out)", o.task, o.task_size, task.heldout()[0].prompt,
+                     task.heldout()[0].answer, task.heldout().size());
+}
+
+std::string eval_line(std::int64_t step, const EvalResult& r) {
+  std::string line = fmt::format("eval step {}: val loss {:.4f}", step, r.loss);
+  if (r.accuracy) line += fmt::format(", exact match {:.2f}% of {}", 100 * *r.accuracy, r.examples);
+  return line;
+}
+
+}  // namespace
+
+TrainSummary train_command(TrainOptions o, std::FILE* out) {
+  const auto start_time = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count(); };
+
+  // ---- 1. options: from a checkpoint when resuming, then every one validated
+  LoadedCheckpoint resumed;
+  if (!o.resume.empty()) {
+    resumed = load_checkpoint(o.resume);
+    TrainOptions c = resumed.info.config;
+    c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
+    c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
+    c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
+    c.out = o.out.empty() ? fs::path(o.resume).parent_path().string() : o.out;
+    if (c.out.empty()) c.out = ".";
+    o = c;
+    AG_CHECK(o.steps >= resumed.info.step, "--steps", "{} is before the checkpoint's step {}", o.steps,
+             resumed.info.step);
+    AG_CHECK(resumed.optimizer_name == o.optimizer, "--resume", "'{}' holds no {} optimizer state", o.resume,
+             o.optimizer);
+  }
+  validate(o);
+  if (o.out.empty()) o.out = (fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
+  std::unique_ptr<Dataset> data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
+  check_output_dir(o.out);
+  std::unique_ptr<nn::GPT> model =
+      o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
+
+  // ---- 2. everything is valid: only now does the run directory appear
+  fs::create_directories(o.out);
+  if (o.threads > 0) set_num_threads(o.threads);
+  const Device device = o.device == "cuda" ? Device::cuda() : Device::cpu();
+  if (!device.is_cpu()) model->to(device);
+  std::unique_ptr<train::Optimizer> optimizer = make_optimizer(o, *model);
+  const std::int64_t first_step = o.resume.empty() ? 0 : resumed.info.step;
+  if (!o.resume.empty()) optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
+  const std::int64_t last_step = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+
+  const fs::path run_dir(o.out);
+  const std::string ckpt_path = (run_dir / kCheckpointName).string();
+  MetricsLog metrics((run_dir / "metrics.jsonl").string(), first_step);
+  const std::string title = o.data.empty() ? fmt::format("attograd: {} {}", o.task, o.task_size)
+                                           : fmt::format("attograd: {}", fs::path(o.data).filename().string());
+  const CheckpointInfo info{o, data->tokenizer(), 0};
+
+  std::fprintf(out, "attograd train: %s\n", describe_data(o, *data).c_str());
+  std::fprintf(out,
+               "model: %lld layers, %lld heads, width %lld, block %lld, %lld parameters; %s lr %g, batch %lld, "
+               "%lld steps; %d threads, %s; run dir %s\n",
+               static_cast<long long>(o.layers), static_cast<long long>(o.heads), static_cast<long long>(o.width),
+               static_cast<long long>(o.block), static_cast<long long>(model->num_parameters()), o.optimizer.c_str(),
+               o.lr, static_cast<long long>(o.batch), static_cast<long long>(o.steps), get_num_threads(),
+               device.str().c_str(), o.out.c_str());
+  if (first_step > 0) std::fprintf(out, "resuming from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first_step));
+  std::fflush(out);
+
+  Progress progress(out, first_step, last_step, {.interactive = ::isatty(::fileno(out)) == 1, .quiet = o.quiet});
+  const auto params = model->named_parameters();
+  TrainSummary summary;
+  EvalResult last_eval;
+  double train_seconds = 0;  // the steps alone, for tokens per second
+  for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = learning_rate(o, step);
+    optimizer->set_lr(lr);
+    const Batch batch = data->train_batch(static_cast<std::uint64_t>(step - 1), o.batch, o.block);
+    model->train();
+    const Tensor loss = model->loss(to(batch.tokens, device), to(batch.targets, device), kIgnoreIndex);
+    backward(loss);
+    const double grad_norm = clip_grad_norm(params, o.grad_clip);
+    optimizer->step();
+    optimizer->zero_grad();
+    const double loss_value = loss.item();
+    AG_CHECK(std::isfinite(loss_value), "train", "the loss became {} at step {}: try a lower --lr", loss_value, step);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    train_seconds += dt;
+    const double tokens_per_s = static_cast<double>(batch.tokens.numel()) / dt;
+    metrics.log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
+    progress.update(step, loss_value, lr, tokens_per_s);
+
+    if (step % o.eval_interval == 0 || step == last_step) {
+      last_eval = evaluate(*model, *data, kEvalBatch, device);
+      metrics.log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
+      progress.message(eval_line(step, last_eval));
+      CheckpointInfo at = info;
+      at.step = step;
+      save_checkpoint(ckpt_path, *model, optimizer.get(), at);
+      write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics.train(), metrics.eval(), title));
+    }
+  }
+  progress.finish();
+
+  summary.run_dir = o.out;
+  summary.checkpoint = ckpt_path;
+  summary.steps_done = std::max(first_step, last_step);
+  summary.final_train_loss = progress.smoothed_loss();
+  summary.val_loss = last_eval.loss;
+  summary.accuracy = last_eval.accuracy;
+  if (!o.data.empty()) summary.unigram_entropy = dynamic_cast<const TextData&>(*data).unigram_entropy();
+  summary.seconds = elapsed();
+  std::string line = fmt::format("done: step {} in {:.1f} s ({:.1f} s training); held-out loss {:.4f}",
+                                 summary.steps_done, summary.seconds, train_seconds, summary.val_loss);
+  if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
+  if (!o.data.empty()) line += fmt::format(" (unigram entropy {:.4f})", summary.unigram_entropy);
+  line += fmt::format("; checkpoint {}", ckpt_path);
+  std::fprintf(out, "%s\n", line.c_str());
+  std::fflush(out);
+  return summary;
+}
+
+}  // namespace attograd
