@@ -1,0 +1,40 @@
+#include "bench_common.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensor/rng.h"
+
+namespace attograd::bench {
+
+double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
+  if (!a.defined() || !b.defined() || a.sizes() != b.sizes()) return std::numeric_limits<double>::infinity();
+  const std::vector<double> va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double worst = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) {
+    const double ratio = std::abs(va[i] - vb[i]) / (atol + rtol * std::abs(vb[i]));
+    if (!(ratio <= worst)) worst = std::isnan(ratio) ? std::numeric_limits<double>::infinity() : ratio;
+  }
+  return worst;
+}
+
+bool check_close(benchmark::State& state, const std::string& what, const Tensor& got, const Tensor& want, double atol,
+                 double rtol) {
+  const double c = closeness(got, want, atol, rtol);
+  if (c <= 1.0) return true;
+  const std::string shapes = got.defined() && want.defined() ? " (" + got.str() + " vs " + want.str() + ")" : "";
+  state.SkipWithError(("check failed: " + what + " differs from its reference by " + std::to_string(c) +
+                       "x the tolerance" + shapes)
+                          .c_str());
+  return false;
+}
+
+Tensor random_input(const Shape& sizes, std::uint64_t seed, double scale, bool requires_grad) {
+  Generator gen(seed);
+  Tensor t = normal(sizes, 0.0, scale, {DType::f32}, gen);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+}  // namespace attograd::bench

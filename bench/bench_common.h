@@ -1,0 +1,78 @@
+#pragma once
+// Shared pieces of the benchmark cases: the design notes' shapes, the thread
+// setting, the FLOP/byte counters and the one-time checks against a reference.
+//
+// Conventions every case follows:
+//  - names are "<case>/<variant>/<shape>" (e.g. "attn_core_fwdbwd/fused/M",
+//    "matmul/1024"), stable across versions and parsed by bench/compare;
+//  - wall-clock time (UseRealTime), because the work runs on several threads
+//    and the calling thread's CPU time would undercount it;
+//  - counters "flops" and "bytes" are rates (benchmark::Counter::kIsRate): the
+//    per-iteration counts written next to each case, divided by the time;
+//  - before timing, each case checks its result once against an independent
+//    reference and calls state.SkipWithError on a mismatch.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "autograd/ops.h"
+#include "tensor/parallel.h"
+#include "tensor/tensor.h"
+
+namespace attograd::bench {
+
+// Attention shapes of /work/shared/DESIGN.md: batch, sequence, width, heads.
+struct AttentionShape {
+  const char* name;
+  std::int64_t B, T, C, H;
+  std::int64_t D() const { return C / H; }
+};
+inline constexpr AttentionShape kShapeS{"S", 8, 64, 128, 4};
+inline constexpr AttentionShape kShapeM{"M", 4, 256, 256, 8};
+inline constexpr AttentionShape kShapeL{"L", 2, 1024, 512, 8};
+inline constexpr AttentionShape kAttentionShapes[] = {kShapeS, kShapeM, kShapeL};
+
+// Threads for every case: ATTOGRAD_THREADS if set (>= 1), else the library's default.
+// Read in each case's Setup so that `ATTOGRAD_THREADS=1 attograd_bench` and
+// `ATTOGRAD_THREADS=2 attograd_bench` compare the same binary at 1 and 2 threads.
+inline int requested_threads() {
+  const char* env = std::getenv("ATTOGRAD_THREADS");
+  if (env == nullptr || *env == '\0') return get_num_threads();
+  const int n = std::atoi(env);
+  return n >= 1 ? n : get_num_threads();
+}
+inline void apply_threads(const benchmark::State&) { set_num_threads(requested_threads()); }
+
+// Registers a case under its exact name with the shared settings: threads
+// from ATTOGRAD_THREADS, wall-clock time, milliseconds.
+template <typename Fn>
+benchmark::internal::Benchmark* register_case(const std::string& name, Fn&& fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
+      ->Setup(apply_threads)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// Sets the rate counters from per-iteration counts, plus the thread count used.
+inline void set_counters(benchmark::State& state, double flops_per_iter, double bytes_per_iter) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["flops"] = benchmark::Counter(flops_per_iter * iters, benchmark::Counter::kIsRate);
+  state.counters["bytes"] = benchmark::Counter(bytes_per_iter * iters, benchmark::Counter::kIsRate);
+  state.counters["threads"] = get_num_threads();
+}
+
+// Largest |a - b| / (atol + rtol |b|) over all elements: <= 1 means close.
+// Shapes must match (a mismatch counts as infinitely far).
+double closeness(const Tensor& a, const Tensor& b, double atol, double rtol);
+
+// Skips the case with a message naming what differed; returns false when it did.
+bool check_close(benchmark::State& state, const std::string& what, const Tensor& got, const Tensor& want,
+                 double atol = 1e-4, double rtol = 1e-3);
+
+// A float32 N(0, 1) tensor from a fixed seed (optionally scaled), optionally a leaf requiring grad.
+Tensor random_input(const Shape& sizes, std::uint64_t seed, double scale = 1.0, bool requires_grad = false);
+
+}  // namespace attograd::bench

@@ -1,0 +1,185 @@
+// Single-op cases: matmul, softmax, layer_norm, cross_entropy, through the
+// differentiable ops users call (autograd/ops.h), float32 on the CPU.
+//
+// FLOP counts per iteration (a convention: one FLOP per add, multiply, max or
+// exp; the same formulas are in bench/torch_reference.py):
+//   matmul (M,K) @ (K,N)            2 M K N
+//   softmax over R rows of n        fwd 5 R n (max, sub, exp, sum, scale)
+//                                   bwd 4 R n (dy*y, sum, sub, mul)
+//   layer_norm over N rows of C     fwd 8 N C (mean 1, variance 3, normalise 2, affine 2)
+//                                   bwd 11 N C (dy*w 1, two row sums 3, dx 4, dw 2, db 1)
+//   cross_entropy, N rows of V      fwd 4 N V (max, sub, exp, sum)
+//                                   bwd 3 N V (sub, exp, scale; the one-hot subtraction is per row)
+// Bytes per iteration are the compulsory float32 traffic: each input read once
+// and each output written once (4 bytes an element), not what the caches see:
+//   matmul 4 (MK + KN + MN); softmax fwd 8 R n, bwd 12 R n (reads y, dy; writes dx);
+//   layer_norm fwd 8 N C, bwd 12 N C; cross_entropy fwd 4 N V, bwd 8 N V.
+// A "_fwdbwd" case counts fwd + bwd.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "autograd/ops/reference.h"
+#include "bench_common.h"
+#include "tensor/rng.h"
+
+namespace attograd::bench {
+namespace {
+
+// ---- matmul ----------------------------------------------------------------------
+
+// out = a @ b on (M, K) x (K, N), checked against a naive double loop on its
+// top-left corner (up to 16 x 16) before timing.
+void matmul_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N) {
+  const Tensor a = random_input({M, K}, 1);  // (M, K)
+  const Tensor b = random_input({K, N}, 2);  // (K, N)
+  {
+    const Tensor out = matmul(a, b);  // (M, N)
+    const float *pa = a.data<float>(), *pb = b.data<float>(), *po = out.data<float>();
+    const std::int64_t rows = std::min<std::int64_t>(M, 16), cols = std::min<std::int64_t>(N, 16);
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) {
+        double want = 0;
+        for (std::int64_t k = 0; k < K; ++k) want += static_cast<double>(pa[i * K + k]) * pb[k * N + j];
+        // float32 accumulation over K terms of size ~1: error grows like sqrt(K) * eps.
+        if (std::abs(po[i * N + j] - want) > 1e-5 * std::sqrt(static_cast<double>(K)) * 10) {
+          state.SkipWithError(("check failed: matmul differs from a naive loop at (" + std::to_string(i) + ", " +
+                               std::to_string(j) + "): " + std::to_string(po[i * N + j]) + " vs " +
+                               std::to_string(want))
+                                  .c_str());
+          return;
+        }
+      }
+  }
+  for (auto _ : state) {
+    Tensor out = matmul(a, b);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  set_counters(state, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N));
+}
+
+// ---- softmax ---------------------------------------------------------------------
+
+// softmax over the last dim of the attention scores (B, H, T, T) of a shape.
+void softmax_case(benchmark::State& state, const AttentionShape& s, bool backward_too) {
+  const Shape sizes{s.B, s.H, s.T, s.T};
+  const Tensor x = random_input(sizes, 3, 1.0, backward_too);  // (B, H, T, T)
+  const Tensor dy = random_input(sizes, 4);                   // (B, H, T, T)
+  {
+    Tensor y = softmax(x, -1);
+    Tensor ref_x = x.detach();
+    if (backward_too) ref_x.set_requires_grad(true);
+    Tensor ref = reference::softmax(ref_x, -1);
+    if (!check_close(state, "softmax", y, ref, 1e-6, 1e-4)) return;
+    if (backward_too) {
+      backward(y, dy);
+      backward(ref, dy);
+      if (!check_close(state, "softmax grad", x.grad(), ref_x.grad(), 1e-6, 1e-4)) return;
+    }
+  }
+  for (auto _ : state) {
+    x.set_grad(Tensor());
+    Tensor y = softmax(x, -1);
+    if (backward_too) backward(y, dy);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double n = static_cast<double>(s.B * s.H * s.T * s.T);
+  set_counters(state, backward_too ? 9 * n : 5 * n, backward_too ? 20 * n : 8 * n);
+}
+
+// ---- layer_norm ------------------------------------------------------------------
+
+// layer_norm over (N, C) rows with weight and bias (C).
+void layer_norm_case(benchmark::State& state, std::int64_t N, std::int64_t C, bool backward_too) {
+  const Tensor x = random_input({N, C}, 5, 1.0, backward_too);  // (N, C)
+  const Tensor weight = random_input({C}, 6, 1.0, backward_too);
+  const Tensor bias = random_input({C}, 7, 1.0, backward_too);
+  const Tensor dy = random_input({N, C}, 8);  // (N, C)
+  {
+    Tensor y = layer_norm(x, weight, bias);
+    Tensor rx = x.detach(), rw = weight.detach(), rb = bias.detach();
+    if (backward_too) rx.set_requires_grad(true), rw.set_requires_grad(true), rb.set_requires_grad(true);
+    Tensor ref = reference::layer_norm(rx, rw, rb);
+    if (!check_close(state, "layer_norm", y, ref)) return;
+    if (backward_too) {
+      backward(y, dy);
+      backward(ref, dy);
+      if (!check_close(state, "layer_norm dx", x.grad(), rx.grad()) ||
+          !check_close(state, "layer_norm dweight", weight.grad(), rw.grad(), 1e-3, 1e-3) ||
+          !check_close(state, "layer_norm dbias", bias.grad(), rb.grad(), 1e-3, 1e-3))
+        return;
+    }
+  }
+  for (auto _ : state) {
+    for (const Tensor& t : {x, weight, bias}) t.set_grad(Tensor());
+    Tensor y = layer_norm(x, weight, bias);
+    if (backward_too) backward(y, dy);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double n = static_cast<double>(N * C);
+  set_counters(state, backward_too ? 19 * n : 8 * n, backward_too ? 20 * n : 8 * n);
+}
+
+// ---- cross_entropy ---------------------------------------------------------------
+
+// Mean cross-entropy of (N, V) logits against int64 targets (N).
+void cross_entropy_case(benchmark::State& state, std::int64_t N, std::int64_t V, bool backward_too) {
+  const Tensor logits = random_input({N, V}, 9, 1.0, backward_too);  // (N, V)
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(N));
+  for (std::int64_t i = 0; i < N; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919) % V;
+  const Tensor targets = from_vector(ids, {N});  // (N) int64
+  {
+    Tensor loss = cross_entropy(logits, targets);
+    Tensor rl = logits.detach();
+    if (backward_too) rl.set_requires_grad(true);
+    Tensor ref = reference::cross_entropy(rl, targets);
+    if (!check_close(state, "cross_entropy", loss, ref, 1e-5, 1e-5)) return;
+    if (backward_too) {
+      backward(loss);
+      backward(ref);
+      if (!check_close(state, "cross_entropy grad", logits.grad(), rl.grad(), 1e-7, 1e-4)) return;
+    }
+  }
+  for (auto _ : state) {
+    logits.set_grad(Tensor());
+    Tensor loss = cross_entropy(logits, targets);
+    if (backward_too) backward(loss);
+    benchmark::DoNotOptimize(loss.raw_data());
+  }
+  const double n = static_cast<double>(N * V);
+  set_counters(state, backward_too ? 7 * n : 4 * n, backward_too ? 12 * n : 4 * n);
+}
+
+// Case names: matmul/<n> (square), matmul/proj/<shape> ((B*T, C) @ (C, C)),
+// softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
+// cross_entropy_{fwd,fwdbwd}/<gpt|V8192>.
+const bool registered = [] {
+  for (std::int64_t n : {256, 512, 1024, 2048}) {
+    register_case("matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
+  }
+  for (const AttentionShape& s : kAttentionShapes) {
+    register_case(std::string("matmul/proj/") + s.name,
+                  [s](benchmark::State& st) { matmul_case(st, s.B * s.T, s.C, s.C); });
+  }
+  for (bool bwd : {false, true}) {
+    const std::string suffix = bwd ? "_fwdbwd/" : "_fwd/";
+    for (const AttentionShape& s : kAttentionShapes) {
+      register_case("softmax" + suffix + s.name, [s, bwd](benchmark::State& st) { softmax_case(st, s, bwd); });
+      register_case("layer_norm" + suffix + s.name,
+                    [s, bwd](benchmark::State& st) { layer_norm_case(st, s.B * s.T, s.C, bwd); });
+    }
+    // The toy GPT's final norm and loss: batch 32 x block 128 tokens, width 128, vocab 65.
+    register_case("layer_norm" + suffix + "gpt", [bwd](benchmark::State& st) { layer_norm_case(st, 4096, 128, bwd); });
+    register_case("cross_entropy" + suffix + "gpt",
+                  [bwd](benchmark::State& st) { cross_entropy_case(st, 4096, 65, bwd); });
+    register_case("cross_entropy" + suffix + "V8192",
+                  [bwd](benchmark::State& st) { cross_entropy_case(st, 1024, 8192, bwd); });
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace attograd::bench
