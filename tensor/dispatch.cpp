@@ -2,6 +2,8 @@
 // Checks here are the user-facing ones (dtype, device, shape agreement); the
 // device implementations assume them.
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "cuda/runtime.h"
 #include "tensor/cpu/cpu_kernels.h"
@@ -199,6 +201,268 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   const Shape batch = broadcast_shapes("matmul", Shape(a.sizes().begin(), a.sizes().end() - 2),
                                        Shape(b.sizes().begin(), b.sizes().end() - 2));
   return cpu::matmul(a, b, batch);
+}
+
+}  // namespace attograd::kernels
+
+// ---- fused row ops, gathers, joins, dropout masks --------------------------------
+namespace attograd::kernels {
+namespace {
+
+// A floating CPU tensor with at least one dim: the rows of a fused row op.
+void check_rows(const char* op, const Tensor& x, const char* what) {
+  check_defined(op, x, what);
+  check_floating(op, x);
+  require_cpu(op, x);
+  AG_CHECK(x.dim() >= 1, op, "{} must have at least one dim, got a scalar", what);
+}
+
+// b must look exactly like a (shape, dtype, device): a gradient beside its forward value.
+void check_like(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  check_defined(op, b, b_name);
+  check_same_device(op, a, b);
+  check_same_dtype(op, a, b);
+  AG_CHECK(a.sizes() == b.sizes(), op, "{} is {}, expected the shape of {} {}", b_name, shape_str(b.sizes()),
+           a_name, shape_str(a.sizes()));
+}
+
+void check_int64(const char* op, const Tensor& t, const char* what) {
+  check_defined(op, t, what);
+  AG_CHECK(t.dtype() == DType::i64, op, "{} must be int64, got {} {}", what, dtype_name(t.dtype()),
+           shape_str(t.sizes()));
+  require_cpu(op, t);
+}
+
+// Every index in `t` lies in [0, n), or equals `exempt` (the ignore_index of a loss).
+// "[cross_entropy] target 70 out of range for 65 classes at position 3".
+void check_indices(const char* op, const Tensor& t, std::int64_t n, const char* what, const char* of,
+                   std::optional<std::int64_t> exempt = std::nullopt) {
+  const Tensor packed = contiguous(t);
+  const std::int64_t* v = packed.data<std::int64_t>();
+  for (std::int64_t i = 0; i < packed.numel(); ++i)
+    if ((v[i] < 0 || v[i] >= n) && v[i] != exempt)
+      fail(op, "{} {} out of range for {} {} at position {}", what, v[i], n, of, i);
+}
+
+// An optional per-channel parameter of layer_norm: undefined, or shape (C) like x.
+void check_channel_param(const Tensor& x, const Tensor& p, const char* what) {
+  if (!p.defined()) return;
+  check_same_device("layer_norm", x, p);
+  check_same_dtype("layer_norm", x, p);
+  AG_CHECK(p.sizes() == Shape{x.size(-1)}, "layer_norm", "{} is {}, expected [{}] (the last dim of the input {})",
+           what, shape_str(p.sizes()), x.size(-1), shape_str(x.sizes()));
+}
+
+}  // namespace
+
+Tensor softmax_forward(const Tensor& x) {
+  check_rows("softmax", x, "input");
+  return cpu::softmax_forward(x);
+}
+
+Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
+  check_rows("softmax backward", y, "output");
+  check_like("softmax backward", y, "output", dy, "grad");
+  return cpu::softmax_backward(y, dy);
+}
+
+Tensor log_softmax_forward(const Tensor& x) {
+  check_rows("log_softmax", x, "input");
+  return cpu::log_softmax_forward(x);
+}
+
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
+  check_rows("log_softmax backward", y, "output");
+  check_like("log_softmax backward", y, "output", dy, "grad");
+  return cpu::log_softmax_backward(y, dy);
+}
+
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_rows("layer_norm", x, "input");
+  check_channel_param(x, weight, "weight");
+  check_channel_param(x, bias, "bias");
+  AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
+  AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
+  return cpu::layer_norm_forward(x, weight, bias, eps);
+}
+
+LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                                   const Tensor& rstd) {
+  const char* op = "layer_norm backward";
+  check_rows(op, x, "input");
+  check_like(op, x, "input", dy, "grad");
+  check_channel_param(x, weight, "weight");
+  const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
+  for (const Tensor* stat : {&mean, &rstd}) {
+    check_defined(op, *stat, "saved statistic");
+    check_same_dtype(op, x, *stat);
+    AG_CHECK(stat->sizes() == rows, op, "saved statistic is {}, expected {}", shape_str(stat->sizes()),
+             shape_str(rows));
+  }
+  return cpu::layer_norm_backward(dy, x, weight, mean, rstd);
+}
+
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
+  check_defined("embedding", weight, "weight");
+  require_cpu("embedding", weight);
+  AG_CHECK(weight.dim() == 2, "embedding", "weight must be 2-d (rows, channels), got {}", shape_str(weight.sizes()));
+  check_int64("embedding", ids, "ids");
+  check_indices("embedding", ids, weight.size(0), "id", "rows");
+  return cpu::embedding_forward(weight, ids);
+}
+
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
+  const char* op = "embedding backward";
+  check_rows(op, dy, "grad");
+  check_int64(op, ids, "ids");
+  Shape expected = ids.sizes();
+  expected.push_back(dy.size(-1));
+  AG_CHECK(dy.sizes() == expected, op, "grad is {}, expected {} (the ids' shape plus channels)",
+           shape_str(dy.sizes()), shape_str(expected));
+  AG_CHECK(num_rows > 0, op, "num_rows must be positive, got {}", num_rows);
+  check_indices(op, ids, num_rows, "id", "rows");
+  return cpu::embedding_backward(dy, ids, num_rows);
+}
+
+CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
+  check_rows("cross_entropy", logits, "logits");
+  AG_CHECK(logits.dim() == 2, "cross_entropy", "logits must be 2-d (N, V), got {}", shape_str(logits.sizes()));
+  AG_CHECK(logits.size(1) > 0, "cross_entropy", "logits {} have no classes", shape_str(logits.sizes()));
+  check_int64("cross_entropy", targets, "targets");
+  AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
+           shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
+  check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
+  return cpu::cross_entropy_forward(logits, targets, ignore_index);
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+  const char* op = "cross_entropy backward";
+  check_rows(op, logits, "logits");
+  AG_CHECK(logits.dim() == 2, op, "logits must be 2-d (N, V), got {}", shape_str(logits.sizes()));
+  check_int64(op, targets, "targets");
+  AG_CHECK(targets.sizes() == Shape{logits.size(0)}, op, "targets are {}, expected [{}]", shape_str(targets.sizes()),
+           logits.size(0));
+  check_defined(op, lse, "lse");
+  check_same_dtype(op, logits, lse);
+  AG_CHECK(lse.sizes() == Shape{logits.size(0)}, op, "lse is {}, expected [{}]", shape_str(lse.sizes()),
+           logits.size(0));
+  AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
+  check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
+  return cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss);
+}
+
+Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {
+  AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // also rejects NaN
+  AG_CHECK(is_floating(options.dtype), "dropout", "mask dtype must be floating, got {}", dtype_name(options.dtype));
+  for (auto s : sizes) AG_CHECK(s >= 0, "dropout", "invalid mask shape {}", shape_str(sizes));
+  if (!options.device.is_cpu()) fail("dropout", "has no CUDA implementation in this build");
+  return cpu::dropout_mask(sizes, p, seed, offset, options.dtype);
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int dim) {
+  AG_CHECK(!xs.empty(), "cat", "needs at least one tensor, got an empty list");
+  for (std::size_t i = 0; i < xs.size(); ++i) AG_CHECK(xs[i].defined(), "cat", "tensor {} is undefined", i);
+  const Tensor& first = xs[0];
+  AG_CHECK(first.dim() >= 1, "cat", "cannot concatenate scalars (tensor 0 is 0-d)");
+  const int d = normalize_dim("cat", dim, first.dim());
+  Shape out_shape = first.sizes();
+  out_shape[d] = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    AG_CHECK(x.dtype() == first.dtype(), "cat", "tensor {} is {}, but tensor 0 is {}", i, dtype_name(x.dtype()),
+             dtype_name(first.dtype()));
+    AG_CHECK(x.device() == first.device(), "cat", "tensor {} is on {}, but tensor 0 is on {}", i, x.device().str(),
+             first.device().str());
+    bool same_dims = x.dim() == first.dim();
+    for (std::int64_t k = 0; same_dims && k < x.dim(); ++k) same_dims = k == d || x.sizes()[k] == first.sizes()[k];
+    AG_CHECK(same_dims, "cat", "tensor {} is {}, but tensor 0 is {}: all dims except dim {} must agree", i,
+             shape_str(x.sizes()), shape_str(first.sizes()), d);
+    out_shape[d] += x.sizes()[d];
+  }
+  require_cpu("cat", first);
+  return cpu::cat(xs, d, out_shape);
+}
+
+}  // namespace attograd::kernels
+
+// ---- fused attention -------------------------------------------------------------
+namespace attograd::kernels {
+
+AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                                         const Tensor& mask, const AttentionKernelOptions& options) {
+  const char* op = "attention";
+  check_defined(op, q_in, "q");
+  check_defined(op, k_in, "k");
+  check_defined(op, v_in, "v");
+  check_floating(op, q_in);
+  check_same_dtype(op, q_in, k_in);
+  check_same_dtype(op, q_in, v_in);
+  check_same_device(op, q_in, k_in);
+  check_same_device(op, q_in, v_in);
+  AG_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, op,
+           "q, k, v must be (B, H, T, D), got {}, {}, {}", shape_str(q_in.sizes()), shape_str(k_in.sizes()),
+           shape_str(v_in.sizes()));
+  const Shape& qs = q_in.sizes();
+  const Shape& ks = k_in.sizes();
+  AG_CHECK(ks == v_in.sizes() && qs[0] == ks[0] && qs[1] == ks[1] && qs[3] == ks[3], op,
+           "q {} and k, v {}, {} must share B, H and D, and k and v must match", shape_str(qs), shape_str(ks),
+           shape_str(v_in.sizes()));
+  if (mask.defined()) {
+    AG_CHECK(mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}", dtype_name(mask.dtype()));
+    check_same_device(op, q_in, mask);
+    const Shape scores{qs[0], qs[1], qs[2], ks[2]};
+    AG_CHECK(mask.dim() <= 4 && broadcast_shapes(op, mask.sizes(), scores) == scores, op,
+             "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()),
+             shape_str(scores));
+  }
+  AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
+           options.dropout_p);
+  require_cpu(op, q_in);
+  // The kernel reads rows through strides but needs each row contiguous.
+  auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
+  return cpu::attention_forward(rows_contiguous(q_in), rows_contiguous(k_in), rows_contiguous(v_in), mask, options);
+}
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                  const AttentionKernelOptions& options) {
+  const char* op = "attention backward";
+  check_same_dtype(op, dout, q);
+  AG_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), op, "dout {} and out {} must match q {}",
+           shape_str(dout.sizes()), shape_str(out.sizes()), shape_str(q.sizes()));
+  AG_CHECK(lse.sizes() == Shape(q.sizes().begin(), q.sizes().end() - 1) && lse.is_contiguous(), op,
+           "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
+  require_cpu(op, q);
+  auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
+  return cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
+                                 mask, rows_contiguous(out), lse, options);
+}
+
+}  // namespace attograd::kernels
+
+// ---- optimizer updates --------------------------------------------------------------
+namespace attograd::kernels {
+
+void adamw_step_(const Tensor& param, const Tensor& grad_in, const Tensor& m, const Tensor& v, const AdamWStep& step) {
+  const char* op = "adamw";
+  check_defined(op, param, "param");
+  check_defined(op, grad_in, "grad");
+  check_floating(op, param);
+  for (const Tensor* t : {&grad_in, &m, &v}) {
+    check_same_dtype(op, param, *t);
+    check_same_device(op, param, *t);
+    AG_CHECK(t->sizes() == param.sizes(), op, "param {} and its grad/state {} differ in shape", shape_str(param.sizes()),
+             shape_str(t->sizes()));
+  }
+  AG_CHECK(param.is_contiguous() && m.is_contiguous() && v.is_contiguous(), op,
+           "param and state must be contiguous, got {} {} {}", param.str(), m.str(), v.str());
+  AG_CHECK(step.step >= 1, op, "step must be >= 1, got {}", step.step);
+  require_cpu(op, param);
+  cpu::adamw_step_(param, contiguous(grad_in), m, v, step);
+  param.bump_version();
+  m.bump_version();
+  v.bump_version();
 }
 
 }  // namespace attograd::kernels

@@ -1,0 +1,20 @@
+// layer_norm over the last dim, with its backward.
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace attograd {
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps);
+  return record("layer_norm", r.y, {x, weight, bias}, {x, weight, r.mean, r.rstd},
+                [has_weight = weight.defined(), has_bias = bias.defined()](
+                    const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                  // forward: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps)
+                  // (dx, dweight, dbias derived in tensor/cpu/rowwise.cpp)
+                  kernels::LayerNormGrads d = kernels::layer_norm_backward(g, s[0], s[1], s[2], s[3]);
+                  return {d.dx, has_weight ? d.dweight : Tensor(), has_bias ? d.dbias : Tensor()};
+                });
+}
+
+}  // namespace attograd

@@ -1,0 +1,315 @@
+// Row ops on the CPU: softmax, log_softmax, layer_norm and cross-entropy, all
+// over the last dim. Each input is made contiguous and read as (rows, n);
+// rows are independent, so they are split across threads when the work is
+// large enough.
+//
+// Sums and maxima within a row use kLanes partial accumulators. Without
+// -ffast-math the compiler must keep one running sum in program order and so
+// cannot vectorise it; kLanes sums kept apart are independent, it vectorises
+// them, and the fixed grouping keeps every result identical on 1 or 16 threads.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/parallel.h"
+
+namespace attograd::cpu {
+namespace {
+
+constexpr std::int64_t kLanes = 8;
+
+// sum of term(i) over [0, n), accumulated in float64.
+template <typename Term>
+double lane_sum(std::int64_t n, Term term) {
+  double acc[kLanes] = {};
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += term(i + l);
+  for (std::int64_t l = 0; i < n; ++i, ++l) acc[l] += term(i);
+  double total = 0;
+  for (double a : acc) total += a;
+  return total;
+}
+
+// max over a row; NaNs are skipped here, but they still poison the row's
+// exponentials downstream, so a NaN input gives a NaN row.
+template <typename T>
+T row_max(const T* x, std::int64_t n) {
+  T acc[kLanes];
+  for (auto& a : acc) a = -std::numeric_limits<T>::infinity();
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (std::int64_t l = 0; i < n; ++i, ++l) acc[l] = x[i] > acc[l] ? x[i] : acc[l];
+  T m = acc[0];
+  for (auto a : acc) m = a > m ? a : m;
+  return m;
+}
+
+// log(sum(exp(x))) of a row, shifted by its max so no exponential overflows.
+template <typename T>
+double row_logsumexp(const T* x, std::int64_t n) {
+  const T m = row_max(x, n);
+  const double s = lane_sum(n, [&](std::int64_t i) { return static_cast<double>(std::exp(x[i] - m)); });
+  return static_cast<double>(m) + std::log(s);
+}
+
+// Calls fn(row) for every row in [0, rows), split across threads when rows * n is large.
+template <typename Fn>
+void for_each_row(std::int64_t rows, std::int64_t n, Fn fn) {
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
+  parallel_for(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) fn(r);
+  });
+}
+
+// (rows, n) of a tensor whose last dim is n; no rows when it holds no elements.
+struct RowShape {
+  std::int64_t rows, n;
+};
+RowShape row_shape(const Tensor& x) {
+  const std::int64_t n = x.size(-1);
+  return {n == 0 ? 0 : x.numel() / n, n};
+}
+
+}  // namespace
+
+// ---- softmax ---------------------------------------------------------------------
+
+Tensor softmax_forward(const Tensor& x_in) {
+  const Tensor x = kernels::contiguous(x_in);
+  Tensor y = empty(x.sizes(), x.options());
+  const auto [rows, n] = row_shape(x);
+  AG_DISPATCH_FLOAT(x.dtype(), "softmax", [&] {
+    const scalar_t* xs = x.data<scalar_t>();
+    scalar_t* ys = y.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t* xr = xs + r * n;
+      scalar_t* yr = ys + r * n;
+      // An all -inf row (every position masked) gives -inf - -inf = NaN, as in PyTorch.
+      const scalar_t m = row_max(xr, n);
+      for (std::int64_t i = 0; i < n; ++i) yr[i] = std::exp(xr[i] - m);
+      const auto inv = static_cast<scalar_t>(1.0 / lane_sum(n, [&](std::int64_t i) { return double(yr[i]); }));
+      for (std::int64_t i = 0; i < n; ++i) yr[i] *= inv;
+    });
+  });
+  return y;
+}
+
+Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
+  // forward: y = softmax(x); so dx = y * (dy - sum(dy * y))
+  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
+  Tensor dx = empty(y.sizes(), y.options());
+  const auto [rows, n] = row_shape(y);
+  AG_DISPATCH_FLOAT(y.dtype(), "softmax backward", [&] {
+    const scalar_t *ys = y.data<scalar_t>(), *dys = dy.data<scalar_t>();
+    scalar_t* dxs = dx.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t *yr = ys + r * n, *dyr = dys + r * n;
+      scalar_t* dxr = dxs + r * n;
+      const auto dot = static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dyr[i]) * yr[i]; }));
+      for (std::int64_t i = 0; i < n; ++i) dxr[i] = yr[i] * (dyr[i] - dot);
+    });
+  });
+  return dx;
+}
+
+Tensor log_softmax_forward(const Tensor& x_in) {
+  const Tensor x = kernels::contiguous(x_in);
+  Tensor y = empty(x.sizes(), x.options());
+  const auto [rows, n] = row_shape(x);
+  AG_DISPATCH_FLOAT(x.dtype(), "log_softmax", [&] {
+    const scalar_t* xs = x.data<scalar_t>();
+    scalar_t* ys = y.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t* xr = xs + r * n;
+      scalar_t* yr = ys + r * n;
+      const auto lse = static_cast<scalar_t>(row_logsumexp(xr, n));
+      for (std::int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
+    });
+  });
+  return y;
+}
+
+Tensor log_softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
+  // forward: y = x - log(sum(exp(x))); so dx = dy - exp(y) * sum(dy)
+  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
+  Tensor dx = empty(y.sizes(), y.options());
+  const auto [rows, n] = row_shape(y);
+  AG_DISPATCH_FLOAT(y.dtype(), "log_softmax backward", [&] {
+    const scalar_t *ys = y.data<scalar_t>(), *dys = dy.data<scalar_t>();
+    scalar_t* dxs = dx.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t *yr = ys + r * n, *dyr = dys + r * n;
+      scalar_t* dxr = dxs + r * n;
+      const auto total = static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dyr[i]); }));
+      for (std::int64_t i = 0; i < n; ++i) dxr[i] = dyr[i] - std::exp(yr[i]) * total;
+    });
+  });
+  return dx;
+}
+
+// ---- layer_norm ------------------------------------------------------------------
+
+kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                                            double eps) {
+  const Tensor x = kernels::contiguous(x_in);
+  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
+  const Tensor bias = bias_in.defined() ? kernels::contiguous(bias_in) : Tensor();
+  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
+  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
+                               empty(row_sizes, x.options())};
+  const auto [rows, n] = row_shape(x);
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    const scalar_t* xs = x.data<scalar_t>();
+    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
+    const scalar_t* b = bias.defined() ? bias.data<scalar_t>() : nullptr;
+    scalar_t *ys = out.y.data<scalar_t>(), *means = out.mean.data<scalar_t>(), *rstds = out.rstd.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t* xr = xs + r * n;
+      scalar_t* yr = ys + r * n;
+      // Two passes (mean, then squared deviations): the one-pass E[x^2] - E[x]^2
+      // cancels catastrophically when the mean is large against the spread.
+      const double mean = lane_sum(n, [&](std::int64_t i) { return double(xr[i]); }) / n;
+      const double var = lane_sum(n, [&](std::int64_t i) {
+                           const double d = xr[i] - mean;
+                           return d * d;
+                         }) / n;
+      const auto mu = static_cast<scalar_t>(mean);
+      const auto rstd = static_cast<scalar_t>(1.0 / std::sqrt(var + eps));
+      means[r] = mu;
+      rstds[r] = rstd;
+      for (std::int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rstd;
+      if (w)
+        for (std::int64_t i = 0; i < n; ++i) yr[i] *= w[i];
+      if (b)
+        for (std::int64_t i = 0; i < n; ++i) yr[i] += b[i];
+    });
+  });
+  return out;
+}
+
+kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
+                                            const Tensor& mean_in, const Tensor& rstd_in) {
+  // forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
+  //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+  //   dw = sum over rows of dy * xhat,  db = sum over rows of dy
+  const Tensor dy = kernels::contiguous(dy_in), x = kernels::contiguous(x_in);
+  const Tensor mean = kernels::contiguous(mean_in), rstd = kernels::contiguous(rstd_in);
+  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
+  const auto [rows, n] = row_shape(x);
+  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
+  if (weight.defined()) grads.dweight = empty({n}, x.options());
+
+  // dw and db are sums over rows. Each block of rows sums into its own float64
+  // partials, then the blocks are added in order: threads never share a sum,
+  // and the block size depends only on n, so the result does not depend on
+  // the thread count.
+  const std::int64_t block_rows = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
+  const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
+  std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
+
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
+    const scalar_t *dys = dy.data<scalar_t>(), *xs = x.data<scalar_t>();
+    const scalar_t *means = mean.data<scalar_t>(), *rstds = rstd.data<scalar_t>();
+    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
+    scalar_t* dxs = grads.dx.data<scalar_t>();
+    parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
+      std::vector<scalar_t> xhat(n), dxhat(n);  // one row's
+      for (std::int64_t block = block_begin; block < block_end; ++block) {
+        double* dw = dw_partial.data() + block * n;
+        double* db = db_partial.data() + block * n;
+        const std::int64_t row_end = std::min(rows, (block + 1) * block_rows);
+        for (std::int64_t r = block * block_rows; r < row_end; ++r) {
+          const scalar_t *xr = xs + r * n, *dyr = dys + r * n;
+          scalar_t* dxr = dxs + r * n;
+          const scalar_t mu = means[r], rs = rstds[r];
+          for (std::int64_t i = 0; i < n; ++i) xhat[i] = (xr[i] - mu) * rs;
+          for (std::int64_t i = 0; i < n; ++i) dxhat[i] = w ? dyr[i] * w[i] : dyr[i];
+          for (std::int64_t i = 0; i < n; ++i) dw[i] += double(dyr[i]) * xhat[i];
+          for (std::int64_t i = 0; i < n; ++i) db[i] += dyr[i];
+          const auto mean_dxhat =
+              static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
+          const auto mean_dxhat_xhat =
+              static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
+          for (std::int64_t i = 0; i < n; ++i) dxr[i] = rs * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+        }
+      }
+    });
+    // Blocks in order, so the sums are the same whatever the threads did.
+    scalar_t* db_out = grads.dbias.data<scalar_t>();
+    scalar_t* dw_out = weight.defined() ? grads.dweight.data<scalar_t>() : nullptr;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double dw = 0, db = 0;
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        dw += dw_partial[block * n + i];
+        db += db_partial[block * n + i];
+      }
+      if (dw_out) dw_out[i] = static_cast<scalar_t>(dw);
+      db_out[i] = static_cast<scalar_t>(db);
+    }
+  });
+  return grads;
+}
+
+// ---- cross-entropy ---------------------------------------------------------------
+
+kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const Tensor& targets_in,
+                                                  std::int64_t ignore_index) {
+  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
+  const std::int64_t rows = logits.size(0), n = logits.size(1);
+  kernels::CrossEntropyResult out{empty({}, logits.options()), empty({rows}, logits.options()), 0};
+  const std::int64_t* t = targets.data<std::int64_t>();
+  std::vector<double> row_loss(rows, 0.0);  // (N): lse - logit[target], 0 on ignored rows
+  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    const scalar_t* xs = logits.data<scalar_t>();
+    scalar_t* lses = out.lse.data<scalar_t>();
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t* xr = xs + r * n;
+      const double lse = row_logsumexp(xr, n);
+      lses[r] = static_cast<scalar_t>(lse);
+      if (t[r] != ignore_index) row_loss[r] = lse - static_cast<double>(xr[t[r]]);
+    });
+    // Added in row order (not per thread) so the loss is reproducible.
+    double total = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      total += row_loss[r];
+      out.count += t[r] != ignore_index;
+    }
+    // No counted rows: a loss of 0 rather than 0/0, so a batch of padding trains nothing.
+    out.loss.data<scalar_t>()[0] = static_cast<scalar_t>(out.count > 0 ? total / out.count : 0.0);
+  });
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in, const Tensor& lse_in,
+                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+  // forward: loss = sum over counted rows of (lse - x[target]) / count;
+  // so dx = (softmax(x) - onehot(target)) * dloss / count, with softmax(x) = exp(x - lse)
+  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
+  const Tensor lse = kernels::contiguous(lse_in);
+  const std::int64_t rows = logits.size(0), n = logits.size(1);
+  Tensor dx = empty(logits.sizes(), logits.options());
+  const std::int64_t* t = targets.data<std::int64_t>();
+  const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
+  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", [&] {
+    const scalar_t *xs = logits.data<scalar_t>(), *lses = lse.data<scalar_t>();
+    scalar_t* dxs = dx.data<scalar_t>();
+    const auto s = static_cast<scalar_t>(scale);
+    for_each_row(rows, n, [&](std::int64_t r) {
+      const scalar_t* xr = xs + r * n;
+      scalar_t* dxr = dxs + r * n;
+      if (t[r] == ignore_index || count == 0) {
+        for (std::int64_t i = 0; i < n; ++i) dxr[i] = 0;
+        return;
+      }
+      const scalar_t l = lses[r];
+      for (std::int64_t i = 0; i < n; ++i) dxr[i] = std::exp(xr[i] - l) * s;
+      dxr[t[r]] -= s;
+    });
+  });
+  return dx;
+}
+
+}  // namespace attograd::cpu
