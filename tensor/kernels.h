@@ -116,4 +116,40 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
 // Concatenation along dim; all other dims must agree.
 Tensor cat(const std::vector<Tensor>& xs, int dim);
 
+// ---- attention (fused, tensor/cpu/attention.cpp) ----------------------------------
+// softmax(scale * q k^T, hiding masked keys) @ v over (B, H, T, D) tensors,
+// blocked with an online softmax: no (Tq, Tk) buffer unless weights are asked for.
+struct AttentionKernelOptions {
+  bool causal = false;       // key j visible to query i only when j <= i (top-left aligned)
+  double scale = 1.0;        // usually 1 / sqrt(D)
+  double dropout_p = 0.0;    // weight (b,h,i,j) dropped when philox_uniform(seed, offset, flat index) < p
+  std::uint64_t seed = 0, offset = 0;
+  bool return_weights = false;  // also write the (B, H, Tq, Tk) softmax, before dropout
+};
+struct AttentionForwardResult {
+  Tensor out;      // (B, H, Tq, D); zeros on rows whose keys are all hidden
+  Tensor lse;      // (B, H, Tq) log-sum-exp of each scaled, masked score row; -inf when all hidden
+  Tensor weights;  // (B, H, Tq, Tk) when asked for
+};
+// mask: undefined or bool broadcastable to (B, H, Tq, Tk), true = hidden.
+AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                         const AttentionKernelOptions& options);
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                  const AttentionKernelOptions& options);
+
+// ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
+struct AdamWStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  std::int64_t step;  // 1 for the first update (bias corrections use it)
+};
+// One AdamW update in place, as torch.optim.AdamW: p *= 1 - lr wd;
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
+// param, m, v contiguous; grad any layout of the same shape; one dtype and device.
+void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& step);
+
 }  // namespace attograd::kernels

@@ -33,5 +33,11 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
                               std::int64_t ignore_index, std::int64_t count, double dloss);
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, DType dtype);
 Tensor cat(const std::vector<Tensor>& xs, int dim, const Shape& out_shape);
+kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                                  const kernels::AttentionKernelOptions& options);
+kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                           const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                           const kernels::AttentionKernelOptions& options);
+void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const kernels::AdamWStep& step);
 
 }  // namespace attograd::cpu

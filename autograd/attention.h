@@ -1,0 +1,54 @@
+#pragma once
+// Scaled dot-product attention as one differentiable op:
+//
+//   out = dropout(softmax(q k^T / sqrt(D), hiding masked keys)) @ v
+//
+// on q (B, H, Tq, D), k and v (B, H, Tk, D). Two implementations, tested
+// against each other:
+//  - composed: matmul, masked_fill, softmax, dropout, matmul, each a
+//    differentiable op (the reference, and what the fused path must equal);
+//  - fused: kernels::attention_forward / _backward (tensor/cpu/attention.cpp),
+//    blocked with an online softmax, keeping no (Tq, Tk) matrix.
+//
+// Semantics shared by both:
+//  - causal: query i sees keys j <= i, aligned to the top-left corner when
+//    Tq != Tk (as torch's is_causal); a flag, never a materialised matrix.
+//  - mask: bool, broadcastable to (B, H, Tq, Tk), true = hidden.
+//  - a query row whose keys are all hidden yields zeros (not NaN), and its
+//    gradient is zero.
+//  - dropout on the weights (inverted: kept weights scaled by 1/(1-p)) only
+//    when training and dropout_p > 0. The mask is drawn at
+//    (seed, offset = generator.reserve(B*H*Tq*Tk)) over the contiguous
+//    (B, H, Tq, Tk) weights: weight i is dropped when
+//    philox_uniform(seed, offset, i) < p, identically in both paths.
+//  - return_weights gives the softmax weights (B, H, Tq, Tk) before dropout,
+//    for inspection: they carry no gradient (in either path).
+#include "tensor/rng.h"
+#include "tensor/tensor.h"
+
+namespace attograd {
+
+enum class AttentionImpl {
+  automatic,  // fused where the device has a fused kernel (the CPU does)
+  fused,
+  composed,
+};
+
+struct AttentionOptions {
+  bool causal = false;
+  Tensor mask;                     // bool, broadcastable to (B, H, Tq, Tk); true = hidden
+  double dropout_p = 0.0;          // on the attention weights
+  bool training = true;            // dropout is the identity when false
+  Generator* generator = nullptr;  // for dropout; nullptr = default_generator()
+  bool return_weights = false;
+  AttentionImpl impl = AttentionImpl::automatic;
+};
+
+struct AttentionOutput {
+  Tensor out;      // (B, H, Tq, D)
+  Tensor weights;  // (B, H, Tq, Tk), when return_weights; no gradient
+};
+
+AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
+
+}  // namespace attograd

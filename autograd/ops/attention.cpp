@@ -1,0 +1,121 @@
+// The attention op (autograd/attention.h): the composed reference path, built
+// from differentiable ops, and the fused path, whose backward is the fused
+// kernel's. Both draw dropout the same way so they agree bit for bit on which
+// weights are dropped.
+#include "autograd/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "autograd/node.h"
+#include "autograd/ops.h"
+#include "tensor/kernels.h"
+
+namespace attograd {
+namespace {
+
+// The causal pattern as a bool (Tq, Tk) matrix, true above the diagonal (hidden).
+// Only the composed path materialises it.
+Tensor causal_mask(std::int64_t tq, std::int64_t tk) {
+  Tensor m = empty({tq, tk}, {DType::b8});
+  bool* p = m.data<bool>();
+  for (std::int64_t i = 0; i < tq; ++i)
+    for (std::int64_t j = 0; j < tk; ++j) p[i * tk + j] = j > i;
+  return m;
+}
+
+// Whether `from` broadcasts to exactly `to` (NumPy rules, `to` unchanged).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const std::size_t lead = to.size() - from.size();
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
+AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                                   double scale, bool dropout_on, std::uint64_t seed, std::uint64_t offset) {
+  const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2);
+  Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);  // (B, H, Tq, Tk)
+  Tensor hidden;  // bool, broadcastable to (B, H, Tq, Tk): causal or masked
+  if (o.causal) hidden = causal_mask(Tq, Tk);
+  if (o.mask.defined())
+    hidden = hidden.defined() ? kernels::where(o.mask, full({}, 1, {DType::b8}), hidden) : o.mask;
+  Tensor all_hidden;  // (..., Tq, 1): rows with no visible key
+  if (hidden.defined()) {
+    // softmax of a row of -inf is 0/0. Such rows are unhidden for the softmax
+    // (so it stays finite) and zeroed after it, which also zeroes their gradient.
+    const Tensor hidden_count = kernels::sum(kernels::cast(hidden, q.dtype()), {static_cast<int>(hidden.dim()) - 1},
+                                             /*keepdim=*/true);
+    all_hidden = kernels::binary(kernels::Binary::eq, hidden_count, full({}, static_cast<double>(Tk), q.options()));
+    hidden = kernels::where(all_hidden, full({}, 0, {DType::b8}), hidden);
+    scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
+  }
+  Tensor weights = softmax(scores, -1);  // (B, H, Tq, Tk)
+  if (all_hidden.defined()) weights = masked_fill(weights, all_hidden, 0.0);
+  Tensor dropped = weights;
+  if (dropout_on)
+    dropped = mul(weights, kernels::dropout_mask({B, H, Tq, Tk}, o.dropout_p, seed, offset, q.options()));
+  AttentionOutput result;
+  result.out = matmul(dropped, v);  // (B, H, Tq, D)
+  if (o.return_weights) result.weights = weights.detach();
+  return result;
+}
+
+AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                                const kernels::AttentionKernelOptions& ko) {
+  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, ko);
+  AttentionOutput result;
+  result.weights = r.weights;
+  kernels::AttentionKernelOptions backward_options = ko;
+  backward_options.return_weights = false;
+  result.out = record("attention", r.out, {q, k, v}, {q, k, v, o.mask, r.out, r.lse},
+                      [backward_options](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                        // forward: out = dropout(softmax(scale q k^T, masked)) @ v, with one
+                        // log-sum-exp per row saved; the kernel recomputes the weights from it
+                        // (the formulas are written out in tensor/cpu/attention.cpp).
+                        kernels::AttentionGrads d =
+                            kernels::attention_backward(g, s[0], s[1], s[2], s[3], s[4], s[5], backward_options);
+                        return {d.dq, d.dk, d.dv};
+                      });
+  return result;
+}
+
+}  // namespace
+
+AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+  const char* op = "attention";
+  AG_CHECK(q.defined() && k.defined() && v.defined(), op, "q, k or v is an undefined tensor");
+  AG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k, v must be (B, H, T, D), got {}, {}, {}",
+           shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  AG_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3), op,
+           "q {} and k, v {}, {} must share B, H and D, and k and v must match", shape_str(q.sizes()),
+           shape_str(k.sizes()), shape_str(v.sizes()));
+  if (options.mask.defined()) {
+    AG_CHECK(options.mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}",
+             dtype_name(options.mask.dtype()));
+    const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
+    AG_CHECK(broadcasts_to(options.mask.sizes(), scores), op,
+             "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(options.mask.sizes()),
+             shape_str(scores));
+  }
+  AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
+           options.dropout_p);
+
+  kernels::AttentionKernelOptions ko;
+  ko.causal = options.causal;
+  ko.scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  ko.return_weights = options.return_weights;
+  const bool dropout_on = options.training && options.dropout_p > 0;
+  if (dropout_on) {
+    Generator& gen = options.generator ? *options.generator : default_generator();
+    ko.dropout_p = options.dropout_p;
+    ko.seed = gen.seed();
+    ko.offset = gen.reserve(static_cast<std::uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)));
+  }
+  if (options.impl == AttentionImpl::composed)
+    return attention_composed(q, k, v, options, ko.scale, dropout_on, ko.seed, ko.offset);
+  return attention_fused(q, k, v, options, ko);
+}
+
+}  // namespace attograd
