@@ -1,0 +1,391 @@
+// The attention op (fused and composed) and MultiHeadAttention: known values,
+// float64 gradchecks, fused == composed, causal / padding / dropout semantics.
+#include <cmath>
+
+#include "autograd/attention.h"
+#include "helpers.h"
+#include "nn/attention.h"
+
+using namespace attograd;
+using namespace attograd::test;
+using nn::MultiHeadAttention;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// Copies `values` into a parameter (or a view of one) without recording.
+void set(const Tensor& param, const Tensor& values) {
+  NoGradGuard no_grad;
+  kernels::copy_(param, values);
+}
+
+// A random bool tensor, true with probability p_hidden.
+Tensor random_mask(const Shape& sizes, double p_hidden, std::uint64_t seed) {
+  Generator gen(seed);
+  return kernels::binary(kernels::Binary::lt, rand(sizes, {}, gen), full({}, p_hidden));
+}
+
+// Hides every key of query row `row` of batch 0, head 0 in a (B, H, Tq, Tk) mask.
+Tensor hide_row(Tensor mask, std::int64_t row) {
+  Tensor m = kernels::clone(mask);
+  bool* p = m.data<bool>();
+  const std::int64_t tk = m.size(3);
+  for (std::int64_t j = 0; j < tk; ++j) p[row * tk + j] = true;
+  return m;
+}
+
+struct Run {
+  Tensor out, weights, dq, dk, dv;
+};
+
+// attention(q, k, v) with fresh leaf copies of the inputs (keeping their
+// strides), then a backward of sum(out * r).
+Run run_attention(const Tensor& q0, const Tensor& k0, const Tensor& v0, AttentionOptions options, AttentionImpl impl,
+                  std::uint64_t dropout_seed = 99) {
+  // A new leaf on the same storage and strides: both runs read identical inputs.
+  auto fresh = [](const Tensor& x) {
+    Tensor t = x.detach();
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor q = fresh(q0), k = fresh(k0), v = fresh(v0);
+  Generator gen(dropout_seed);
+  options.generator = &gen;
+  options.impl = impl;
+  AttentionOutput a = attention(q, k, v, options);
+  Generator rg(5);
+  backward(a.out, randn(a.out.sizes(), a.out.options(), rg));
+  return {a.out, a.weights, q.grad(), k.grad(), v.grad()};
+}
+
+// Values of shape (B, H, T, D) in `dtype`, N(0, 1); a transposed (non-contiguous) view when asked.
+Tensor input(const Shape& sizes, std::uint64_t seed, DType dtype, bool transposed = false) {
+  Generator gen(seed);
+  if (!transposed) return randn(sizes, {dtype}, gen);
+  Shape swapped = sizes;
+  std::swap(swapped[2], swapped[3]);
+  return transpose(randn(swapped, {dtype}, gen), 2, 3);
+}
+
+void require_same_runs(const Run& a, const Run& b, DType dtype) {
+  const double atol = atol_for(dtype), rtol = rtol_for(dtype);
+  INFO("out diff " << max_abs_diff(a.out, b.out) << ", dq " << max_abs_diff(a.dq, b.dq) << ", dk "
+                   << max_abs_diff(a.dk, b.dk) << ", dv " << max_abs_diff(a.dv, b.dv));
+  CHECK(all_close(a.out, b.out, atol, rtol));
+  CHECK(all_close(a.dq, b.dq, atol, rtol));
+  CHECK(all_close(a.dk, b.dk, atol, rtol));
+  CHECK(all_close(a.dv, b.dv, atol, rtol));
+}
+
+// An MHA in float64 with every parameter a leaf, for gradcheck.
+std::unique_ptr<MultiHeadAttention> make_mha(nn::MultiHeadAttentionConfig config, std::uint64_t seed = 3) {
+  Generator gen(seed);
+  auto mha = std::make_unique<MultiHeadAttention>(config, gen);
+  mha->to(DType::f64);
+  return mha;
+}
+
+std::vector<Tensor> with_params(std::vector<Tensor> inputs, const nn::Module& m) {
+  for (const Tensor& p : m.parameters()) inputs.push_back(p);
+  return inputs;
+}
+
+}  // namespace
+
+// ---- known values --------------------------------------------------------------------
+
+TEST_CASE("attention: a tiny causal MHA matches hand-computed values", "[attention]") {
+  // T = 3, C = 2, one head. x = [[1,0],[0,1],[1,1]]; W_q = I; W_k swaps the two
+  // features; W_v = diag(2, 1) with b_v = [0, 1]; W_o = I with b_o = [0.5, -0.5].
+  // So q = x, k = [[0,1],[1,0],[1,1]], v = [[2,1],[0,2],[2,2]], scores q.k / sqrt(2):
+  //   row 0 sees key 0 only:            w = [1]              out = v0 + b_o = [2.5, 0.5]
+  //   row 1: s = [1, 0] / sqrt(2):       w = [0.669761549327, 0.330238450673]
+  //          out = [2 w0, w0 + 2 w1] + b_o = [1.839523098653, 0.830238450673]
+  //   row 2: s = [1, 1, 2] / sqrt(2):    w = [0.248255078258, 0.248255078258, 0.503489843485]
+  //          out = [2 w0 + 2 w2, w0 + 2 w1 + 2 w2] + b_o = [2.003489843485, 1.251744921742]
+  const std::vector<double> expected_out = {2.5, 0.5, 1.839523098653, 0.830238450673, 2.003489843485, 1.251744921742};
+  const std::vector<double> expected_w = {1, 0, 0, 0.669761549327, 0.330238450673, 0,
+                                          0.248255078258, 0.248255078258, 0.503489843485};
+  for (DType dtype : {DType::f32, DType::f64}) {
+    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+      Generator gen(1);
+      MultiHeadAttention mha({.d_model = 2, .num_heads = 1, .causal = true, .impl = impl}, gen);
+      mha.to(dtype);
+      set(mha.w_q(), from({1, 0, 0, 1}, {2, 2}));
+      set(mha.w_k(), from({0, 1, 1, 0}, {2, 2}));
+      set(mha.w_v(), from({2, 0, 0, 1}, {2, 2}));
+      set(mha.qkv.bias, from({0, 0, 0, 0, 0, 1}, {6}));
+      set(mha.out_proj.weight, from({1, 0, 0, 1}, {2, 2}));
+      set(mha.out_proj.bias, from({0.5, -0.5}, {2}));
+      const Tensor x = kernels::cast(from({1, 0, 0, 1, 1, 1}, {1, 3, 2}), dtype);
+      const nn::AttendResult r = mha.forward(x, x, x, {.return_weights = true});
+      const auto out = r.out.to_vector<double>(), w = r.weights.to_vector<double>();
+      REQUIRE(r.weights.sizes() == Shape{1, 1, 3, 3});
+      for (std::size_t i = 0; i < expected_out.size(); ++i) CHECK(std::abs(out[i] - expected_out[i]) < 1e-6);
+      for (std::size_t i = 0; i < expected_w.size(); ++i) CHECK(std::abs(w[i] - expected_w[i]) < 1e-6);
+    }
+  }
+}
+
+TEST_CASE("attention: d_model not divisible by num_heads is an error that says so", "[attention][errors]") {
+  Generator gen(1);
+  REQUIRE_THROWS_WITH(MultiHeadAttention({.d_model = 10, .num_heads = 3}, gen),
+                      Catch::Contains("d_model 10 is not divisible by num_heads 3"));
+  MultiHeadAttention mha({.d_model = 8, .num_heads = 2}, gen);
+  REQUIRE_THROWS_WITH(mha(zeros({2, 3, 6})), Catch::Contains("d_model = 8"));
+  REQUIRE_THROWS_WITH(attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}),
+                                {.mask = zeros({3, 4}, {DType::b8})}),
+                      Catch::Contains("mask [3,4] does not broadcast"));
+  REQUIRE_THROWS_WITH(attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}),
+                                {.mask = zeros({3, 5})}),
+                      Catch::Contains("mask must be bool"));
+}
+
+// ---- fused == composed ---------------------------------------------------------------------
+
+TEST_CASE("attention: fused equals composed, forward and backward", "[attention]") {
+  struct Case {
+    const char* name;
+    std::int64_t B, H, Tq, Tk, D;
+    bool causal;
+    int mask;  // 0 none, 1 key padding (B,1,1,Tk), 2 random (B,H,Tq,Tk) with a fully hidden row, 3 (Tq,Tk)
+    double dropout;
+    bool transposed;
+  };
+  const Case cases[] = {
+      {"small", 2, 3, 5, 5, 4, false, 0, 0, false},
+      {"small causal", 2, 3, 5, 5, 4, true, 0, 0, false},
+      {"T not a multiple of the block, causal", 1, 2, 67, 67, 8, true, 0, 0, false},
+      {"two query blocks, three key blocks", 1, 2, 130, 131, 8, true, 0, 0, false},
+      {"cross, Tq > Tk, causal", 2, 2, 70, 9, 16, true, 0, 0, false},
+      {"cross, Tq < Tk, causal", 1, 2, 9, 70, 8, true, 0, 0, false},
+      {"key padding", 3, 2, 13, 13, 4, false, 1, 0, false},
+      {"random mask with a hidden row, causal", 2, 2, 11, 11, 4, true, 2, 0, false},
+      {"(Tq, Tk) mask, cross", 2, 2, 7, 75, 4, false, 3, 0, false},
+      {"dropout", 2, 3, 13, 13, 4, false, 0, 0.3, false},
+      {"dropout, causal, masked, long", 1, 2, 97, 97, 8, true, 2, 0.2, false},
+      {"transposed inputs", 2, 2, 7, 7, 5, true, 1, 0, true},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {DType::f64, DType::f32}) {
+      DYNAMIC_SECTION(c.name << " " << dtype_name(dtype)) {
+        const Tensor q = input({c.B, c.H, c.Tq, c.D}, 1, dtype, c.transposed);
+        const Tensor k = input({c.B, c.H, c.Tk, c.D}, 2, dtype, c.transposed);
+        const Tensor v = input({c.B, c.H, c.Tk, c.D}, 3, dtype, c.transposed);
+        AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .return_weights = true};
+        if (c.mask == 1) {
+          std::vector<std::int64_t> lengths;
+          for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<std::int64_t>(1, c.Tk - 3 * b));
+          o.mask = nn::key_padding_mask(lengths, c.Tk);
+        }
+        if (c.mask == 2) o.mask = hide_row(random_mask({c.B, c.H, c.Tq, c.Tk}, 0.3, 7), 3);
+        if (c.mask == 3) o.mask = random_mask({c.Tq, c.Tk}, 0.5, 8);
+        const Run fused = run_attention(q, k, v, o, AttentionImpl::fused);
+        const Run composed = run_attention(q, k, v, o, AttentionImpl::composed);
+        require_same_runs(fused, composed, dtype);
+        CHECK(all_close(fused.weights, composed.weights, atol_for(dtype), rtol_for(dtype)));
+        for (const Tensor& t : {fused.out, fused.dq, fused.dk, fused.dv}) {
+          const auto values = t.to_vector<double>();
+          CHECK(std::none_of(values.begin(), values.end(), [](double x) { return std::isnan(x); }));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: dropout draws the same mask in both paths and a new one per call", "[attention]") {
+  const Tensor q = input({1, 2, 9, 4}, 1, DType::f64), k = input({1, 2, 9, 4}, 2, DType::f64),
+               v = input({1, 2, 9, 4}, 3, DType::f64);
+  const Run a = run_attention(q, k, v, {.dropout_p = 0.5}, AttentionImpl::fused, 11);
+  const Run b = run_attention(q, k, v, {.dropout_p = 0.5}, AttentionImpl::fused, 12);
+  const Run none = run_attention(q, k, v, {}, AttentionImpl::fused, 11);
+  CHECK(max_abs_diff(a.out, b.out) > 1e-3);     // another seed, another mask
+  CHECK(max_abs_diff(a.out, none.out) > 1e-3);  // dropout did something
+  const Run eval = run_attention(q, k, v, {.dropout_p = 0.5, .training = false}, AttentionImpl::fused, 11);
+  CHECK(max_abs_diff(eval.out, none.out) == 0);
+  // Two calls on one generator draw at different offsets.
+  Generator gen(11);
+  AttentionOptions o{.dropout_p = 0.5, .generator = &gen};
+  const Tensor first = attention(q.detach(), k.detach(), v.detach(), o).out;
+  const Tensor second = attention(q.detach(), k.detach(), v.detach(), o).out;
+  CHECK(max_abs_diff(first, second) > 1e-3);
+}
+
+TEST_CASE("attention: rows with every key hidden give zeros and zero gradient", "[attention]") {
+  const Tensor q = input({1, 1, 4, 3}, 1, DType::f64), k = input({1, 1, 5, 3}, 2, DType::f64),
+               v = input({1, 1, 5, 3}, 3, DType::f64);
+  Tensor mask = zeros({1, 1, 4, 5}, {DType::b8});
+  mask = hide_row(mask, 2);
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    const Run r = run_attention(q, k, v, {.mask = mask, .return_weights = true}, impl);
+    for (std::int64_t d = 0; d < 3; ++d) {
+      CHECK(r.out.at({0, 0, 2, d}) == 0.0);
+      CHECK(r.dq.at({0, 0, 2, d}) == 0.0);
+    }
+    for (std::int64_t j = 0; j < 5; ++j) CHECK(r.weights.at({0, 0, 2, j}) == 0.0);
+    CHECK(std::abs(r.out.at({0, 0, 1, 0})) > 0);  // other rows are attended normally
+  }
+}
+
+TEST_CASE("attention: returned weights sum to one over visible keys", "[attention]") {
+  const Tensor q = input({2, 3, 70, 4}, 1, DType::f32), k = input({2, 3, 70, 4}, 2, DType::f32),
+               v = input({2, 3, 70, 4}, 3, DType::f32);
+  const Tensor mask = nn::key_padding_mask({70, 40}, 70);
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    const AttentionOutput a = attention(q, k, v, {.causal = true, .mask = mask, .return_weights = true, .impl = impl});
+    REQUIRE(a.weights.sizes() == Shape{2, 3, 70, 70});
+    for (std::int64_t b = 0; b < 2; ++b)
+      for (std::int64_t i = 0; i < 70; i += 7) {
+        double total = 0;
+        for (std::int64_t j = 0; j < 70; ++j) {
+          const double w = a.weights.at({b, 1, i, j});
+          const bool hidden = j > i || (b == 1 && j >= 40);
+          if (hidden) CHECK(w == 0.0);
+          total += w;
+        }
+        CHECK(total == Approx(1.0).epsilon(1e-5));
+      }
+  }
+}
+
+TEST_CASE("attention: gradcheck of the op on odd and transposed shapes", "[attention][gradcheck]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    Generator gen(3);
+    Fn fn = [&](const std::vector<Tensor>& x) {
+      gen.set_state(3, 0);
+      return attention(x[0], x[1], x[2],
+                       {.causal = true,
+                        .mask = random_mask({5, 7}, 0.3, 4),
+                        .dropout_p = 0.2,
+                        .generator = &gen,
+                        .impl = impl})
+          .out;
+    };
+    REQUIRE_GRADCHECK("attention", fn, {leaf({1, 2, 5, 3}, 1), transposed_leaf({1, 2, 7, 3}, 2), leaf({1, 2, 7, 3}, 3)});
+  }
+}
+
+// ---- MultiHeadAttention ------------------------------------------------------------------------
+
+TEST_CASE("attention: gradcheck of MHA over inputs and every parameter", "[attention][gradcheck]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    Generator dropout_gen(21);
+    const auto mha_owner = make_mha({.d_model = 6, .num_heads = 2, .causal = true, .impl = impl});
+    auto& mha = *mha_owner;
+    const auto mha_drop_owner = make_mha({.d_model = 6, .num_heads = 2, .dropout = 0.3, .dropout_generator = &dropout_gen, .impl = impl});
+    auto& mha_drop = *mha_drop_owner;
+    const auto mha_cross_owner = make_mha({.d_model = 6, .num_heads = 3, .bias = false, .impl = impl});
+    auto& mha_cross = *mha_cross_owner;
+    const Tensor x = leaf({2, 5, 6}, 1), memory = leaf({2, 7, 6}, 2);
+    const Tensor padding = nn::key_padding_mask({5, 3}, 5), memory_padding = nn::key_padding_mask({7, 4}, 7);
+    DYNAMIC_SECTION("self, causal " << int(impl)) {
+      REQUIRE_GRADCHECK("mha self", Fn([&](const std::vector<Tensor>& in) { return mha(in[0]); }), with_params({x}, mha));
+    }
+    DYNAMIC_SECTION("self, causal, key padding " << int(impl)) {
+      REQUIRE_GRADCHECK("mha self masked", Fn([&](const std::vector<Tensor>& in) { return mha(in[0], padding); }),
+                        with_params({x}, mha));
+    }
+    DYNAMIC_SECTION("self, dropout " << int(impl)) {
+      Fn fn = [&](const std::vector<Tensor>& in) {
+        dropout_gen.set_state(21, 0);
+        return mha_drop(in[0]);
+      };
+      REQUIRE_GRADCHECK("mha dropout", fn, with_params({x}, mha_drop));
+    }
+    DYNAMIC_SECTION("cross, key padding " << int(impl)) {
+      Fn fn = [&](const std::vector<Tensor>& in) {
+        return mha_cross.forward(in[0], in[1], in[1], {.mask = memory_padding}).out;
+      };
+      REQUIRE_GRADCHECK("mha cross", fn, with_params({x, memory}, mha_cross));
+    }
+    DYNAMIC_SECTION("cross, separate key and value " << int(impl)) {
+      Fn fn = [&](const std::vector<Tensor>& in) { return mha_cross.forward(in[0], in[1], in[2]).out; };
+      REQUIRE_GRADCHECK("mha cross kv", fn, with_params({x, memory, leaf({2, 7, 6}, 5)}, mha_cross));
+    }
+  }
+}
+
+TEST_CASE("attention: the packed MHA equals single heads computed separately and concatenated", "[attention]") {
+  // Head h of a packed MHA must be exactly: rows [h*D, (h+1)*D) of W_q, W_k,
+  // W_v (and biases) as a one-head attention of width D; heads concatenated in
+  // order, then W_o. Built here from plain ops on 2-D weight slices.
+  const std::int64_t B = 2, T = 6, C = 8, H = 4, D = C / H;
+  const auto mha_owner = make_mha({.d_model = C, .num_heads = H, .causal = true});
+  auto& mha = *mha_owner;
+  const Tensor x = leaf({B, T, C}, 4).detach();
+  Tensor causal = empty({T, T}, {DType::b8});
+  for (std::int64_t i = 0; i < T; ++i)
+    for (std::int64_t j = 0; j < T; ++j) causal.data<bool>()[i * T + j] = j > i;
+  std::vector<Tensor> heads;
+  for (std::int64_t h = 0; h < H; ++h) {
+    auto rows = [&](const Tensor& w) { return narrow(w, 0, h * D, D); };
+    const Tensor q = linear(x, rows(mha.w_q()), rows(mha.b_q()));  // (B, T, D)
+    const Tensor k = linear(x, rows(mha.w_k()), rows(mha.b_k()));
+    const Tensor v = linear(x, rows(mha.w_v()), rows(mha.b_v()));
+    const Tensor scores = masked_fill(matmul(q, transpose(k, 1, 2)) / std::sqrt(double(D)), causal, -INFINITY);
+    heads.push_back(matmul(softmax(scores, -1), v));  // (B, T, D)
+  }
+  const Tensor expected = mha.out_proj(cat(heads, -1));
+  CHECK(max_abs_diff(mha(x), expected) < 1e-12);
+  // And a one-head MHA with the same weights is the H = 1 case of the same formula.
+  const auto one_owner = make_mha({.d_model = C, .num_heads = 1, .causal = true});
+  auto& one = *one_owner;
+  one.load_state_dict(mha.state_dict());
+  const Tensor q = linear(x, mha.w_q(), mha.b_q()), k = linear(x, mha.w_k(), mha.b_k()),
+               v = linear(x, mha.w_v(), mha.b_v());
+  const Tensor att = softmax(masked_fill(matmul(q, transpose(k, 1, 2)) / std::sqrt(double(C)), causal, -INFINITY), -1);
+  CHECK(max_abs_diff(one(x), mha.out_proj(matmul(att, v))) < 1e-12);
+  CHECK(max_abs_diff(one(x), mha(x)) > 1e-6);  // splitting into heads does change the function
+}
+
+TEST_CASE("attention: causal outputs ignore later tokens", "[attention]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    Generator gen(2);
+    MultiHeadAttention mha({.d_model = 16, .num_heads = 4, .causal = true, .impl = impl}, gen);
+    const std::int64_t T = 70, t = 40;
+    const Tensor x = randn({2, T, 16}, {}, gen);
+    Tensor perturbed = kernels::clone(x);
+    kernels::copy_(narrow(perturbed, 1, t, T - t), randn({2, T - t, 16}, {}, gen));
+    const Tensor a = mha(x), b = mha(perturbed);
+    CHECK(max_abs_diff(narrow(a, 1, 0, t), narrow(b, 1, 0, t)) == 0);
+    CHECK(max_abs_diff(narrow(a, 1, t, T - t), narrow(b, 1, t, T - t)) > 1e-3);
+  }
+}
+
+TEST_CASE("attention: hidden (padded) keys do not affect the outputs", "[attention]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    Generator gen(2);
+    MultiHeadAttention mha({.d_model = 12, .num_heads = 3, .impl = impl}, gen);
+    const Tensor query = randn({2, 5, 12}, {}, gen), memory = randn({2, 9, 12}, {}, gen);
+    const Tensor mask = nn::key_padding_mask({9, 6}, 9);
+    Tensor changed = kernels::clone(memory);
+    kernels::copy_(narrow(select(changed, 0, 1), 0, 6, 3), randn({3, 12}, {}, gen));  // batch 1's padding
+    const Tensor a = mha.forward(query, memory, memory, {.mask = mask}).out;
+    const Tensor b = mha.forward(query, changed, changed, {.mask = mask}).out;
+    CHECK(max_abs_diff(a, b) == 0);
+    const Tensor c = mha.forward(query, changed, changed).out;  // unmasked, the change shows
+    CHECK(max_abs_diff(a, c) > 1e-3);
+  }
+}
+
+TEST_CASE("attention: eval mode makes dropout the identity", "[attention]") {
+  Generator gen(2), dropout_gen(5);
+  MultiHeadAttention mha({.d_model = 8, .num_heads = 2, .dropout = 0.5, .dropout_generator = &dropout_gen}, gen);
+  MultiHeadAttention plain({.d_model = 8, .num_heads = 2}, gen);
+  plain.load_state_dict(mha.state_dict());
+  const Tensor x = randn({2, 7, 8}, {}, gen);
+  CHECK(max_abs_diff(mha(x), plain(x)) > 1e-3);  // training: dropped weights
+  mha.eval();
+  CHECK_FALSE(mha.is_training());
+  CHECK_FALSE(mha.qkv.is_training());
+  CHECK(max_abs_diff(mha(x), plain(x)) == 0);
+  CHECK(max_abs_diff(mha(x), mha(x)) == 0);
+}
+
+TEST_CASE("attention: key_padding_mask marks positions past each length", "[attention]") {
+  const Tensor m = nn::key_padding_mask({3, 1}, 4);
+  REQUIRE(m.sizes() == Shape{2, 1, 1, 4});
+  CHECK(m.to_vector<bool>() == std::vector<bool>{false, false, false, true, false, true, true, true});
+  REQUIRE_THROWS_WITH(nn::key_padding_mask({5}, 4), Catch::Contains("length 5"));
+}
