@@ -102,6 +102,11 @@ TEST_CASE("softmax with masked (-inf) entries, and a fully masked row", "[functi
   // softmax gives NaN there, as PyTorch does. Attention handles fully masked
   // rows itself (zeros), so this path only has to not crash or touch other rows.
   for (int i = 6; i < 9; ++i) CHECK(std::isnan(y[i]));
+  // float32 (the vectorised exp) also maps masked entries to exactly 0 and keeps NaN rows NaN.
+  const auto y32 = softmax(kernels::cast(x, DType::f32), -1).to_vector<float>();
+  CHECK(y32[0] == 0.5f);
+  CHECK(y32[1] == 0.0f);
+  CHECK(std::isnan(y32[7]));
   CHECK(std::isinf(values(log_softmax(x, -1))[1]));
   // Gradients through the masked entries of the good rows are finite (0 there).
   Tensor xl = x.detach();

@@ -7,11 +7,13 @@
 // -ffast-math the compiler must keep one running sum in program order and so
 // cannot vectorise it; kLanes sums kept apart are independent, it vectorises
 // them, and the fixed grouping keeps every result identical on 1 or 16 threads.
+// float32 exponentials use the vectorised exp of tensor/cpu/vec_math.h.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {
@@ -47,19 +49,37 @@ T row_max(const T* x, std::int64_t n) {
   return m;
 }
 
-// log(sum(exp(x))) of a row, shifted by its max so no exponential overflows.
+// y[i] = exp(x[i] - shift) * scale over a row: float32 through the polynomial
+// exp, compiled once per SIMD level; float64 through libm.
+AG_SIMD_CLONES void scaled_exp_f32(float* y, const float* x, float shift, float scale, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = exp_fast(x[i] - shift) * scale;
+}
+void scaled_exp(float* y, const float* x, float shift, float scale, std::int64_t n) {
+  scaled_exp_f32(y, x, shift, scale, n);
+}
+void scaled_exp(double* y, const double* x, double shift, double scale, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i] - shift) * scale;
+}
+
+// log(sum(exp(x))) of a row, shifted by its max so no exponential overflows;
+// `scratch` (n) receives the shifted exponentials.
 template <typename T>
-double row_logsumexp(const T* x, std::int64_t n) {
+double row_logsumexp(const T* x, T* scratch, std::int64_t n) {
   const T m = row_max(x, n);
-  const double s = lane_sum(n, [&](std::int64_t i) { return static_cast<double>(std::exp(x[i] - m)); });
+  scaled_exp(scratch, x, m, T(1), n);
+  const double s = lane_sum(n, [&](std::int64_t i) { return static_cast<double>(scratch[i]); });
   return static_cast<double>(m) + std::log(s);
+}
+
+// Rows per thread chunk: enough that a chunk is worth a thread.
+std::int64_t row_grain(std::int64_t n) {
+  return std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
 }
 
 // Calls fn(row) for every row in [0, rows), split across threads when rows * n is large.
 template <typename Fn>
 void for_each_row(std::int64_t rows, std::int64_t n, Fn fn) {
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
-  parallel_for(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) fn(r);
   });
 }
@@ -89,7 +109,7 @@ Tensor softmax_forward(const Tensor& x_in) {
       scalar_t* yr = ys + r * n;
       // An all -inf row (every position masked) gives -inf - -inf = NaN, as in PyTorch.
       const scalar_t m = row_max(xr, n);
-      for (std::int64_t i = 0; i < n; ++i) yr[i] = std::exp(xr[i] - m);
+      scaled_exp(yr, xr, m, scalar_t(1), n);
       const auto inv = static_cast<scalar_t>(1.0 / lane_sum(n, [&](std::int64_t i) { return double(yr[i]); }));
       for (std::int64_t i = 0; i < n; ++i) yr[i] *= inv;
     });
@@ -125,7 +145,7 @@ Tensor log_softmax_forward(const Tensor& x_in) {
     for_each_row(rows, n, [&](std::int64_t r) {
       const scalar_t* xr = xs + r * n;
       scalar_t* yr = ys + r * n;
-      const auto lse = static_cast<scalar_t>(row_logsumexp(xr, n));
+      const auto lse = static_cast<scalar_t>(row_logsumexp(xr, /*scratch=*/yr, n));
       for (std::int64_t i = 0; i < n; ++i) yr[i] = xr[i] - lse;
     });
   });
@@ -144,7 +164,8 @@ Tensor log_softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
       const scalar_t *yr = ys + r * n, *dyr = dys + r * n;
       scalar_t* dxr = dxs + r * n;
       const auto total = static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dyr[i]); }));
-      for (std::int64_t i = 0; i < n; ++i) dxr[i] = dyr[i] - std::exp(yr[i]) * total;
+      scaled_exp(dxr, yr, scalar_t(0), -total, n);  // -exp(y) * total
+      for (std::int64_t i = 0; i < n; ++i) dxr[i] += dyr[i];
     });
   });
   return dx;
@@ -206,7 +227,7 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x
   // partials, then the blocks are added in order: threads never share a sum,
   // and the block size depends only on n, so the result does not depend on
   // the thread count.
-  const std::int64_t block_rows = std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
+  const std::int64_t block_rows = row_grain(n);
   const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
   std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
 
@@ -265,11 +286,14 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const
   AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
     const scalar_t* xs = logits.data<scalar_t>();
     scalar_t* lses = out.lse.data<scalar_t>();
-    for_each_row(rows, n, [&](std::int64_t r) {
-      const scalar_t* xr = xs + r * n;
-      const double lse = row_logsumexp(xr, n);
-      lses[r] = static_cast<scalar_t>(lse);
-      if (t[r] != ignore_index) row_loss[r] = lse - static_cast<double>(xr[t[r]]);
+    parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
+      std::vector<scalar_t> scratch(n);
+      for (std::int64_t r = begin; r < end; ++r) {
+        const scalar_t* xr = xs + r * n;
+        const double lse = row_logsumexp(xr, scratch.data(), n);
+        lses[r] = static_cast<scalar_t>(lse);
+        if (t[r] != ignore_index) row_loss[r] = lse - static_cast<double>(xr[t[r]]);
+      }
     });
     // Added in row order (not per thread) so the loss is reproducible.
     double total = 0;
@@ -304,8 +328,7 @@ Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in,
         for (std::int64_t i = 0; i < n; ++i) dxr[i] = 0;
         return;
       }
-      const scalar_t l = lses[r];
-      for (std::int64_t i = 0; i < n; ++i) dxr[i] = std::exp(xr[i] - l) * s;
+      scaled_exp(dxr, xr, lses[r], s, n);
       dxr[t[r]] -= s;
     });
   });
