@@ -7,6 +7,17 @@
 #include "tensor/rng.h"
 
 namespace attograd::bench {
+namespace {
+
+// Written into the JSON's "context", where bench/compare reads them. Runs
+// before main (benchmark_main), the only hook before the run starts.
+const bool context_added = [] {
+  benchmark::AddCustomContext("framework", "attograd " ATTOGRAD_VERSION);
+  benchmark::AddCustomContext("threads", std::to_string(requested_threads()));
+  return true;
+}();
+
+}  // namespace
 
 double closeness(const Tensor& a, const Tensor& b, double atol, double rtol) {
   if (!a.defined() || !b.defined() || a.sizes() != b.sizes()) return std::numeric_limits<double>::infinity();

@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""PyTorch counterparts of attograd's benchmark cases, for a side-by-side comparison.
+
+Runs the same cases as build/bench/attograd_bench (same names, shapes, FLOP and
+byte formulas, units) in PyTorch on the CPU, float32, and writes the same JSON
+layout as Google Benchmark, so that `bench/compare` can put the two side by side:
+
+    /usr/bin/python3 bench/torch_reference.py --threads 2 --benchmark_out=torch.json
+    bench/compare torch.json attograd.json
+
+Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formulas):
+  attn_core_{fwd,fwdbwd}/{composed,fused}/{S,M,L}, mha_{fwd,fwdbwd}/{composed,fused}/{S,M,L},
+  gpt_step, matmul/<n>, matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
+The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
+mask is built once per case, as a module's buffer); the fused path is
+torch.nn.functional.scaled_dot_product_attention(is_causal=True), which
+torch < 2.0 lacks: the fused cases are then not run (and the script says so).
+"_fwd" cases run under torch.no_grad(); "_fwdbwd" run forward with grad and a
+backward from a fixed random dout, producing every input and parameter gradient.
+
+Timing follows Google Benchmark: wall-clock mean over a run of at least
+--benchmark_min_time seconds (or a fixed iteration count for the L cases and
+gpt_step, as the C++ suite), after one checked, untimed run. Stdlib + torch only.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# Attention shapes of /work/shared/DESIGN.md: (B, T, C, H).
+SHAPES = {"S": (8, 64, 128, 4), "M": (4, 256, 256, 8), "L": (2, 1024, 512, 8)}
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+def fixed_iterations(shape_name):
+    """The C++ suite runs the L attention cases a fixed 3 times (bench_attention.cpp)."""
+    return 3 if shape_name == "L" else None
+
+
+def randn(*sizes, seed, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(*sizes, generator=g, dtype=torch.float32)
+    return t.requires_grad_(requires_grad)
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check_close(what, got, want, atol=1e-4, rtol=1e-3):
+    """got and want agree elementwise within atol + rtol |want| (compared in float64)."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not torch.allclose(got, want, atol=atol, rtol=rtol):
+        worst = ((got - want).abs() / (atol + rtol * want.abs())).max().item() if got.shape == want.shape else math.inf
+        raise CheckFailed(f"check failed: {what} differs from its reference by {worst:.3g}x the tolerance")
+
+
+# ---- attention --------------------------------------------------------------------
+
+
+def causal_hidden(T):
+    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # (T, T), True above the diagonal
+
+
+def attention_composed(q, k, v, hidden):
+    scale = 1.0 / math.sqrt(q.size(-1))
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
+    att = att.masked_fill(hidden, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    return att @ v  # (B, H, T, D)
+
+
+def attention_fused(q, k, v, hidden):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+ATTENTION = {"composed": attention_composed, "fused": attention_fused}
+
+
+def core_fwd_flops(B, T, C, H):
+    # q k^T and P v over the causal lower triangle, diagonal included (bench_attention.cpp).
+    return 2.0 * B * H * (C // H) * T * (T + 1)
+
+
+def attn_core_case(shape_name, impl, backward_too):
+    B, T, C, H = SHAPES[shape_name]
+    D = C // H
+    q, k, v = (randn(B, H, T, D, seed=s, requires_grad=True) for s in (11, 12, 13))
+    dout = randn(B, H, T, D, seed=14)
+    hidden = causal_hidden(T)
+    attend = ATTENTION[impl]
+
+    def run(fn=attend, dtype=torch.float32):
+        qq, kk, vv = (x.detach().to(dtype).requires_grad_(backward_too) for x in (q, k, v))
+        if not backward_too:
+            with torch.no_grad():
+                return fn(qq, kk, vv, hidden), None
+        out = fn(qq, kk, vv, hidden)
+        out.backward(dout.to(dtype))
+        return out, (qq.grad, kk.grad, vv.grad)
+
+    # Check: this path against the composed one in float64.
+    out, grads = run()
+    want, want_grads = run(attention_composed, torch.float64)
+    check_close(f"{impl} attention output", out, want)
+    if backward_too:
+        for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
+            check_close(f"{impl} attention {name}", g, w)
+
+    def step():
+        if not backward_too:
+            with torch.no_grad():
+                return attend(q, k, v, hidden)
+        for x in (q, k, v):
+            x.grad = None
+        out = attend(q, k, v, hidden)
+        out.backward(dout)
+        return out
+
+    btd = float(B * H * T * D)
+    flops = (3 if backward_too else 1) * core_fwd_flops(B, T, C, H)
+    return step, flops, (48 if backward_too else 16) * btd, fixed_iterations(shape_name)
+
+
+class MultiHeadAttention(nn.Module):
+    """attograd's nn::MultiHeadAttention: q, k, v packed as one (C, 3C) Linear, then out_proj."""
+
+    def __init__(self, C, H, impl):
+        super().__init__()
+        self.H, self.attend = H, ATTENTION[impl]
+        self.qkv = nn.Linear(C, 3 * C)
+        self.out_proj = nn.Linear(C, C)
+
+    def forward(self, x, hidden):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        y = self.attend(q, k, v, hidden).transpose(1, 2).contiguous().view(B, T, C)
+        return self.out_proj(y)
+
+
+def mha_case(shape_name, impl, backward_too):
+    B, T, C, H = SHAPES[shape_name]
+    x = randn(B, T, C, seed=21, requires_grad=backward_too)
+    dout = randn(B, T, C, seed=22)
+    hidden = causal_hidden(T)
+    torch.manual_seed(23)
+    mha = MultiHeadAttention(C, H, impl)
+    reference = MultiHeadAttention(C, H, "composed").double()
+    reference.load_state_dict({n: p.double() for n, p in mha.state_dict().items()})
+
+    def run(module, dtype):
+        xx = x.detach().to(dtype).requires_grad_(backward_too)
+        if not backward_too:
+            with torch.no_grad():
+                return module(xx, hidden), []
+        module.zero_grad(set_to_none=True)
+        y = module(xx, hidden)
+        y.backward(dout.to(dtype))
+        return y, [xx.grad] + [p.grad for p in module.parameters()]
+
+    # Check: against the composed module in float64 with the same weights.
+    y, grads = run(mha, torch.float32)
+    want, want_grads = run(reference, torch.float64)
+    check_close(f"{impl} mha output", y, want)
+    for i, (g, w) in enumerate(zip(grads, want_grads)):
+        check_close(f"{impl} mha gradient #{i}", g, w, 1e-3, 1e-3)
+
+    def step():
+        if not backward_too:
+            with torch.no_grad():
+                return mha(x, hidden)
+        x.grad = None
+        mha.zero_grad(set_to_none=True)
+        y = mha(x, hidden)
+        y.backward(dout)
+        return y
+
+    fwd = core_fwd_flops(B, T, C, H) + 8.0 * B * T * C * C
+    btc, params = float(B * T * C), 4.0 * C * C + 4.0 * C
+    bytes_ = 4 * (4 * btc + 3 * params) if backward_too else 4 * (2 * btc + params)
+    return step, (3 if backward_too else 1) * fwd, bytes_, fixed_iterations(shape_name)
+
+
+# ---- the toy GPT (nn/gpt.h): nanoGPT's layout and GPT-2's init ----------------------
+
+
+class Block(nn.Module):
+    def __init__(self, C, H):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(C)
+        self.attn = MultiHeadAttention(C, H, "fused" if HAS_SDPA else "composed")
+        self.ln_2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C)
+        self.proj = nn.Linear(4 * C, C)
+
+    def forward(self, x, hidden):
+        x = x + self.attn(self.ln_1(x), hidden)
+        return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=65, block=128, n_layer=4, n_head=4, C=128):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, C)
+        self.wpe = nn.Embedding(block, C)
+        self.blocks = nn.ModuleList(Block(C, n_head) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(C)
+        self.register_buffer("hidden", causal_hidden(block), persistent=False)
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:  # Linear weights and both embeddings
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith(("out_proj.weight", "proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def loss(self, tokens, targets):
+        B, T = tokens.shape
+        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        hidden = self.hidden[:T, :T]
+        for block in self.blocks:
+            x = block(x, hidden)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied head, (B, T, V)
+        return F.cross_entropy(logits.view(B * T, -1), targets.view(-1))
+
+
+def gpt_step_case():
+    B, T, C, V, n_layer = 32, 128, 128, 65, 4
+    torch.manual_seed(1337)
+    model = GPT()
+    # AdamW as attograd's: weight decay on Linear weights only (not biases, norms, embeddings).
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
+    no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=1e-3)
+    g = torch.Generator().manual_seed(31)
+    tokens = torch.randint(0, V, (B, T), generator=g)
+    targets = torch.randint(0, V, (B, T), generator=g)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = model.loss(tokens, targets)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    # Checks, as bench_gpt.cpp: initial loss near ln(V); 4 steps on one batch lower it.
+    first = step()
+    if not abs(first - math.log(V)) < 0.1:
+        raise CheckFailed(f"check failed: initial loss {first:.4f} is not near ln(V) = {math.log(V):.4f}")
+    for _ in range(3):
+        last = step()
+    if not last < first - 0.01:
+        raise CheckFailed(f"check failed: 4 AdamW steps on one batch did not lower its loss ({first} -> {last})")
+
+    BT = float(B * T)
+    layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1)
+    flops = 3 * (n_layer * layer + 2 * BT * C * V)
+    params = sum(p.numel() for p in model.parameters())
+    return step, flops, 40.0 * params, 5, {"tokens": BT}
+
+
+# ---- single ops (bench_ops.cpp) ------------------------------------------------------
+
+
+def matmul_case(M, K, N):
+    a, b = randn(M, K, seed=1), randn(K, N, seed=2)
+    r, c = min(M, 16), min(N, 16)
+    check_close("matmul", (a @ b)[:r, :c], a[:r].double() @ b[:, :c].double(), 1e-5 * math.sqrt(K) * 10, 0)
+
+    def step():
+        return a @ b
+
+    return step, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N), None
+
+
+def softmax_case(shape_name, backward_too):
+    B, T, C, H = SHAPES[shape_name]
+    x = randn(B, H, T, T, seed=3, requires_grad=backward_too)
+    dy = randn(B, H, T, T, seed=4)
+    check_close("softmax", F.softmax(x, -1), F.softmax(x.double(), -1), 1e-6, 1e-4)
+
+    def step():
+        x.grad = None
+        y = F.softmax(x, -1)
+        if backward_too:
+            y.backward(dy)
+        return y
+
+    n = float(B * H * T * T)
+    return step, (9 if backward_too else 5) * n, (20 if backward_too else 8) * n, None
+
+
+def layer_norm_case(N, C, backward_too):
+    x = randn(N, C, seed=5, requires_grad=backward_too)
+    w, b = randn(C, seed=6, requires_grad=backward_too), randn(C, seed=7, requires_grad=backward_too)
+    dy = randn(N, C, seed=8)
+    check_close("layer_norm", F.layer_norm(x, (C,), w, b), F.layer_norm(x.double(), (C,), w.double(), b.double()))
+
+    def step():
+        for t in (x, w, b):
+            t.grad = None
+        y = F.layer_norm(x, (C,), w, b)
+        if backward_too:
+            y.backward(dy)
+        return y
+
+    n = float(N * C)
+    return step, (19 if backward_too else 8) * n, (20 if backward_too else 8) * n, None
+
+
+def cross_entropy_case(N, V, backward_too):
+    logits = randn(N, V, seed=9, requires_grad=backward_too)
+    targets = torch.tensor([(i * 7919) % V for i in range(N)])
+    check_close("cross_entropy", F.cross_entropy(logits, targets), F.cross_entropy(logits.double(), targets), 1e-5, 1e-5)
+
+    def step():
+        logits.grad = None
+        loss = F.cross_entropy(logits, targets)
+        if backward_too:
+            loss.backward()
+        return loss
+
+    n = float(N * V)
+    return step, (7 if backward_too else 4) * n, (12 if backward_too else 4) * n, None
+
+
+def all_cases():
+    """(name, make) in the C++ suite's order of families; make() -> (step, flops, bytes, iterations[, extra])."""
+    cases = []
+    for bwd in (False, True):
+        for impl in ("composed", "fused"):
+            for s in SHAPES:
+                tail = f"/{impl}/{s}"
+                cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + tail,
+                              lambda s=s, impl=impl, bwd=bwd: attn_core_case(s, impl, bwd)))
+                cases.append(("mha_" + ("fwdbwd" if bwd else "fwd") + tail,
+                              lambda s=s, impl=impl, bwd=bwd: mha_case(s, impl, bwd)))
+    cases.append(("gpt_step", gpt_step_case))
+    for n in (256, 512, 1024, 2048):
+        cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
+    for s, (B, T, C, H) in SHAPES.items():
+        cases.append((f"matmul/proj/{s}", lambda B=B, T=T, C=C: matmul_case(B * T, C, C)))
+    for bwd in (False, True):
+        suffix = "_fwdbwd/" if bwd else "_fwd/"
+        for s, (B, T, C, H) in SHAPES.items():
+            cases.append(("softmax" + suffix + s, lambda s=s, bwd=bwd: softmax_case(s, bwd)))
+            cases.append(("layer_norm" + suffix + s, lambda B=B, T=T, C=C, bwd=bwd: layer_norm_case(B * T, C, bwd)))
+        cases.append(("layer_norm" + suffix + "gpt", lambda bwd=bwd: layer_norm_case(4096, 128, bwd)))
+        cases.append(("cross_entropy" + suffix + "gpt", lambda bwd=bwd: cross_entropy_case(4096, 65, bwd)))
+        cases.append(("cross_entropy" + suffix + "V8192", lambda bwd=bwd: cross_entropy_case(1024, 8192, bwd)))
+    return cases
+
+
+def full_name(name, iterations):
+    """Google Benchmark's run name: the case plus the attributes it appends (fixed iterations, wall-clock time)."""
+    return name + (f"/iterations:{iterations}" if iterations else "") + "/real_time"
+
+
+def run_case(name, make, min_time):
+    made = make()
+    step, flops, bytes_, iterations = made[:4]
+    extra_rates = made[4] if len(made) > 4 else {}
+    n, real0, cpu0 = 0, time.perf_counter(), time.thread_time()
+    while (iterations and n < iterations) or (not iterations and time.perf_counter() - real0 < min_time):
+        step()
+        n += 1
+    real, cpu = time.perf_counter() - real0, time.thread_time() - cpu0
+    run = {
+        "name": full_name(name, iterations), "run_name": full_name(name, iterations), "run_type": "iteration",
+        "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": n,
+        "real_time": real / n * 1e3, "cpu_time": cpu / n * 1e3, "time_unit": "ms",
+        "bytes": bytes_ * n / real, "flops": flops * n / real, "num_threads": float(torch.get_num_threads()),
+    }
+    for key, per_iter in extra_rates.items():
+        run[key] = per_iter * n / real
+    return run
+
+
+def si(x):
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g}{unit}"
+    return f"{x:.4g}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default_threads = int(os.environ.get("ATTOGRAD_THREADS", "0") or 0)
+    parser.add_argument("--threads", type=int, default=default_threads,
+                        help="torch.set_num_threads (default: $ATTOGRAD_THREADS, else torch's default)")
+    parser.add_argument("--benchmark_filter", default=".", help="regex on case names (searched, as Google Benchmark)")
+    parser.add_argument("--benchmark_out", help="write the results here as Google Benchmark JSON")
+    parser.add_argument("--benchmark_out_format", default="json", choices=["json"])
+    parser.add_argument("--benchmark_min_time", type=float, default=0.5, help="seconds per case without a fixed count")
+    parser.add_argument("--benchmark_list_tests", action="store_true")
+    args = parser.parse_args()
+
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    pattern = re.compile(args.benchmark_filter)
+    selected = []
+    for name, make in all_cases():
+        if "/fused/" in name and not HAS_SDPA:
+            continue
+        if pattern.search(full_name(name, None)):
+            selected.append((name, make))
+    if args.benchmark_list_tests:
+        print("\n".join(name for name, _ in selected))
+        return 0
+    if not HAS_SDPA:
+        print(f"note: torch {torch.__version__} has no scaled_dot_product_attention: only the composed attention "
+              "cases are run, and gpt_step uses the composed attention", file=sys.stderr)
+
+    context = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "host_name": platform.node(), "executable": " ".join(sys.argv), "num_cpus": os.cpu_count(),
+        "load_avg": list(os.getloadavg()), "library_build_type": "release",
+        "framework": f"torch {torch.__version__}", "threads": str(torch.get_num_threads()),
+    }
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {context['load_avg']}")
+    print(f"{'Benchmark':<48}{'Time':>14}{'Iterations':>12}  Counters")
+    runs, failed = [], 0
+    for name, make in selected:
+        try:
+            run = run_case(name, make, args.benchmark_min_time)
+        except CheckFailed as e:
+            failed += 1
+            run = {"name": full_name(name, None), "run_name": full_name(name, None), "run_type": "iteration",
+                   "error_occurred": True, "error_message": str(e)}
+            print(f"{run['name']:<48} ERROR OCCURRED: '{e}'", flush=True)
+            runs.append(run)
+            continue
+        counters = " ".join(f"{k}={si(run[k])}/s" for k in ("bytes", "flops", "tokens") if k in run)
+        print(f"{run['name']:<48}{run['real_time']:>11.3f} ms{run['iterations']:>12}  {counters}", flush=True)
+        runs.append(run)
+    if args.benchmark_out:
+        for i, run in enumerate(runs):
+            run.setdefault("family_index", i)
+            run.setdefault("per_family_instance_index", 0)
+        with open(args.benchmark_out, "w") as f:
+            json.dump({"context": context, "benchmarks": runs}, f, indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
