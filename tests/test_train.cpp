@@ -1,0 +1,725 @@
+// The attograd program: argument errors, tasks, text data, safetensors and
+// checkpoints (round trip, malformed files), resume equality, determinism,
+// generation with and without the KV cache, evaluation, and the files a run
+// writes. Every run is a tiny model for a few steps.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "cuda/runtime.h"
+#include "helpers.h"
+#include "train/checkpoint.h"
+#include "train/cli.h"
+#include "train/commands.h"
+#include "train/evaluate.h"
+#include "train/generate.h"
+#include "train/grad_clip.h"
+#include "train/model.h"
+#include "train/safetensors.h"
+#include "train/schedule.h"
+#include "train/svg.h"
+#include "train/tasks.h"
+#include "train/text_data.h"
+#include "train/utf8.h"
+
+using namespace attograd;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh empty directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() / ("attograd_test_train_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+std::string read_all(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+CliResult cli(const std::vector<std::string>& args) {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  const int code = run_cli(args, out, err);
+  return {code, read_all(out), read_all(err)};
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A tiny run: one layer, width 16, a few steps, quiet, into `dir`.
+TrainOptions tiny(const std::string& dir, const std::string& task = "sort") {
+  TrainOptions o;
+  o.task = task;
+  o.task_size = task == "add" ? 2 : 4;
+  o.heldout = 50;
+  o.layers = 1, o.heads = 2, o.width = 16;
+  o.block = task_sequence_length(parse_task(task), o.task_size) - 1;
+  o.batch = 8, o.steps = 6, o.warmup = 2, o.lr = 1e-2;
+  o.eval_interval = 3;
+  o.out = dir;
+  o.quiet = true;
+  return o;
+}
+
+std::FILE* null_out() {
+  static std::FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
+// Bitwise equality of two tensors' bytes.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes() || a.dtype() != b.dtype()) return false;
+  const Tensor ca = kernels::contiguous(a), cb = kernels::contiguous(b);
+  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.numel() * dtype_size(ca.dtype())) == 0;
+}
+
+std::string long_english_text() {
+  std::string s;
+  for (int i = 0; i < 40; ++i)
+    s += "The quick brown fox jumps over the lazy dog, and the dog sleeps on in the sun. ";
+  return s;
+}
+
+}  // namespace
+
+// ---- the command line ------------------------------------------------------------
+
+TEST_CASE("help shows every command and the defaults", "[train]") {
+  const CliResult top = cli({"--help"});
+  CHECK(top.code == 0);
+  for (const char* cmd : {"train", "sample", "eval", "attention"}) CHECK_THAT(top.out, Catch::Contains(cmd));
+  const CliResult train = cli({"train", "--help"});
+  CHECK(train.code == 0);
+  CHECK_THAT(train.out, Catch::Contains("--steps INT=600"));
+  CHECK_THAT(train.out, Catch::Contains("--lr FLOAT=0.003"));
+  CHECK_THAT(train.out, Catch::Contains("never to biases, LayerNorm or embeddings"));
+  for (const char* cmd : {"sample", "eval", "attention"}) {
+    const CliResult r = cli({cmd, "--help"});
+    CHECK(r.code == 0);
+    CHECK_THAT(r.out, Catch::Contains("--ckpt"));
+  }
+  CHECK_THAT(cli({"sample", "--help"}).out, Catch::Contains("--temperature FLOAT=1"));
+  CHECK(cli({"--version"}).out.find("attograd 0.") == 0);
+}
+
+TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero exit, no run directory",
+          "[train]") {
+  TempDir tmp;
+  const std::string out = tmp / "run";
+  write_text(tmp / "empty.txt", "");
+  write_text(tmp / "bad.txt", std::string("ab\xC3\x28", 4));
+  write_text(tmp / "a_file", "x");
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expect;  // substrings of the error line
+  };
+  const std::vector<Case> cases = {
+      {{"--layers", "0"}, {"[--layers]", "0"}},
+      {{"--width", "-8"}, {"[--width]", "-8"}},
+      {{"--batch", "0"}, {"[--batch]", "0"}},
+      {{"--steps", "0"}, {"[--steps]", "0"}},
+      {{"--block", "0"}, {"[--block]", "0"}},
+      {{"--heads", "3", "--width", "64"}, {"[--heads]", "3", "64"}},
+      {{"--lr", "nan"}, {"[--lr]", "nan"}},
+      {{"--lr", "inf"}, {"[--lr]", "inf"}},
+      {{"--lr", "-1"}, {"[--lr]", "-1"}},
+      {{"--dropout", "1"}, {"[--dropout]", "1"}},
+      {{"--grad-clip", "-1"}, {"[--grad-clip]"}},
+      {{"--task", "multiply"}, {"[--task]", "multiply"}},
+      {{"--task-size", "0"}, {"[--task-size]", "0"}},
+      {{"--optimizer", "lion"}, {"[--optimizer]", "lion"}},
+      {{"--threads", "-2"}, {"[--threads]", "-2"}},
+      {{"--device", "tpu"}, {"[--device]", "tpu"}},
+      {{"--data", tmp / "missing.txt"}, {"[--data]", "missing.txt"}},
+      {{"--data", tmp / "empty.txt"}, {"[--data", "empty"}},
+      {{"--data", tmp.path.string()}, {"[--data]"}},
+      {{"--data", tmp / "bad.txt"}, {"invalid UTF-8 at byte 3"}},
+      {{"--layers", "two"}, {"--layers", "two"}},
+      {{"--no-such-flag"}, {"--no-such-flag"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"train", "--out", out, "--quiet"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliResult r = cli(args);
+    INFO(fmt::format("args {} -> {}", fmt::join(c.args, " "), r.err));
+    CHECK(r.code != 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    for (const auto& e : c.expect) CHECK_THAT(r.err, Catch::Contains(e));
+    CHECK_FALSE(fs::exists(out));
+  }
+  // An output directory that cannot be created.
+  const CliResult r = cli({"train", "--out", tmp / "a_file/run", "--steps", "1", "--quiet"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--out]") && Catch::Contains("a_file"));
+  // CUDA: this build's answer, whichever it is, names the flag.
+  const CliResult cuda = cli({"train", "--out", out, "--device", "cuda", "--steps", "1", "--quiet"});
+  if (!cuda::built_with_cuda()) {
+    CHECK(cuda.code != 0);
+    CHECK_THAT(cuda.err, Catch::Contains("[--device] cuda: this build has no CUDA backend"));
+    CHECK_FALSE(fs::exists(out));
+  }
+  // The other commands.
+  CHECK(cli({"sample"}).code != 0);  // --ckpt is required
+  const CliResult missing = cli({"eval", "--ckpt", tmp / "nope.safetensors"});
+  CHECK(missing.code != 0);
+  CHECK_THAT(missing.err, Catch::Contains("nope.safetensors"));
+}
+
+// ---- tasks -------------------------------------------------------------------------
+
+TEST_CASE("task generators give correct answers", "[train]") {
+  Task sort({TaskKind::sort, 8, 1, 10});
+  Problem p = sort.make({3, 1, 4, 1, 5, 9, 2, 6});
+  CHECK(p.prompt == "31415926=");
+  CHECK(p.answer == "11234569");
+  CHECK(Task({TaskKind::reverse, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "62951413");
+  CHECK(Task({TaskKind::copy, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "31415926");
+  Task add({TaskKind::add, 2, 1, 10});
+  p = add.make({0, 7, 4, 5});
+  CHECK(p.prompt == "07+45=");
+  CHECK(p.answer == "250");  // 52, least significant digit first, 3 digits
+  CHECK(add.make({9, 9, 9, 9}).answer == "891");  // 198
+  CHECK(add.sequence_length() == 9);
+  CHECK(sort.sequence_length() == 17);
+
+  // Every training draw is a valid problem: check the answers independently.
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const Problem a = add.train_problem(i);
+    const int x = std::stoi(a.prompt.substr(0, 2)), y = std::stoi(a.prompt.substr(3, 2));
+    std::string want = fmt::format("{:03}", x + y);
+    std::reverse(want.begin(), want.end());
+    CHECK(a.answer == want);
+    const Problem s = sort.train_problem(i);
+    std::string digits = s.prompt.substr(0, 8);
+    std::sort(digits.begin(), digits.end());
+    CHECK(s.answer == digits);
+  }
+  REQUIRE_THROWS_WITH(parse_task("mul"), Catch::Contains("[--task] unknown task 'mul'"));
+}
+
+TEST_CASE("held-out problems never appear in training, and about one in ten is held out", "[train]") {
+  // add with 2-digit operands: all 10,000 problems enumerated.
+  Task add({TaskKind::add, 2, 42, 100000});
+  std::set<std::string> heldout;
+  for (const auto& p : add.heldout()) heldout.insert(p.prompt);
+  CHECK(heldout.size() == add.heldout().size());  // distinct
+  CHECK(heldout.size() > 850);
+  CHECK(heldout.size() < 1150);
+  for (std::uint64_t i = 0; i < 20000; ++i) CHECK(heldout.count(add.train_problem(i).prompt) == 0);
+  // Every problem is either held out or a possible training draw, never both.
+  std::set<std::string> trained;
+  for (std::uint64_t i = 0; i < 150000; ++i) trained.insert(add.train_problem(i).prompt);
+  CHECK(trained.size() + heldout.size() == 10000);
+
+  // sort with 8 digits: sampled held-out set, disjoint from 20,000 training draws.
+  Task sort({TaskKind::sort, 8, 42, 2000});
+  REQUIRE(sort.heldout().size() == 2000);
+  std::set<std::string> sort_heldout;
+  for (const auto& p : sort.heldout()) sort_heldout.insert(p.prompt);
+  CHECK(sort_heldout.size() == 2000);
+  for (std::uint64_t i = 0; i < 20000; ++i) CHECK(sort_heldout.count(sort.train_problem(i).prompt) == 0);
+  // A different seed splits differently.
+  Task other({TaskKind::add, 2, 43, 100000});
+  std::set<std::string> other_heldout;
+  for (const auto& p : other.heldout()) other_heldout.insert(p.prompt);
+  CHECK(other_heldout != heldout);
+}
+
+TEST_CASE("task batches: loss only on answer positions, a pure function of the step", "[train]") {
+  Task sort({TaskKind::sort, 4, 7, 10});
+  const Batch b = sort.train_batch(3, 5, 8);
+  REQUIRE(b.tokens.sizes() == Shape{5, 8});
+  const auto tokens = b.tokens.to_vector<std::int64_t>(), targets = b.targets.to_vector<std::int64_t>();
+  for (int r = 0; r < 5; ++r) {
+    const Problem p = sort.train_problem(3 * 5 + r);
+    CHECK(sort.tokenizer().decode({tokens.begin() + r * 8, tokens.begin() + r * 8 + 8}) == (p.prompt + p.answer).substr(0, 8));
+    for (int t = 0; t < 8; ++t) {
+      // Positions 0..3 predict prompt tokens 1..4 ("=" is the 5th): ignored; 4..7 predict the answer.
+      if (t < 4) CHECK(targets[r * 8 + t] == kIgnoreIndex);
+      else CHECK(sort.tokenizer().symbol(targets[r * 8 + t]) == static_cast<char32_t>(p.answer[t - 4]));
+    }
+  }
+  CHECK(same_bits(sort.train_batch(3, 5, 8).tokens, b.tokens));
+  CHECK_FALSE(same_bits(sort.train_batch(4, 5, 8).tokens, b.tokens));
+  REQUIRE_THROWS_WITH(sort.train_batch(0, 5, 7), Catch::Contains("[--block]"));
+}
+
+// ---- text ----------------------------------------------------------------------------
+
+TEST_CASE("UTF-8 decoding reports invalid bytes with their offset", "[train]") {
+  CHECK(utf8::decode("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80") == std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600});
+  CHECK(utf8::encode(std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600}) == "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");
+  REQUIRE_THROWS_WITH(utf8::decode("abc\xFF"), Catch::Contains("invalid UTF-8 at byte 3"));
+  REQUIRE_THROWS_WITH(utf8::decode("ab\xC3"), Catch::Contains("at byte 2") && Catch::Contains("truncated"));
+  REQUIRE_THROWS_WITH(utf8::decode("\xC0\xAF"), Catch::Contains("overlong"));
+  REQUIRE_THROWS_WITH(utf8::decode("x\xED\xA0\x80"), Catch::Contains("at byte 1") && Catch::Contains("surrogate"));
+  REQUIRE_THROWS_WITH(utf8::decode("\x80"), Catch::Contains("at byte 0"));
+}
+
+TEST_CASE("text data: vocabulary by code point, disjoint split, contiguous windows", "[train]") {
+  const std::string text = "h\xC3\xA9llo w\xC3\xB6rld, " + long_english_text();
+  TextData data(text, "mem.txt", 5);
+  const Tokenizer& tok = data.tokenizer();
+  CHECK(tok.contains(0xE9));
+  CHECK(tok.contains(0xF6));
+  CHECK(tok.decode(tok.encode(text)) == text);
+  const auto n = static_cast<std::int64_t>(utf8::decode(text).size());
+  CHECK(data.train_tokens() + data.validation_tokens() == n);
+  CHECK(std::abs(data.validation_tokens() - n / 10) <= 1);
+  CHECK(data.unigram_entropy() > 1.0);
+
+  const Batch b = data.train_batch(2, 4, 16);
+  REQUIRE(b.tokens.sizes() == Shape{4, 16});
+  const auto x = b.tokens.to_vector<std::int64_t>(), y = b.targets.to_vector<std::int64_t>();
+  const std::string train_text = tok.decode(tok.encode(text)).substr(0);  // same text
+  const auto ids = tok.encode(text);
+  for (int r = 0; r < 4; ++r) {
+    // The row is a window of the training split and the targets are it shifted by one.
+    for (int t = 0; t + 1 < 16; ++t) CHECK(y[r * 16 + t] == x[r * 16 + t + 1]);
+    bool found = false;
+    for (std::int64_t s = 0; s + 17 <= data.train_tokens() && !found; ++s)
+      found = std::equal(x.begin() + r * 16, x.begin() + r * 16 + 16, ids.begin() + s) && ids[s + 16] == y[r * 16 + 15];
+    CHECK(found);
+  }
+  const auto eval = data.eval_batches(3, 16);
+  REQUIRE(!eval.empty());
+  CHECK(eval[0].tokens.to_vector<std::int64_t>()[0] == ids[data.train_tokens()]);  // validation starts after training
+  REQUIRE_THROWS_WITH(data.train_batch(0, 1, 100000), Catch::Contains("[--data]") && Catch::Contains("too short"));
+  // A checkpoint's vocabulary must cover a new file.
+  REQUIRE_THROWS_WITH(TextData("xyz!", "new.txt", 1, Tokenizer::from_text("xyz")),
+                      Catch::Contains("'!' is not in the model's vocabulary"));
+  REQUIRE(Tokenizer::from_json(tok.to_json()).size() == tok.size());
+}
+
+// ---- schedule, clipping ---------------------------------------------------------------
+
+TEST_CASE("learning rate: linear warm-up then cosine to min_lr", "[train]") {
+  TrainOptions o;
+  o.lr = 1.0, o.warmup = 10, o.steps = 110, o.min_lr_ratio = 0.1;
+  CHECK(learning_rate(o, 1) == Approx(0.1));
+  CHECK(learning_rate(o, 10) == Approx(1.0));
+  CHECK(learning_rate(o, 60) == Approx(0.55));  // halfway through the cosine
+  CHECK(learning_rate(o, 110) == Approx(0.1));
+  o.warmup = 0;
+  CHECK(learning_rate(o, 1) < 1.0);
+  CHECK(learning_rate(o, 1) > 0.99);
+}
+
+TEST_CASE("gradient clipping by global norm", "[train]") {
+  Tensor a = from({3, 0}, {2}), b = from({4}, {1});
+  a.set_requires_grad(true), b.set_requires_grad(true);
+  a.set_grad(from({3, 0}, {2}));
+  b.set_grad(from({4}, {1}));
+  const std::vector<nn::NamedParameter> params = {{"a", a, true}, {"b", b, false}};
+  CHECK(clip_grad_norm(params, 10) == Approx(5));  // under the limit: unchanged
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{3, 0});
+  CHECK(clip_grad_norm(params, 1) == Approx(5));
+  CHECK(a.grad().to_vector<float>()[0] == Approx(0.6).epsilon(1e-5));
+  CHECK(b.grad().to_vector<float>()[0] == Approx(0.8).epsilon(1e-5));
+}
+
+// ---- safetensors ------------------------------------------------------------------------
+
+TEST_CASE("safetensors round trip and layout", "[train]") {
+  const Tensor f = from({1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f}, {2, 3});
+  const Tensor d = from<double>({1e-300, 2.5}, {2});
+  const Tensor i = from_vector(std::vector<std::int64_t>{-1, 2, 1LL << 40}, {3});
+  const Tensor s = scalar_tensor(4.0);
+  const std::string bytes = serialize_safetensors({{"w", f}, {"d", d}, {"i", i}, {"s", s}, {"empty", zeros({0, 3})}},
+                                                  {{"note", "héllo"}, {"json", "{\"a\": 1}"}});
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);  // data starts aligned
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  CHECK(header["w"]["dtype"] == "F32");
+  CHECK(header["w"]["shape"] == nlohmann::json::array({2, 3}));
+  CHECK(header["w"]["data_offsets"] == nlohmann::json::array({0, 24}));
+  CHECK(header["d"]["dtype"] == "F64");
+  CHECK(header["i"]["dtype"] == "I64");
+  CHECK(header["__metadata__"]["note"] == "héllo");
+  CHECK(bytes.size() == 8 + n + 24 + 16 + 24 + 4);
+
+  const Safetensors back = parse_safetensors(bytes);
+  CHECK(same_bits(back.tensors.at("w"), f));
+  CHECK(same_bits(back.tensors.at("d"), d));
+  CHECK(same_bits(back.tensors.at("i"), i));
+  CHECK(back.tensors.at("s").dim() == 0);
+  CHECK(back.tensors.at("empty").sizes() == Shape{0, 3});
+  CHECK(back.metadata.at("json") == "{\"a\": 1}");
+
+  // A non-contiguous view is written as its values.
+  const Tensor t = transpose(f, 0, 1);
+  CHECK(same_bits(parse_safetensors(serialize_safetensors({{"t", t}})).tensors.at("t"), contiguous(t)));
+  REQUIRE_THROWS_WITH(serialize_safetensors({{"m", zeros({2}, {DType::b8})}}), Catch::Contains("'m'"));
+
+  TempDir tmp;
+  save_safetensors(tmp / "x.safetensors", {{"w", f}}, {{"k", "v"}});
+  CHECK(same_bits(load_safetensors(tmp / "x.safetensors").tensors.at("w"), f));
+  for (const auto& entry : fs::directory_iterator(tmp.path))  // no temporary left behind
+    CHECK(entry.path().filename() == "x.safetensors");
+  REQUIRE_THROWS_WITH(save_safetensors(tmp / "no/such/dir/x.safetensors", {{"w", f}}), Catch::Contains("cannot write"));
+}
+
+TEST_CASE("malformed safetensors files give clear errors", "[train]") {
+  const std::string good = serialize_safetensors({{"a", from({1, 2}, {2})}, {"b", from({3, 4, 5}, {3})}});
+  std::uint64_t n;
+  std::memcpy(&n, good.data(), 8);
+  const std::string data = good.substr(8 + n);
+  const auto with_header = [&](const std::string& json, const std::string& body) {
+    std::string s(8, '\0');
+    const std::uint64_t len = json.size();
+    std::memcpy(s.data(), &len, 8);
+    return s + json + body;
+  };
+  const auto with_length = [&](std::uint64_t len) {
+    std::string s = good;
+    std::memcpy(s.data(), &len, 8);
+    return s;
+  };
+  struct Case {
+    std::string bytes, expect;
+  };
+  const std::vector<Case> cases = {
+      {"", "truncated"},
+      {good.substr(0, 5), "truncated"},
+      {good.substr(0, 8 + n - 3), "truncated"},
+      {good.substr(0, good.size() - 4), "out of range: the data section holds 16 bytes"},
+      {good + "xx", "the data section holds 22 bytes but the tensors cover 20"},
+      {with_length(kMaxSafetensorsHeader + 1), "exceeds the limit"},
+      {with_length(~std::uint64_t{0}), "exceeds the limit"},
+      {with_header("{not json", ""), "not valid JSON"},
+      {with_header("[1, 2]", ""), "must be a JSON object"},
+      {with_header(R"({"a": {"dtype": "F16", "shape": [2], "data_offsets": [0, 4]}})", "abcd"), "unknown dtype"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [2]}})", "abcdefgh"), "needs dtype, shape and data_offsets"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}})", "abcdefgh"), "non-negative"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 80]}})", "abcdefgh"), "out of range"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", "abcdefgh"), "out of range"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", "abcdefgh"), "needs 12"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [4611686018427387904, 4], "data_offsets": [0, 8]}})",
+                   "abcdefgh"),
+       "'a' shape"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                       "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                   std::string(12, 'x')),
+       "overlaps"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})",
+                   std::string(12, 'x')),
+       "gap"},
+      {with_header(R"({"__metadata__": {"k": 1}})", ""), "__metadata__ 'k' is not a string"},
+      {with_header(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, "4"]}})", "abcd"), "data_offsets"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.expect);
+    REQUIRE_THROWS_WITH(parse_safetensors(c.bytes, "f.safetensors"),
+                        Catch::Contains("[f.safetensors]") && Catch::Contains(c.expect));
+  }
+  CHECK(parse_safetensors(with_header(R"({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", data.substr(0, 8)))
+            .tensors.size() == 1);
+}
+
+// ---- whole runs --------------------------------------------------------------------------
+
+TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]") {
+  TempDir tmp;
+  TrainOptions o = tiny(tmp / "run");
+  const TrainSummary s = train_command(o, null_out());
+  CHECK(s.steps_done == 6);
+  REQUIRE(s.accuracy.has_value());
+  CHECK(std::isfinite(s.val_loss));
+
+  // metrics.jsonl: one train record per step and one eval record per evaluation, in order.
+  std::ifstream in(tmp / "run/metrics.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> records;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));
+  REQUIRE(records.size() == 6 + 2);
+  std::int64_t train_steps = 0, evals = 0;
+  for (const auto& r : records) {
+    if (r["kind"] == "train") {
+      CHECK(r["step"] == ++train_steps);
+      CHECK(r["loss"].get<double>() > 0);
+      CHECK(r["lr"].get<double>() > 0);
+      CHECK(r["tokens_per_s"].get<double>() > 0);
+      CHECK(r.contains("grad_norm"));
+    } else {
+      CHECK(r["kind"] == "eval");
+      CHECK(r["step"] == 3 * ++evals);
+      CHECK(r["val_loss"].get<double>() > 0);
+      CHECK(r["accuracy"].get<double>() >= 0);
+    }
+  }
+
+  const std::string svg = file_text(tmp / "run/loss.svg");
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK(svg.find("</svg>") == svg.size() - 7);
+  CHECK_THAT(svg, Catch::Contains(">step<") && Catch::Contains("loss (cross-entropy") &&
+                      Catch::Contains("validation") && Catch::Contains("<polyline"));
+  // Balanced elements: every opened tag is closed or self-closing.
+  std::size_t opened = 0, closed = 0, self_closed = 0;
+  for (std::size_t p = svg.find('<'); p != std::string::npos; p = svg.find('<', p + 1)) {
+    if (svg[p + 1] == '/') ++closed;
+    else ++opened;
+  }
+  for (std::size_t p = svg.find("/>"); p != std::string::npos; p = svg.find("/>", p + 1)) ++self_closed;
+  CHECK(opened == closed + self_closed);
+
+  const LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
+  CHECK(ck.info.step == 6);
+  CHECK(ck.info.config.task == "sort");
+  CHECK(ck.info.config.width == 16);
+  CHECK(ck.optimizer_name == "adamw");
+  CHECK(ck.optimizer_steps == 6);
+  CHECK(ck.optimizer_state.count("exp_avg.wte.weight") == 1);
+  CHECK(ck.info.tokenizer.size() == 12);
+}
+
+TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary; bad checkpoints refused", "[train]") {
+  TempDir tmp;
+  TrainOptions o = tiny(tmp / "run");
+  o.dropout = 0.1;
+  train_command(o, null_out());
+  const std::string path = tmp / "run/ckpt.safetensors";
+  const LoadedCheckpoint a = load_checkpoint(path);
+  // Save what was loaded and load it again: every tensor and the metadata survive.
+  save_checkpoint(tmp / "again.safetensors", *a.model, nullptr, a.info);
+  const LoadedCheckpoint b = load_checkpoint(tmp / "again.safetensors");
+  const auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
+  REQUIRE(pa.size() == pb.size());
+  for (std::size_t k = 0; k < pa.size(); ++k) {
+    CHECK(pa[k].name == pb[k].name);
+    CHECK(same_bits(pa[k].tensor, pb[k].tensor));
+  }
+  CHECK(config_to_json(a.info.config) == config_to_json(b.info.config));
+  CHECK(a.info.tokenizer.to_json() == b.info.tokenizer.to_json());
+  CHECK(a.model->drop.generator->offset() == b.model->drop.generator->offset());
+  CHECK(a.model->drop.generator->offset() > 0);  // dropout drew numbers
+
+  // Not a checkpoint, a wrong shape, a truncated file.
+  save_safetensors(tmp / "plain.safetensors", {{"w", zeros({2})}});
+  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "plain.safetensors"), Catch::Contains("not an attograd checkpoint"));
+  Safetensors raw = load_safetensors(path);
+  raw.tensors["wpe.weight"] = zeros({3, 16});
+  NamedTensors named(raw.tensors.begin(), raw.tensors.end());
+  save_safetensors(tmp / "shape.safetensors", named, raw.metadata);
+  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "shape.safetensors"), Catch::Contains("wpe.weight"));
+  const std::string bytes = file_text(path);
+  write_text(tmp / "cut.safetensors", bytes.substr(0, bytes.size() / 2));
+  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "cut.safetensors"), Catch::Contains("cut.safetensors"));
+  const CliResult r = cli({"sample", "--ckpt", tmp / "cut.safetensors"});
+  CHECK(r.code != 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("resume: N steps + N resumed steps give bitwise the parameters of 2N steps", "[train]") {
+  for (const std::string optimizer : {"adamw", "sgd"}) {
+    TempDir tmp;
+    TrainOptions whole = tiny(tmp / "whole");
+    whole.dropout = 0.2;  // the dropout generator's state must be restored too
+    whole.optimizer = optimizer;
+    whole.steps = 8;
+    train_command(whole, null_out());
+
+    TrainOptions first = whole;
+    first.out = tmp / "split";
+    first.stop_at = 4;
+    CHECK(train_command(first, null_out()).steps_done == 4);
+    TrainOptions rest;
+    rest.resume = tmp / "split/ckpt.safetensors";
+    rest.quiet = true;
+    rest.steps = 0;          // the checkpoint's
+    rest.eval_interval = 3;  // the run's own setting, as the whole run's
+    CHECK(train_command(rest, null_out()).steps_done == 8);
+
+    const Safetensors a = load_safetensors(tmp / "whole/ckpt.safetensors");
+    const Safetensors b = load_safetensors(tmp / "split/ckpt.safetensors");
+    REQUIRE(a.tensors.size() == b.tensors.size());
+    INFO(optimizer);
+    for (const auto& [name, t] : a.tensors) {
+      INFO(name);
+      CHECK(same_bits(t, b.tensors.at(name)));  // parameters and optimizer state
+    }
+    CHECK(a.metadata.at("rng") == b.metadata.at("rng"));
+    // The resumed run's metrics.jsonl holds the whole history: 8 steps, once each.
+    std::ifstream in(tmp / "split/metrics.jsonl");
+    std::string line;
+    std::int64_t train_lines = 0;
+    while (std::getline(in, line)) train_lines += nlohmann::json::parse(line)["kind"] == "train";
+    CHECK(train_lines == 8);
+  }
+  // Model flags cannot change on resume.
+  TempDir tmp;
+  train_command(tiny(tmp / "r"), null_out());
+  const CliResult r = cli({"train", "--resume", tmp / "r/ckpt.safetensors", "--width", "32"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--resume] --width cannot be changed"));
+}
+
+TEST_CASE("same seed and threads give the same loss curve; another seed does not", "[train]") {
+  TempDir tmp;
+  const auto losses = [&](const std::string& dir, std::uint64_t seed) {
+    TrainOptions o = tiny(tmp / dir, "add");
+    o.seed = seed;
+    o.dropout = 0.1;
+    train_command(o, null_out());
+    std::vector<double> out;
+    std::ifstream in(tmp / dir + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back(j["kind"] == "train" ? j["loss"].get<double>() : j["val_loss"].get<double>());
+    }
+    return out;
+  };
+  const auto a = losses("a", 11), b = losses("b", 11), c = losses("c", 12);
+  CHECK(a == b);
+  CHECK(a != c);
+}
+
+TEST_CASE("text runs: train, eval and sample on a small file", "[train]") {
+  TempDir tmp;
+  write_text(tmp / "fox.txt", long_english_text());
+  const CliResult r = cli({"train", "--data", tmp / "fox.txt", "--out", tmp / "run", "--layers", "1", "--width", "16",
+                           "--heads", "2", "--block", "16", "--batch", "4", "--steps", "4", "--eval-interval", "2",
+                           "--quiet"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("unigram entropy"));
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+  const EvalSummary e = eval_command({.ckpt = ckpt}, null_out());
+  CHECK(e.loss > 0);
+  CHECK_FALSE(e.accuracy.has_value());
+  const std::string text = sample_command({.ckpt = ckpt, .prompt = "The ", .tokens = 20, .seed = 3}, null_out());
+  CHECK(text.rfind("The ", 0) == 0);
+  CHECK(utf8::decode(text).size() == 24);
+  const CliResult bad = cli({"sample", "--ckpt", ckpt, "--prompt", "Zebra"});
+  CHECK(bad.code != 0);
+  CHECK_THAT(bad.err, Catch::Contains("[--prompt] 'Z' is not in the model's vocabulary"));
+}
+
+// ---- generation, evaluation, attention ----------------------------------------------------
+
+TEST_CASE("generation with the KV cache gives the tokens of generation without it", "[train]") {
+  TrainOptions o = tiny("unused");
+  o.block = 12;
+  auto model = build_model(o, 12);
+  const std::vector<std::int64_t> prompt = {1, 2, 3, 4, 5};
+  for (const double temperature : {0.0, 1.0, 0.7}) {
+    GenerateOptions g{.tokens = 30, .temperature = temperature, .top_k = temperature == 0.7 ? 3 : 0, .seed = 9};
+    // 30 tokens past a 12-token block: the context restarts (and the cache refills) several times.
+    g.use_cache = true;
+    const auto cached = generate(*model, prompt, g);
+    g.use_cache = false;
+    const auto uncached = generate(*model, prompt, g);
+    INFO("temperature " << temperature);
+    CHECK(cached.size() == 35);
+    CHECK(cached == uncached);
+  }
+  // A prompt longer than the block is cropped, not refused.
+  const std::vector<std::int64_t> long_prompt(20, 3);
+  CHECK(generate(*model, long_prompt, {.tokens = 2}).size() == 22);
+  REQUIRE_THROWS_WITH(generate(*model, {}, {}), Catch::Contains("prompt"));
+  // pick_token: greedy is argmax, top-1 is argmax at any temperature.
+  const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
+  CHECK(pick_token(logits, {.temperature = 0}, 0.99) == 1);
+  CHECK(pick_token(logits, {.temperature = 5, .top_k = 1}, 0.99) == 1);
+  CHECK(pick_token(logits, {.temperature = 1, .top_k = 2}, 0.999) == 3);
+  CHECK(pick_token(logits, {.temperature = 1}, 0.0) == 0);
+}
+
+TEST_CASE("exact match from one forward pass equals greedy decoding of every answer", "[train]") {
+  TempDir tmp;
+  TrainOptions o = tiny(tmp / "run", "add");
+  o.layers = 2, o.width = 32, o.batch = 32, o.steps = 200, o.warmup = 10, o.eval_interval = 200, o.heldout = 120;
+  train_command(o, null_out());
+  LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
+  Task task({TaskKind::add, 2, o.seed, o.heldout});
+  const EvalResult fast = evaluate(*ck.model, task, 500);
+  std::int64_t exact = 0;
+  const Tokenizer& tok = task.tokenizer();
+  for (const Problem& p : task.heldout()) {
+    const auto seq = generate(*ck.model, tok.encode(p.prompt),
+                              {.tokens = static_cast<std::int64_t>(p.answer.size()), .temperature = 0});
+    exact += tok.decode({seq.begin() + static_cast<std::ptrdiff_t>(p.prompt.size()), seq.end()}) == p.answer;
+  }
+  REQUIRE(fast.accuracy.has_value());
+  CHECK(fast.examples == static_cast<std::int64_t>(task.heldout().size()));
+  CHECK(*fast.accuracy == Approx(static_cast<double>(exact) / task.heldout().size()).margin(1e-12));
+  // Some but not all right after 200 steps (about half), so the comparison means something.
+  CHECK(exact > 0);
+  CHECK(exact < static_cast<std::int64_t>(task.heldout().size()));
+  const EvalSummary e = eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
+  CHECK(e.accuracy == fast.accuracy);
+}
+
+TEST_CASE("attention command draws every head as a causal heat map", "[train]") {
+  TempDir tmp;
+  train_command(tiny(tmp / "run"), null_out());
+  LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
+  const Tensor tokens = from_vector(ck.info.tokenizer.encode("3141="), {1, 5});
+  const auto maps = attention_weights(*ck.model, tokens);
+  REQUIRE(maps.size() == 1);     // layers
+  REQUIRE(maps[0].size() == 2);  // heads
+  for (const auto& head : maps[0]) {
+    REQUIRE(head.size() == 25);
+    for (int q = 0; q < 5; ++q) {
+      double row = 0;
+      for (int k = 0; k < 5; ++k) {
+        row += head[q * 5 + k];
+        if (k > q) CHECK(head[q * 5 + k] == 0.0f);  // causal: no key after the query
+      }
+      CHECK(row == Approx(1.0).epsilon(1e-5));
+    }
+  }
+  const CliResult r = cli({"attention", "--ckpt", tmp / "run/ckpt.safetensors", "--text", "3141=", "--out",
+                           tmp / "att.svg"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const std::string svg = file_text(tmp / "att.svg");
+  CHECK(svg.rfind("<svg", 0) == 0);
+  CHECK_THAT(svg, Catch::Contains("layer 0, head 1"));
+  CHECK(std::count(svg.begin(), svg.end(), '\n') > 50);
+  const CliResult too_long = cli({"attention", "--ckpt", tmp / "run/ckpt.safetensors", "--text",
+                                  std::string(40, '1'), "--out", tmp / "att2.svg"});
+  CHECK(too_long.code != 0);
+  CHECK_THAT(too_long.err, Catch::Contains("[--text]"));
+  CHECK_FALSE(fs::exists(tmp / "att2.svg"));
+}
