@@ -310,7 +310,7 @@ TEST_CASE("dropout mask follows the shared Philox convention, with the right sta
     std::int64_t dropped = 0;
     for (std::size_t i = 0; i < m.size(); ++i) {
       // The convention the fused attention and the CUDA kernels share.
-      const bool drop = philox_uniform(seed, offset, i) < p;
+      const bool drop = philox_uniform(seed, offset, i) < static_cast<float>(p);
       REQUIRE(m[i] == (drop ? 0.0f : keep));
       dropped += m[i] == 0.0f;
     }
@@ -320,6 +320,14 @@ TEST_CASE("dropout mask follows the shared Philox convention, with the right sta
     // The mean of x * mask stays the mean of x: inverted dropout keeps the scale.
     CHECK(std::abs(kernels::sum(mask, {}, false).item() / m.size() - 1.0) < 0.05);
   }
+  // The comparison is made in float32: a p just above a draw u rounds to u
+  // itself, and u < float(p) is false, so that element is kept (the fused
+  // attention and CUDA kernels compare the same way).
+  const float u0 = philox_uniform(9, 0, 0);
+  const double p_above = std::nextafter(static_cast<double>(u0), 1.0);
+  REQUIRE(static_cast<float>(p_above) == u0);
+  CHECK(kernels::dropout_mask({1}, p_above, 9, 0, {DType::f32}).item() != 0.0);
+  CHECK(kernels::dropout_mask({1}, std::nextafter(u0, 1.0f), 9, 0, {DType::f32}).item() == 0.0);
   // float64 masks are the same draws.
   const auto m64 = kernels::dropout_mask({13}, 0.3, 5, 0, {DType::f64}).to_vector<double>();
   const auto m32 = kernels::dropout_mask({13}, 0.3, 5, 0, {DType::f32}).to_vector<float>();
