@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import re
+import statistics
 import sys
 import time
 
@@ -402,6 +403,8 @@ def main():
     parser.add_argument("--benchmark_out", help="write the results here as Google Benchmark JSON")
     parser.add_argument("--benchmark_out_format", default="json", choices=["json"])
     parser.add_argument("--benchmark_min_time", type=float, default=0.5, help="seconds per case without a fixed count")
+    parser.add_argument("--benchmark_repetitions", type=int, default=1,
+                        help="run each case this many times; adds mean and median aggregates, as Google Benchmark")
     parser.add_argument("--benchmark_list_tests", action="store_true")
     args = parser.parse_args()
 
@@ -429,21 +432,35 @@ def main():
         "framework": f"torch {torch.__version__}", "threads": str(torch.get_num_threads()),
     }
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {context['load_avg']}")
-    print(f"{'Benchmark':<48}{'Time':>14}{'Iterations':>12}  Counters")
+    print(f"{'Benchmark':<52}{'Time':>14}{'Iterations':>12}  Counters")
     runs, failed = [], 0
     for name, make in selected:
+        repeats = []
         try:
-            run = run_case(name, make, args.benchmark_min_time)
+            for repetition in range(args.benchmark_repetitions):
+                run = run_case(name, make, args.benchmark_min_time)
+                run.update(repetitions=args.benchmark_repetitions, repetition_index=repetition)
+                repeats.append(run)
+                counters = " ".join(f"{k}={si(run[k])}/s" for k in ("bytes", "flops", "tokens") if k in run)
+                print(f"{run['name']:<52}{run['real_time']:>11.3f} ms{run['iterations']:>12}  {counters}", flush=True)
         except CheckFailed as e:
             failed += 1
             run = {"name": full_name(name, None), "run_name": full_name(name, None), "run_type": "iteration",
                    "error_occurred": True, "error_message": str(e)}
-            print(f"{run['name']:<48} ERROR OCCURRED: '{e}'", flush=True)
+            print(f"{run['name']:<52} ERROR OCCURRED: '{e}'", flush=True)
             runs.append(run)
             continue
-        counters = " ".join(f"{k}={si(run[k])}/s" for k in ("bytes", "flops", "tokens") if k in run)
-        print(f"{run['name']:<48}{run['real_time']:>11.3f} ms{run['iterations']:>12}  {counters}", flush=True)
-        runs.append(run)
+        runs.extend(repeats)
+        if len(repeats) > 1:
+            for aggregate, fn in (("mean", statistics.mean), ("median", statistics.median)):
+                agg = dict(repeats[0], run_type="aggregate", aggregate_name=aggregate,
+                           name=repeats[0]["run_name"] + "_" + aggregate, iterations=len(repeats))
+                agg.pop("repetition_index")
+                for key in ("real_time", "cpu_time", "bytes", "flops", "tokens"):
+                    if key in agg:
+                        agg[key] = fn(r[key] for r in repeats)
+                runs.append(agg)
+                print(f"{agg['name']:<52}{agg['real_time']:>11.3f} ms", flush=True)
     if args.benchmark_out:
         for i, run in enumerate(runs):
             run.setdefault("family_index", i)
