@@ -5,10 +5,15 @@
 //
 // Work is split over (batch, head, query block) in the forward and over
 // (batch, head) in the backward, with parallel_for. No BLAS here: OpenBLAS
-// runs its own threads and must not be called from inside ours. Instead each
-// key block is packed transposed (D, nk), so every inner loop is a
-// contiguous multiply-add the compiler vectorises: scores accumulate over the
-// key index, outputs and gradients over the head dim.
+// runs its own threads and must not be called from inside ours. Instead two
+// hand-written tile loops do all the products: a row against a key (or value)
+// block packed transposed (D, nk), accumulating over the key index, and a
+// weighted sum of rows, accumulating over the head dim. Both are contiguous
+// multiply-adds into register-held chunks that the compiler vectorises; the
+// float32 versions are compiled per SIMD level (AG_SIMD_CLONES) and use the
+// polynomial exp of tensor/cpu/vec_math.h, float64 keeps libm's.
+// Causally hidden blocks are skipped, and rows of the diagonal block stop at
+// their last visible key.
 //
 // Masking: a key is hidden by the causal flag (j > i, top-left aligned as
 // torch's is_causal) or by the boolean mask (true = hidden). A row whose keys
@@ -25,40 +30,24 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
 #include "tensor/rng.h"
+
+// The per-row helpers are forced inline into the per-dtype entry points below,
+// which are compiled once per SIMD level (AG_SIMD_CLONES).
+#if defined(__GNUC__)
+#define AG_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define AG_ALWAYS_INLINE inline
+#endif
 
 namespace attograd::cpu {
 namespace {
 
 constexpr std::int64_t kBlockQ = 64;  // query rows sharing one packed key block
 constexpr std::int64_t kBlockK = 64;  // keys per block
-
-// exp(x) for x <= 0 (every exponent below is a score minus its row max, or minus
-// the row's log-sum-exp), written so the compiler can vectorise the loops that
-// call it: std::exp is an opaque libm call without -ffast-math, which would
-// leave the float32 kernels bound by scalar exp. Cody-Waite reduction
-// x = n ln2 + r, |r| <= ln2/2, then a degree-6 polynomial for e^r (relative
-// error about 2e-7, float32's own rounding), and 2^n built in the exponent bits.
-// float64 keeps std::exp: it is the reference dtype and must stay exact.
-inline float exp_nonpositive(float x) {
-  x = std::max(x, -87.0f);  // below this e^x underflows float32; -inf lands here too
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // ln2 split in two: exact n * hi
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
-  float scale;
-  static_assert(sizeof(scale) == sizeof(bits));
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return x <= -87.0f ? 0.0f : p * scale;
-}
-inline double exp_nonpositive(double x) { return std::exp(x); }
+constexpr std::int64_t kLanes = 16;   // partial sums, so float reductions vectorise without -ffast-math
 
 // One (B, H, T, D) operand read through its strides; the last dim is contiguous.
 template <typename T>
@@ -91,60 +80,188 @@ struct Problem {
   const bool* mask_row(std::int64_t b, std::int64_t h, std::int64_t i) const {
     return mask ? mask + b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] : nullptr;
   }
-  // The dropout factor of weight (b, h, i, j): 0 or 1/(1-p).
-  T dropout_factor(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) const {
-    const std::uint64_t flat = static_cast<std::uint64_t>(((b * H + h) * Tq + i) * Tk + j);
-    return philox_uniform(seed, offset, flat) < static_cast<float>(dropout_p) ? T(0) : keep_scale;
-  }
 };
+
+// z[j] = dropout factor of weight (b, h, i, j0 + j), j < n: 0 when
+// philox_uniform(seed, offset, flat) < p, else 1/(1-p). One Philox call
+// serves the 4 consecutive flat indices that share its counter.
+template <typename T>
+AG_ALWAYS_INLINE void dropout_factors(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i,
+                                      std::int64_t j0, std::int64_t n, T* z) {
+  const std::uint64_t first = static_cast<std::uint64_t>(((b * P.H + h) * P.Tq + i) * P.Tk + j0);
+  const float threshold = static_cast<float>(P.dropout_p);
+  std::int64_t j = 0;
+  while (j < n) {
+    const std::uint64_t flat = first + static_cast<std::uint64_t>(j);
+    const Philox4 bits = philox4x32(P.offset + flat / 4, P.seed);
+    for (std::uint64_t lane = flat % 4; lane < 4 && j < n; ++lane, ++j)
+      z[j] = uniform_from_bits(bits.v[lane]) < threshold ? T(0) : P.keep_scale;
+  }
+}
 
 // Packs keys [j0, j0 + nk) of (b, h) transposed: kT[d * nk + j] = k[j0 + j][d].
 template <typename T>
-void pack_transposed(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
-                     std::int64_t D, T* out) {
+AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t j0,
+                                      std::int64_t nk, std::int64_t D, T* __restrict out) {
   for (std::int64_t j = 0; j < nk; ++j) {
-    const T* row = x.row(b, h, j0 + j);
+    const T* __restrict row = x.row(b, h, j0 + j);
     for (std::int64_t d = 0; d < D; ++d) out[d * nk + j] = row[d];
   }
 }
 
-// s[j] = scale * q_i . k_{j0+j} for the nk keys of a packed block, then -inf
-// where the key is hidden from query i. Returns the row maximum (-inf when
-// every key of the block is hidden).
+// The two tile loops everything below is made of. Each keeps a fixed-width
+// chunk of its outputs in local accumulators (registers) across the whole
+// reduction, so an inner step is one load and one multiply-add per lane,
+// never a load-modify-store of the output. The reduction is split into
+// kSplit interleaved partial sums: one chain of dependent multiply-adds would
+// wait out the FMA latency (4 cycles) at every step.
 template <typename T>
-T score_row(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0, std::int64_t nk,
-            const T* __restrict kT, T* __restrict s) {
-  const T* __restrict qi = P.q.row(b, h, i);
-  std::fill(s, s + nk, T(0));
-  for (std::int64_t d = 0; d < P.D; ++d) {
-    const T qd = qi[d] * P.scale;
-    const T* __restrict kd = kT + d * nk;
-    for (std::int64_t j = 0; j < nk; ++j) s[j] += qd * kd[j];
+constexpr std::int64_t kChunk = 128 / sizeof(T);  // 32 floats, 16 doubles
+constexpr std::int64_t kSplit = 4;
+
+// s[w] = scale * sum_d x[d] * pT[d * ld + w] for a full chunk of W = kChunk
+// columns: every index is a compile-time constant once the w loops unroll,
+// so the partial sums live in registers.
+template <typename T>
+AG_ALWAYS_INLINE void chunk_times_packed(T* __restrict s, const T* __restrict x, const T* __restrict pT,
+                                         std::int64_t ld, std::int64_t D, T scale) {
+  constexpr std::int64_t W = kChunk<T>;
+  T a0[W], a1[W], a2[W], a3[W];
+  for (std::int64_t w = 0; w < W; ++w) a0[w] = a1[w] = a2[w] = a3[w] = T(0);
+  std::int64_t d = 0;
+  for (; d + kSplit <= D; d += kSplit) {
+    const T* __restrict p0 = pT + d * ld;
+    const T x0 = x[d], x1 = x[d + 1], x2 = x[d + 2], x3 = x[d + 3];
+    for (std::int64_t w = 0; w < W; ++w) {
+      a0[w] += x0 * p0[w];
+      a1[w] += x1 * p0[ld + w];
+      a2[w] += x2 * p0[2 * ld + w];
+      a3[w] += x3 * p0[3 * ld + w];
+    }
   }
+  for (; d < D; ++d)
+    for (std::int64_t w = 0; w < W; ++w) a0[w] += x[d] * pT[d * ld + w];
+  for (std::int64_t w = 0; w < W; ++w) s[w] = ((a0[w] + a1[w]) + (a2[w] + a3[w])) * scale;
+}
+
+// s[j] = scale * sum_d x[d] * pT[d * ld + j], for j < n: one row against a packed (D, n) block.
+template <typename T>
+AG_ALWAYS_INLINE void row_times_packed(T* __restrict s, const T* __restrict x, const T* __restrict pT, std::int64_t ld,
+                                       std::int64_t n, std::int64_t D, T scale) {
+  constexpr std::int64_t W = kChunk<T>;
+  std::int64_t j = 0;
+  for (; j + W <= n; j += W) chunk_times_packed(s + j, x, pT + j, ld, D, scale);
+  if (j < n && j + W <= ld) {  // a partial chunk inside the packed block: compute it whole, keep what is asked
+    T chunk[W];
+    chunk_times_packed(chunk, x, pT + j, ld, D, scale);
+    std::copy(chunk, chunk + (n - j), s + j);
+    return;
+  }
+  for (; j < n; ++j) {  // a block narrower than a chunk: one column at a time
+    T acc = 0;
+    for (std::int64_t d = 0; d < D; ++d) acc += x[d] * pT[d * ld + j];
+    s[j] = acc * scale;
+  }
+}
+
+// y[w] += sum_r a[r * a_stride] * x[r * x_stride + w] for a full chunk of W
+// outputs (registers, as above).
+template <typename T>
+AG_ALWAYS_INLINE void accumulate_chunk(T* __restrict y, const T* __restrict a, std::int64_t a_stride,
+                                       const T* __restrict x, std::int64_t x_stride, std::int64_t m) {
+  constexpr std::int64_t W = kChunk<T>;
+  T a0[W], a1[W], a2[W], a3[W];
+  for (std::int64_t w = 0; w < W; ++w) a0[w] = a1[w] = a2[w] = a3[w] = T(0);
+  std::int64_t r = 0;
+  for (; r + kSplit <= m; r += kSplit) {
+    const T c0 = a[r * a_stride], c1 = a[(r + 1) * a_stride], c2 = a[(r + 2) * a_stride], c3 = a[(r + 3) * a_stride];
+    const T* __restrict x0 = x + r * x_stride;
+    for (std::int64_t w = 0; w < W; ++w) {
+      a0[w] += c0 * x0[w];
+      a1[w] += c1 * x0[x_stride + w];
+      a2[w] += c2 * x0[2 * x_stride + w];
+      a3[w] += c3 * x0[3 * x_stride + w];
+    }
+  }
+  for (; r < m; ++r)
+    for (std::int64_t w = 0; w < W; ++w) a0[w] += a[r * a_stride] * x[r * x_stride + w];
+  for (std::int64_t w = 0; w < W; ++w) y[w] += (a0[w] + a1[w]) + (a2[w] + a3[w]);
+}
+
+// y[d] += sum_r a[r * a_stride] * x[r * x_stride + d], for d < n, r < m: a
+// weighted sum of m rows added into one row.
+template <typename T>
+AG_ALWAYS_INLINE void accumulate_rows(T* __restrict y, std::int64_t n, const T* __restrict a, std::int64_t a_stride,
+                                      const T* __restrict x, std::int64_t x_stride, std::int64_t m) {
+  constexpr std::int64_t W = kChunk<T>;
+  std::int64_t d = 0;
+  for (; d + W <= n; d += W) accumulate_chunk(y + d, a, a_stride, x + d, x_stride, m);
+  if (d == n) return;
+  for (std::int64_t r = 0; r < m; ++r) {  // the last partial chunk
+    const T ar = a[r * a_stride];
+    const T* __restrict xr = x + r * x_stride;
+    for (std::int64_t e = d; e < n; ++e) y[e] += ar * xr[e];
+  }
+}
+
+// Scores of query i against the packed key block [j0, j0 + nk): s[j] =
+// scale * q_i . k_{j0+j}, -inf where the key is hidden (causal or masked);
+// keys past the causal end are not computed. Returns the row maximum (-inf
+// when every key of the block is hidden).
+template <typename T>
+AG_ALWAYS_INLINE T score_row(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j0,
+                             std::int64_t nk, const T* __restrict kT, T* __restrict s) {
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t end = std::clamp<std::int64_t>(P.visible_end(i) - j0, 0, nk);
+  row_times_packed(s, P.q.row(b, h, i), kT, nk, end, P.D, P.scale);
   for (std::int64_t j = end; j < nk; ++j) s[j] = neg_inf;
   if (const bool* m = P.mask_row(b, h, i)) {
     const std::int64_t ms = P.mask_strides[3];
-    for (std::int64_t j = 0; j < end; ++j)
-      if (m[(j0 + j) * ms]) s[j] = neg_inf;
+    for (std::int64_t j = 0; j < end; ++j) s[j] = m[(j0 + j) * ms] ? neg_inf : s[j];
   }
+  T lanes[kLanes];
+  for (auto& l : lanes) l = neg_inf;
+  std::int64_t j = 0;
+  for (; j + kLanes <= end; j += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] = s[j + l] > lanes[l] ? s[j + l] : lanes[l];
+  for (std::int64_t l = 0; j < end; ++j, ++l) lanes[l] = s[j] > lanes[l] ? s[j] : lanes[l];
   T mx = neg_inf;
-  for (std::int64_t j = 0; j < end; ++j) mx = std::max(mx, s[j]);
+  for (T l : lanes) mx = l > mx ? l : mx;
   return mx;
+}
+
+// s[j] = exp(s[j] - shift) for j < n (hidden -inf entries become 0); returns their sum.
+template <typename T>
+AG_ALWAYS_INLINE T exp_shifted(T* __restrict s, std::int64_t n, T shift) {
+  T lanes[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      s[j + l] = exp_of(s[j + l] - shift);
+      lanes[l] += s[j + l];
+    }
+  for (std::int64_t l = 0; j < n; ++j, ++l) {
+    s[j] = exp_of(s[j] - shift);
+    lanes[l] += s[j];
+  }
+  T total = 0;
+  for (T l : lanes) total += l;
+  return total;
 }
 
 // Forward over queries [i0, i0 + nq) of (b, h). Per row it keeps a running
 // max m, a running sum l of exp(s - m) and an accumulator of the (dropped)
-// weights times v, rescaled whenever m grows.
+// weights times v, rescaled whenever m grows. Rows of the output are
+// out_row_stride apart. With `w`, also writes the rows' softmax weights
+// (before dropout), recomputed from the final log-sum-exp.
 template <typename T>
-void forward_block(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
-                   T* out_rows, std::int64_t out_row_stride, T* lse_rows) {
+AG_ALWAYS_INLINE void forward_block(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
+                                    std::int64_t nq, T* out_rows, std::int64_t out_row_stride, T* lse_rows, T* w) {
   const std::int64_t D = P.D;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  std::vector<T> kT(D * kBlockK), s(kBlockK);         // (D, nk), (nk)
-  std::vector<T> m(nq, neg_inf), l(nq, T(0));          // (nq)
-  std::vector<T> acc(nq * D, T(0));                     // (nq, D)
+  std::vector<T> kT(D * kBlockK), s(kBlockK), z(kBlockK);  // (D, nk), (nk), (nk)
+  std::vector<T> m(nq, neg_inf), l(nq, T(0));               // (nq)
+  std::vector<T> acc(nq * D, T(0));                          // (nq, D)
   // Causal: keys past the block's last query are hidden from every row, so those key blocks are skipped.
   const std::int64_t key_end = P.visible_end(i0 + nq - 1);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
@@ -156,26 +273,20 @@ void forward_block(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int
       const T block_max = score_row(P, b, h, i, j0, nk, kT.data(), s.data());
       const T m_new = std::max(m[r], block_max);
       if (m_new == neg_inf) continue;  // nothing visible to this row yet
-      T* __restrict a = acc.data() + r * D;
+      T* a = acc.data() + r * D;
       if (m[r] != m_new) {
-        const T correction = exp_nonpositive(m[r] - m_new);  // 0 when m was -inf
+        const T correction = exp_of(m[r] - m_new);  // 0 when m was -inf
         l[r] *= correction;
         for (std::int64_t d = 0; d < D; ++d) a[d] *= correction;
         m[r] = m_new;
       }
-      T row_sum = 0;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        s[j] = exp_nonpositive(s[j] - m_new);  // hidden keys: exp(-inf) = 0
-        row_sum += s[j];
+      const std::int64_t end = std::min(nk, P.visible_end(i) - j0);
+      l[r] += exp_shifted(s.data(), end, m_new);
+      if (P.dropout_p > 0) {
+        dropout_factors(P, b, h, i, j0, end, z.data());
+        for (std::int64_t j = 0; j < end; ++j) s[j] *= z[j];
       }
-      l[r] += row_sum;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        T p = s[j];
-        if (P.dropout_p > 0 && p != T(0)) p *= P.dropout_factor(b, h, i, j0 + j);
-        if (p == T(0)) continue;
-        const T* __restrict vj = P.v.row(b, h, j0 + j);
-        for (std::int64_t d = 0; d < D; ++d) a[d] += p * vj[d];
-      }
+      accumulate_rows(a, D, s.data(), 1, P.v.row(b, h, j0), P.v.st, end);  // a += sum_j p_j v_j
     }
   }
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -189,50 +300,48 @@ void forward_block(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int
     for (std::int64_t d = 0; d < D; ++d) o[d] = acc[r * D + d] * inv;
     lse_rows[r] = m[r] + std::log(l[r]);
   }
-}
-
-// The softmax weights of queries [i0, i0 + nq), recomputed from the
-// log-sum-exp: w[i][j] = exp(s_ij - lse_i), zero where hidden (and on rows
-// with every key hidden).
-template <typename T>
-void weights_block(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
-                   const T* lse_rows, T* w_rows) {
-  const std::int64_t D = P.D, Tk = P.Tk;
-  std::vector<T> kT(D * kBlockK), s(kBlockK);
-  std::fill(w_rows, w_rows + nq * Tk, T(0));
-  const std::int64_t key_end = P.visible_end(i0 + nq - 1);
+  if (!w) return;
+  // The weights w[i][j] = exp(s_ij - lse_i), zero where hidden and on rows with every key hidden.
+  const std::int64_t Tk = P.Tk;
+  std::fill(w, w + nq * Tk, T(0));
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0);
     pack_transposed(P.k, b, h, j0, nk, D, kT.data());
     for (std::int64_t r = 0; r < nq; ++r) {
-      const T lse = lse_rows[r];
-      if (lse == -std::numeric_limits<T>::infinity() || (P.causal && j0 > i0 + r)) continue;
+      if (lse_rows[r] == neg_inf || (P.causal && j0 > i0 + r)) continue;
       score_row(P, b, h, i0 + r, j0, nk, kT.data(), s.data());
-      T* w = w_rows + r * Tk + j0;
-      for (std::int64_t j = 0; j < nk; ++j) w[j] = exp_nonpositive(s[j] - lse);
+      exp_shifted(s.data(), nk, lse_rows[r]);
+      std::copy(s.begin(), s.begin() + nk, w + r * Tk + j0);
     }
   }
 }
 
-// Backward of (b, h), key block by key block (FlashAttention-2's order), with
-// P = exp(s - lse) recomputed and Z the dropout factors:
+// Backward of (b, h), FlashAttention-2's order: for each key block, for each
+// block of queries that can see it, the tiles P = exp(S - lse) (recomputed)
+// and dS are built, then folded into dq, dk, dv. With Z the dropout factors:
 //   forward: o_i = sum_j P_ij Z_ij v_j
 //   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
 //       dS_ij = P_ij (dP_ij - delta_i) with delta_i = sum_j P_ij dP_ij = do_i . o_i;
 //       dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
 // dq, dk, dv of (b, h) are contiguous (T, D) slices owned by this call.
 template <typename T>
-void backward_head(const Problem<T>& P, std::int64_t b, std::int64_t h, const Rows<T>& dout, const Rows<T>& out,
-                   const T* lse, T* dq, T* dk, T* dv) {
+AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, std::int64_t b, std::int64_t h, const Rows<T>& dout,
+                                    const Rows<T>& out, const T* lse, T* dq, T* dk, T* dv) {
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  std::vector<T> kT(D * kBlockK), vT(D * kBlockK), s(kBlockK), dp(kBlockK);
-  std::vector<T> delta(Tq);  // (Tq)
+  std::vector<T> kT(D * kBlockK), vT(D * kBlockK), z(kBlockK);  // (D, nk), (D, nk), (nk)
+  std::vector<T> pz(kBlockQ * kBlockK), ds(kBlockQ * kBlockK);  // (nq, nk) tiles: P Z and scale dS
+  std::vector<T> delta(Tq);                                      // (Tq)
   for (std::int64_t i = 0; i < Tq; ++i) {
-    const T* o = out.row(b, h, i);
-    const T* g = dout.row(b, h, i);
+    const T* __restrict o = out.row(b, h, i);
+    const T* __restrict g = dout.row(b, h, i);
+    T lanes[kLanes] = {};
+    std::int64_t d = 0;
+    for (; d + kLanes <= D; d += kLanes)
+      for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += g[d + l] * o[d + l];
+    for (std::int64_t l = 0; d < D; ++d, ++l) lanes[l] += g[d] * o[d];
     T acc = 0;
-    for (std::int64_t d = 0; d < D; ++d) acc += g[d] * o[d];
+    for (T l : lanes) acc += l;
     delta[i] = acc;
   }
   std::fill(dq, dq + Tq * D, T(0));
@@ -243,35 +352,67 @@ void backward_head(const Problem<T>& P, std::int64_t b, std::int64_t h, const Ro
     pack_transposed(P.k, b, h, j0, nk, D, kT.data());
     pack_transposed(P.v, b, h, j0, nk, D, vT.data());
     // Causal: queries before j0 see none of these keys.
-    for (std::int64_t i = P.causal ? j0 : 0; i < Tq; ++i) {
-      if (lse[i] == neg_inf) continue;  // every key hidden: the row is constant zero, its gradient zero
-      score_row(P, b, h, i, j0, nk, kT.data(), s.data());
-      const T* __restrict g = dout.row(b, h, i);
-      std::fill(dp.begin(), dp.begin() + nk, T(0));
-      for (std::int64_t d = 0; d < D; ++d) {
-        const T gd = g[d];
-        const T* __restrict vd = vT.data() + d * nk;
-        for (std::int64_t j = 0; j < nk; ++j) dp[j] += gd * vd[j];
-      }
-      const T* __restrict qi = P.q.row(b, h, i);
-      T* __restrict dqi = dq + i * D;
-      for (std::int64_t j = 0; j < nk; ++j) {
-        const T p = exp_nonpositive(s[j] - lse[i]);
-        if (p == T(0)) continue;  // hidden (or underflowed): contributes nothing
-        const T z = P.dropout_p > 0 ? P.dropout_factor(b, h, i, j0 + j) : T(1);
-        const T pz = p * z;
-        const T ds = P.scale * p * (dp[j] * z - delta[i]);
-        T* __restrict dvj = dv + (j0 + j) * D;
-        T* __restrict dkj = dk + (j0 + j) * D;
-        const T* __restrict kj = P.k.row(b, h, j0 + j);
-        for (std::int64_t d = 0; d < D; ++d) {
-          dvj[d] += pz * g[d];
-          dkj[d] += ds * qi[d];
-          dqi[d] += ds * kj[d];
+    for (std::int64_t i0 = P.causal ? j0 : 0; i0 < Tq; i0 += kBlockQ) {
+      const std::int64_t nq = std::min(kBlockQ, Tq - i0);
+      for (std::int64_t r = 0; r < nq; ++r) {
+        const std::int64_t i = i0 + r;
+        T* __restrict p = pz.data() + r * nk;
+        T* __restrict dp = ds.data() + r * nk;
+        // Keys [end, nk) are causally hidden from this row: zero in both tiles, never computed.
+        const std::int64_t end = lse[i] == neg_inf ? 0 : std::clamp<std::int64_t>(P.visible_end(i) - j0, 0, nk);
+        std::fill(p + end, p + nk, T(0));
+        std::fill(dp + end, dp + nk, T(0));
+        if (end == 0) continue;  // every key hidden (lse -inf): the row is constant zero, its gradient zero
+        score_row(P, b, h, i, j0, nk, kT.data(), p);
+        exp_shifted(p, end, lse[i]);                                            // P_ij, 0 where hidden
+        row_times_packed(dp, dout.row(b, h, i), vT.data(), nk, end, D, T(1));  // do_i . v_j
+        if (P.dropout_p > 0) {
+          dropout_factors(P, b, h, i, j0, end, z.data());
+          for (std::int64_t j = 0; j < end; ++j) dp[j] *= z[j];  // dP_ij
         }
+        const T di = delta[i];
+        for (std::int64_t j = 0; j < end; ++j) dp[j] = P.scale * p[j] * (dp[j] - di);  // scale dS_ij
+        if (P.dropout_p > 0)
+          for (std::int64_t j = 0; j < end; ++j) p[j] *= z[j];  // P_ij Z_ij
+        accumulate_rows(dq + i * D, D, dp, 1, P.k.row(b, h, j0), P.k.st, end);  // dq_i += sum_j dS_ij k_j
+      }
+      for (std::int64_t j = 0; j < nk; ++j) {
+        // dv_j += sum_i PZ_ij do_i;  dk_j += sum_i dS_ij q_i, over the rows that can see key j.
+        const std::int64_t first = P.causal ? std::clamp<std::int64_t>(j0 + j - i0, 0, nq) : 0;
+        const std::int64_t rows = nq - first;
+        accumulate_rows(dv + (j0 + j) * D, D, pz.data() + first * nk + j, nk, dout.row(b, h, i0 + first), dout.st,
+                        rows);
+        accumulate_rows(dk + (j0 + j) * D, D, ds.data() + first * nk + j, nk, P.q.row(b, h, i0 + first), P.q.st,
+                        rows);
       }
     }
   }
+}
+
+// The per-dtype entry points, each compiled per SIMD level for float32.
+AG_SIMD_CLONES void forward_block_f32(const Problem<float>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
+                                      std::int64_t nq, float* out, std::int64_t out_stride, float* lse, float* w) {
+  forward_block(P, b, h, i0, nq, out, out_stride, lse, w);
+}
+void forward_block_any(const Problem<float>& P, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
+                       float* out, std::int64_t out_stride, float* lse, float* w) {
+  forward_block_f32(P, b, h, i0, nq, out, out_stride, lse, w);
+}
+void forward_block_any(const Problem<double>& P, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
+                       double* out, std::int64_t out_stride, double* lse, double* w) {
+  forward_block(P, b, h, i0, nq, out, out_stride, lse, w);
+}
+AG_SIMD_CLONES void backward_head_f32(const Problem<float>& P, std::int64_t b, std::int64_t h, const Rows<float>& dout,
+                                      const Rows<float>& out, const float* lse, float* dq, float* dk, float* dv) {
+  backward_head(P, b, h, dout, out, lse, dq, dk, dv);
+}
+void backward_head_any(const Problem<float>& P, std::int64_t b, std::int64_t h, const Rows<float>& dout,
+                       const Rows<float>& out, const float* lse, float* dq, float* dk, float* dv) {
+  backward_head_f32(P, b, h, dout, out, lse, dq, dk, dv);
+}
+void backward_head_any(const Problem<double>& P, std::int64_t b, std::int64_t h, const Rows<double>& dout,
+                       const Rows<double>& out, const double* lse, double* dq, double* dk, double* dv) {
+  backward_head(P, b, h, dout, out, lse, dq, dk, dv);
 }
 
 template <typename T>
@@ -315,9 +456,8 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
       for (std::int64_t task = begin; task < end; ++task) {
         const std::int64_t bh = task / blocks, i0 = (task % blocks) * kBlockQ, b = bh / H, h = bh % H;
         const std::int64_t nq = std::min(kBlockQ, Tq - i0);
-        T* lse_rows = lse + bh * Tq + i0;
-        forward_block(P, b, h, i0, nq, out + (b * Tq + i0) * H * D + h * D, H * D, lse_rows);
-        if (w) weights_block(P, b, h, i0, nq, lse_rows, w + (bh * Tq + i0) * Tk);
+        forward_block_any(P, b, h, i0, nq, out + (b * Tq + i0) * H * D + h * D, H * D, lse + bh * Tq + i0,
+                          w ? w + (bh * Tq + i0) * Tk : nullptr);
       }
     });
   });
@@ -339,8 +479,8 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
     T *dq = g.dq.data<T>(), *dk = g.dk.data<T>(), *dv = g.dv.data<T>();
     parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t bh = begin; bh < end; ++bh)
-        backward_head(P, bh / H, bh % H, dout_rows, out_rows, lse_data + bh * Tq, dq + bh * Tq * D,
-                      dk + bh * Tk * D, dv + bh * Tk * D);
+        backward_head_any(P, bh / H, bh % H, dout_rows, out_rows, lse_data + bh * Tq, dq + bh * Tq * D,
+                          dk + bh * Tk * D, dv + bh * Tk * D);
     });
   });
   return g;
