@@ -66,7 +66,9 @@ MultiHeadAttention::MultiHeadAttention(const MultiHeadAttentionConfig& config, G
 Tensor MultiHeadAttention::w_q() const { return narrow(qkv.weight, 0, 0, config_.d_model); }
 Tensor MultiHeadAttention::w_k() const { return narrow(qkv.weight, 0, config_.d_model, config_.d_model); }
 Tensor MultiHeadAttention::w_v() const { return narrow(qkv.weight, 0, 2 * config_.d_model, config_.d_model); }
-Tensor MultiHeadAttention::b_q() const { return qkv.bias.defined() ? narrow(qkv.bias, 0, 0, config_.d_model) : Tensor(); }
+Tensor MultiHeadAttention::b_q() const {
+  return qkv.bias.defined() ? narrow(qkv.bias, 0, 0, config_.d_model) : Tensor();
+}
 Tensor MultiHeadAttention::b_k() const {
   return qkv.bias.defined() ? narrow(qkv.bias, 0, config_.d_model, config_.d_model) : Tensor();
 }

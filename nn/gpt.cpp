@@ -73,7 +73,9 @@ GPT::GPT(const GPTConfig& config)
 void GPT::init_gpt2() {
   NoGradGuard no_grad;
   const double base_std = 0.02, residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-  auto set_normal = [&](const Tensor& t, double s) { kernels::copy_(t, normal(t.sizes(), 0.0, s, t.options(), init_gen_)); };
+  auto set_normal = [&](const Tensor& t, double s) {
+    kernels::copy_(t, normal(t.sizes(), 0.0, s, t.options(), init_gen_));
+  };
   auto init_linear = [&](const Linear& l, double s) {
     set_normal(l.weight, s);
     if (l.bias.defined()) kernels::fill_(l.bias, 0.0);
@@ -94,8 +96,8 @@ Tensor GPT::run(const Tensor& tokens, KVCache* cache) const {
            "tokens must be int64 (B, T), got {}", tokens.defined() ? tokens.str() : "undefined");
   const std::int64_t past = cache ? cache->length() : 0, t = tokens.size(1);
   AG_CHECK(past + t <= config_.block_size, "GPT",
-           "sequence of length {} is longer than the block size {} (the model has no position beyond it){}",
-           past + t, config_.block_size, cache ? fmt::format("; the cache already holds {} tokens", past) : "");
+           "sequence of length {} is longer than the block size {} (the model has no position beyond it){}", past + t,
+           config_.block_size, cache ? fmt::format("; the cache already holds {} tokens", past) : "");
   if (cache)
     AG_CHECK(static_cast<std::int64_t>(cache->layers.size()) == config_.n_layer, "GPT",
              "the cache has {} layers, the model {}", cache->layers.size(), config_.n_layer);

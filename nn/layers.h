@@ -85,7 +85,7 @@ class MLP : public Module {
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
 
-  Linear fc;    // dim -> hidden
+  Linear fc;  // dim -> hidden
   GELU act;
   Linear proj;  // hidden -> dim
 };

@@ -105,8 +105,8 @@ TEST_CASE("attention: a tiny causal MHA matches hand-computed values", "[attenti
   //   row 2: s = [1, 1, 2] / sqrt(2):    w = [0.248255078258, 0.248255078258, 0.503489843485]
   //          out = [2 w0 + 2 w2, w0 + 2 w1 + 2 w2] + b_o = [2.003489843485, 1.251744921742]
   const std::vector<double> expected_out = {2.5, 0.5, 1.839523098653, 0.830238450673, 2.003489843485, 1.251744921742};
-  const std::vector<double> expected_w = {1, 0, 0, 0.669761549327, 0.330238450673, 0,
-                                          0.248255078258, 0.248255078258, 0.503489843485};
+  const std::vector<double> expected_w = {
+      1, 0, 0, 0.669761549327, 0.330238450673, 0, 0.248255078258, 0.248255078258, 0.503489843485};
   for (DType dtype : {DType::f32, DType::f64}) {
     for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
       Generator gen(1);
@@ -134,11 +134,10 @@ TEST_CASE("attention: d_model not divisible by num_heads is an error that says s
                       Catch::Contains("d_model 10 is not divisible by num_heads 3"));
   MultiHeadAttention mha({.d_model = 8, .num_heads = 2}, gen);
   REQUIRE_THROWS_WITH(mha(zeros({2, 3, 6})), Catch::Contains("d_model = 8"));
-  REQUIRE_THROWS_WITH(attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}),
-                                {.mask = zeros({3, 4}, {DType::b8})}),
-                      Catch::Contains("mask [3,4] does not broadcast"));
-  REQUIRE_THROWS_WITH(attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}),
-                                {.mask = zeros({3, 5})}),
+  REQUIRE_THROWS_WITH(
+      attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}), {.mask = zeros({3, 4}, {DType::b8})}),
+      Catch::Contains("mask [3,4] does not broadcast"));
+  REQUIRE_THROWS_WITH(attention(zeros({1, 2, 3, 4}), zeros({1, 2, 5, 4}), zeros({1, 2, 5, 4}), {.mask = zeros({3, 5})}),
                       Catch::Contains("mask must be bool"));
 }
 
@@ -262,7 +261,8 @@ TEST_CASE("attention: gradcheck of the op on odd and transposed shapes", "[atten
                         .impl = impl})
           .out;
     };
-    REQUIRE_GRADCHECK("attention", fn, {leaf({1, 2, 5, 3}, 1), transposed_leaf({1, 2, 7, 3}, 2), leaf({1, 2, 7, 3}, 3)});
+    REQUIRE_GRADCHECK("attention", fn,
+                      {leaf({1, 2, 5, 3}, 1), transposed_leaf({1, 2, 7, 3}, 2), leaf({1, 2, 7, 3}, 3)});
   }
 }
 
@@ -273,14 +273,16 @@ TEST_CASE("attention: gradcheck of MHA over inputs and every parameter", "[atten
     Generator dropout_gen(21);
     const auto mha_owner = make_mha({.d_model = 6, .num_heads = 2, .causal = true, .impl = impl});
     auto& mha = *mha_owner;
-    const auto mha_drop_owner = make_mha({.d_model = 6, .num_heads = 2, .dropout = 0.3, .dropout_generator = &dropout_gen, .impl = impl});
+    const auto mha_drop_owner =
+        make_mha({.d_model = 6, .num_heads = 2, .dropout = 0.3, .dropout_generator = &dropout_gen, .impl = impl});
     auto& mha_drop = *mha_drop_owner;
     const auto mha_cross_owner = make_mha({.d_model = 6, .num_heads = 3, .bias = false, .impl = impl});
     auto& mha_cross = *mha_cross_owner;
     const Tensor x = leaf({2, 5, 6}, 1), memory = leaf({2, 7, 6}, 2);
     const Tensor padding = nn::key_padding_mask({5, 3}, 5), memory_padding = nn::key_padding_mask({7, 4}, 7);
     DYNAMIC_SECTION("self, causal " << int(impl)) {
-      REQUIRE_GRADCHECK("mha self", Fn([&](const std::vector<Tensor>& in) { return mha(in[0]); }), with_params({x}, mha));
+      REQUIRE_GRADCHECK("mha self", Fn([&](const std::vector<Tensor>& in) { return mha(in[0]); }),
+                        with_params({x}, mha));
     }
     DYNAMIC_SECTION("self, causal, key padding " << int(impl)) {
       REQUIRE_GRADCHECK("mha self masked", Fn([&](const std::vector<Tensor>& in) { return mha(in[0], padding); }),

@@ -48,11 +48,21 @@ TEST_CASE("nn: parameters carry hierarchical names in registration order", "[nn]
   CHECK(names_of(pair) == std::vector<std::string>{"scale", "first.weight", "first.bias", "second.weight"});
   const nn::GPT gpt(tiny_config());
   const auto names = names_of(gpt);
-  const std::vector<std::string> expected_start = {
-      "wte.weight",           "wpe.weight",           "blocks.0.ln_1.weight",          "blocks.0.ln_1.bias",
-      "blocks.0.attn.qkv.weight", "blocks.0.attn.qkv.bias", "blocks.0.attn.out_proj.weight", "blocks.0.attn.out_proj.bias",
-      "blocks.0.ln_2.weight", "blocks.0.ln_2.bias",   "blocks.0.mlp.fc.weight",        "blocks.0.mlp.fc.bias",
-      "blocks.0.mlp.proj.weight", "blocks.0.mlp.proj.bias", "blocks.1.ln_1.weight"};
+  const std::vector<std::string> expected_start = {"wte.weight",
+                                                   "wpe.weight",
+                                                   "blocks.0.ln_1.weight",
+                                                   "blocks.0.ln_1.bias",
+                                                   "blocks.0.attn.qkv.weight",
+                                                   "blocks.0.attn.qkv.bias",
+                                                   "blocks.0.attn.out_proj.weight",
+                                                   "blocks.0.attn.out_proj.bias",
+                                                   "blocks.0.ln_2.weight",
+                                                   "blocks.0.ln_2.bias",
+                                                   "blocks.0.mlp.fc.weight",
+                                                   "blocks.0.mlp.fc.bias",
+                                                   "blocks.0.mlp.proj.weight",
+                                                   "blocks.0.mlp.proj.bias",
+                                                   "blocks.1.ln_1.weight"};
   REQUIRE(names.size() > expected_start.size());
   CHECK(std::vector<std::string>(names.begin(), names.begin() + expected_start.size()) == expected_start);
   CHECK(names.back() == "ln_f.bias");  // tied: no lm_head.weight
@@ -276,7 +286,8 @@ TEST_CASE("nn: AdamW float32 fused step equals the float64 one", "[nn][optimizer
   const Tensor start = kernels::clone(p64);
   p64.set_requires_grad(true);
   p32.set_requires_grad(true);
-  train::AdamW a({{"p", p64, true}}, {.lr = 0.01, .weight_decay = 0.1}), b({{"p", p32, true}}, {.lr = 0.01, .weight_decay = 0.1});
+  train::AdamW a({{"p", p64, true}}, {.lr = 0.01, .weight_decay = 0.1}),
+      b({{"p", p32, true}}, {.lr = 0.01, .weight_decay = 0.1});
   for (int i = 0; i < 3; ++i) {
     p64.set_grad(g64);
     p32.set_grad(g32);

@@ -24,8 +24,7 @@ void Optimizer::zero_grad() {
 namespace {
 
 // Copies saved[prefix + name] into `buffer` (allocating it like `param` when undefined).
-void restore(const std::map<std::string, Tensor>& saved, const std::string& key, const Tensor& param,
-             Tensor& buffer) {
+void restore(const std::map<std::string, Tensor>& saved, const std::string& key, const Tensor& param, Tensor& buffer) {
   auto it = saved.find(key);
   AG_CHECK(it != saved.end(), "optimizer", "state has no entry '{}'", key);
   AG_CHECK(it->second.sizes() == param.sizes(), "optimizer", "state '{}' is {}, the parameter {}", key,

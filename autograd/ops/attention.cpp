@@ -39,8 +39,7 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);  // (B, H, Tq, Tk)
   Tensor hidden;  // bool, broadcastable to (B, H, Tq, Tk): causal or masked
   if (o.causal) hidden = causal_mask(Tq, Tk);
-  if (o.mask.defined())
-    hidden = hidden.defined() ? kernels::where(o.mask, full({}, 1, {DType::b8}), hidden) : o.mask;
+  if (o.mask.defined()) hidden = hidden.defined() ? kernels::where(o.mask, full({}, 1, {DType::b8}), hidden) : o.mask;
   Tensor all_hidden;  // (..., Tq, 1): rows with no visible key
   if (hidden.defined()) {
     // softmax of a row of -inf is 0/0. Such rows are unhidden for the softmax
@@ -54,8 +53,7 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   Tensor weights = softmax(scores, -1);  // (B, H, Tq, Tk)
   if (all_hidden.defined()) weights = masked_fill(weights, all_hidden, 0.0);
   Tensor dropped = weights;
-  if (dropout_on)
-    dropped = mul(weights, kernels::dropout_mask({B, H, Tq, Tk}, o.dropout_p, seed, offset, q.options()));
+  if (dropout_on) dropped = mul(weights, kernels::dropout_mask({B, H, Tq, Tk}, o.dropout_p, seed, offset, q.options()));
   AttentionOutput result;
   result.out = matmul(dropped, v);  // (B, H, Tq, D)
   if (o.return_weights) result.weights = weights.detach();

@@ -260,8 +260,8 @@ AG_ALWAYS_INLINE void forward_block(const Problem<T>& P, std::int64_t b, std::in
   const std::int64_t D = P.D;
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> kT(D * kBlockK), s(kBlockK), z(kBlockK);  // (D, nk), (nk), (nk)
-  std::vector<T> m(nq, neg_inf), l(nq, T(0));               // (nq)
-  std::vector<T> acc(nq * D, T(0));                          // (nq, D)
+  std::vector<T> m(nq, neg_inf), l(nq, T(0));              // (nq)
+  std::vector<T> acc(nq * D, T(0));                        // (nq, D)
   // Causal: keys past the block's last query are hidden from every row, so those key blocks are skipped.
   const std::int64_t key_end = P.visible_end(i0 + nq - 1);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
@@ -331,7 +331,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, std::int64_t b, std::in
   const T neg_inf = -std::numeric_limits<T>::infinity();
   std::vector<T> kT(D * kBlockK), vT(D * kBlockK), z(kBlockK);  // (D, nk), (D, nk), (nk)
   std::vector<T> pz(kBlockQ * kBlockK), ds(kBlockQ * kBlockK);  // (nq, nk) tiles: P Z and scale dS
-  std::vector<T> delta(Tq);                                      // (Tq)
+  std::vector<T> delta(Tq);                                     // (Tq)
   for (std::int64_t i = 0; i < Tq; ++i) {
     const T* __restrict o = out.row(b, h, i);
     const T* __restrict g = dout.row(b, h, i);
@@ -364,7 +364,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, std::int64_t b, std::in
         std::fill(dp + end, dp + nk, T(0));
         if (end == 0) continue;  // every key hidden (lse -inf): the row is constant zero, its gradient zero
         score_row(P, b, h, i, j0, nk, kT.data(), p);
-        exp_shifted(p, end, lse[i]);                                            // P_ij, 0 where hidden
+        exp_shifted(p, end, lse[i]);                                           // P_ij, 0 where hidden
         row_times_packed(dp, dout.row(b, h, i), vT.data(), nk, end, D, T(1));  // do_i . v_j
         if (P.dropout_p > 0) {
           dropout_factors(P, b, h, i, j0, end, z.data());
@@ -373,7 +373,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, std::int64_t b, std::in
         const T di = delta[i];
         for (std::int64_t j = 0; j < end; ++j) dp[j] = P.scale * p[j] * (dp[j] - di);  // scale dS_ij
         if (P.dropout_p > 0)
-          for (std::int64_t j = 0; j < end; ++j) p[j] *= z[j];  // P_ij Z_ij
+          for (std::int64_t j = 0; j < end; ++j) p[j] *= z[j];                  // P_ij Z_ij
         accumulate_rows(dq + i * D, D, dp, 1, P.k.row(b, h, j0), P.k.st, end);  // dq_i += sum_j dS_ij k_j
       }
       for (std::int64_t j = 0; j < nk; ++j) {
@@ -382,8 +382,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, std::int64_t b, std::in
         const std::int64_t rows = nq - first;
         accumulate_rows(dv + (j0 + j) * D, D, pz.data() + first * nk + j, nk, dout.row(b, h, i0 + first), dout.st,
                         rows);
-        accumulate_rows(dk + (j0 + j) * D, D, ds.data() + first * nk + j, nk, P.q.row(b, h, i0 + first), P.q.st,
-                        rows);
+        accumulate_rows(dk + (j0 + j) * D, D, ds.data() + first * nk + j, nk, P.q.row(b, h, i0 + first), P.q.st, rows);
       }
     }
   }
@@ -418,8 +417,8 @@ void backward_head_any(const Problem<double>& P, std::int64_t b, std::int64_t h,
 template <typename T>
 Problem<T> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                         const kernels::AttentionKernelOptions& o) {
-  Problem<T> P{rows_of<T>(q), rows_of<T>(k), rows_of<T>(v), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3),
-               static_cast<T>(o.scale), o.causal};
+  Problem<T> P{rows_of<T>(q), rows_of<T>(k), rows_of<T>(v),           q.size(0), q.size(1), q.size(2),
+               k.size(2),     q.size(3),     static_cast<T>(o.scale), o.causal};
   if (mask.defined()) {
     P.mask = mask.data<bool>();
     const auto strides = broadcast_strides(mask.sizes(), mask.strides(), {P.B, P.H, P.Tq, P.Tk});
