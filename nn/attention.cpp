@@ -145,7 +145,7 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
       bool* p = hidden.data<bool>();
       for (std::int64_t i = 0; i < n; ++i)
         for (std::int64_t j = 0; j < past + n; ++j) p[i * (past + n) + j] = j > past + i;
-      attend.mask = hidden;
+      attend.mask = kernels::to_device(hidden, query.device());
     }
     attend.causal = false;
   }

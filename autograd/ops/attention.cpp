@@ -14,14 +14,14 @@
 namespace attograd {
 namespace {
 
-// The causal pattern as a bool (Tq, Tk) matrix, true above the diagonal (hidden).
-// Only the composed path materialises it.
-Tensor causal_mask(std::int64_t tq, std::int64_t tk) {
+// The causal pattern as a bool (Tq, Tk) matrix on `device`, true above the
+// diagonal (hidden). Only the composed path materialises it.
+Tensor causal_mask(std::int64_t tq, std::int64_t tk, Device device) {
   Tensor m = empty({tq, tk}, {DType::b8});
   bool* p = m.data<bool>();
   for (std::int64_t i = 0; i < tq; ++i)
     for (std::int64_t j = 0; j < tk; ++j) p[i * tk + j] = j > i;
-  return m;
+  return kernels::to_device(m, device);
 }
 
 // Whether `from` broadcasts to exactly `to` (NumPy rules, `to` unchanged).
@@ -38,8 +38,8 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2);
   Tensor scores = mul(matmul(q, transpose(k, -2, -1)), scale);  // (B, H, Tq, Tk)
   Tensor hidden;  // bool, broadcastable to (B, H, Tq, Tk): causal or masked
-  if (o.causal) hidden = causal_mask(Tq, Tk);
-  if (o.mask.defined()) hidden = hidden.defined() ? kernels::where(o.mask, full({}, 1, {DType::b8}), hidden) : o.mask;
+  if (o.causal) hidden = causal_mask(Tq, Tk, q.device());
+  if (o.mask.defined()) hidden = hidden.defined() ? kernels::where(o.mask, full({}, 1, {DType::b8, q.device()}), hidden) : o.mask;
   Tensor all_hidden;  // (..., Tq, 1): rows with no visible key
   if (hidden.defined()) {
     // softmax of a row of -inf is 0/0. Such rows are unhidden for the softmax
@@ -47,7 +47,7 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
     const Tensor hidden_count = kernels::sum(kernels::cast(hidden, q.dtype()), {static_cast<int>(hidden.dim()) - 1},
                                              /*keepdim=*/true);
     all_hidden = kernels::binary(kernels::Binary::eq, hidden_count, full({}, static_cast<double>(Tk), q.options()));
-    hidden = kernels::where(all_hidden, full({}, 0, {DType::b8}), hidden);
+    hidden = kernels::where(all_hidden, full({}, 0, {DType::b8, q.device()}), hidden);
     scores = masked_fill(scores, hidden, -std::numeric_limits<double>::infinity());
   }
   Tensor weights = softmax(scores, -1);  // (B, H, Tq, Tk)
