@@ -101,7 +101,8 @@ Tensor GPT::run(const Tensor& tokens, KVCache* cache) const {
   if (cache)
     AG_CHECK(static_cast<std::int64_t>(cache->layers.size()) == config_.n_layer, "GPT",
              "the cache has {} layers, the model {}", cache->layers.size(), config_.n_layer);
-  const Tensor positions = arange(static_cast<double>(past), static_cast<double>(past + t), 1, {DType::i64, tokens.device()});
+  const Tensor positions =
+      arange(static_cast<double>(past), static_cast<double>(past + t), 1, {DType::i64, tokens.device()});
   Tensor x = drop(wte(tokens) + wpe(positions));  // (B, T, C) + (T, C)
   for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i].forward(x, cache ? &cache->layers[i] : nullptr);
   x = ln_f(x);
