@@ -17,5 +17,7 @@ void copy_host_to_device(void*, const void*, std::size_t, int) { no_cuda("to(cud
 void copy_device_to_host(void*, const void*, std::size_t, int) { no_cuda("to(cpu)"); }
 void copy_device_to_device(void*, const void*, std::size_t, int) { no_cuda("cuda copy"); }
 void synchronize(int) {}
+MemoryStats memory_stats(int) { return {}; }
+void release_cached(int) {}
 
 }  // namespace attograd::cuda

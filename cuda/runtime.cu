@@ -1,10 +1,12 @@
-// Device memory and copies for attograd. One stream per device; copies are
-// issued on it and synchronised before returning host-visible data.
+// Device count, streams and copies for attograd. One stream per device; copies
+// are issued on it and synchronised before returning host-visible data.
+// Device memory itself is in cuda/allocator.cu.
 #include <mutex>
 #include <vector>
 
 #include "cuda/check.h"
 #include "cuda/runtime.h"
+#include "cuda/stream.h"
 
 namespace attograd::cuda {
 
@@ -24,52 +26,33 @@ int device_count() {
 }
 
 cudaStream_t stream(int device) {
+  AG_CHECK(device >= 0 && device < device_count(), "cuda", "no CUDA device {} ({} present)", device, device_count());
   static std::mutex mutex;
   static std::vector<cudaStream_t> streams;
+  CUDA_CHECK(cudaSetDevice(device));
   std::lock_guard lock(mutex);
   if (streams.empty()) streams.assign(device_count(), nullptr);
-  if (!streams[device]) {
-    CUDA_CHECK(cudaSetDevice(device));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
-  }
+  if (!streams[device]) CUDA_CHECK(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking));
   return streams[device];
 }
 
-void* device_malloc(std::size_t nbytes, int device) {
-  AG_CHECK(device >= 0 && device < device_count(), "cuda malloc", "no CUDA device {} ({} present)", device,
-           device_count());
-  CUDA_CHECK(cudaSetDevice(device));
-  void* p = nullptr;
-  CUDA_CHECK(cudaMalloc(&p, std::max<std::size_t>(nbytes, 1)));
-  return p;
-}
-
-void device_free(void* ptr, std::size_t, int device) {
-  if (!ptr) return;
-  cudaSetDevice(device);
-  cudaFree(ptr);  // never throws from a destructor path
-}
-
 void copy_host_to_device(void* dst, const void* src, std::size_t nbytes, int device) {
-  CUDA_CHECK(cudaSetDevice(device));
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, stream(device)));
-  CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  const cudaStream_t s = stream(device);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, s));
+  // The host buffer may be freed as soon as we return: wait for the copy.
+  CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int device) {
-  CUDA_CHECK(cudaSetDevice(device));
-  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, stream(device)));
-  CUDA_CHECK(cudaStreamSynchronize(stream(device)));
+  const cudaStream_t s = stream(device);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device) {
-  CUDA_CHECK(cudaSetDevice(device));
   CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, stream(device)));
 }
 
-void synchronize(int device) {
-  CUDA_CHECK(cudaSetDevice(device));
-  CUDA_CHECK(cudaStreamSynchronize(stream(device)));
-}
+void synchronize(int device) { CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
 
 }  // namespace attograd::cuda

@@ -4,14 +4,29 @@
 // no_cuda.cpp otherwise, where every entry point throws
 // "[op] has no CUDA implementation in this build" (device_count() returns 0).
 #include <cstddef>
+#include <cstdint>
 
 namespace attograd::cuda {
 
 bool built_with_cuda();
 int device_count();  // 0 when built without CUDA or when no GPU is present
 
+// Device memory comes from a caching allocator (cuda/allocator.cu): freed blocks
+// wait in free lists keyed by their rounded size, so a training step that asks
+// for the same sizes every iteration calls cudaMalloc only during its first one.
 void* device_malloc(std::size_t nbytes, int device);
 void device_free(void* ptr, std::size_t nbytes, int device);
+
+struct MemoryStats {
+  std::size_t allocated = 0;      // bytes in blocks handed out and not yet freed
+  std::size_t cached = 0;         // bytes in free blocks kept for reuse
+  std::size_t peak = 0;           // the most `allocated` has been
+  std::uint64_t cuda_mallocs = 0; // requests that went to cudaMalloc
+  std::uint64_t reuses = 0;       // requests served from the free lists
+};
+MemoryStats memory_stats(int device);  // all zero without CUDA
+void release_cached(int device);       // cudaFree every cached block of `device`
+
 void copy_host_to_device(void* dst, const void* src, std::size_t nbytes, int device);
 void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device);

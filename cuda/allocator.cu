@@ -1,0 +1,133 @@
+// A caching allocator for device memory. cudaMalloc and cudaFree cost tens of
+// microseconds and cudaFree synchronises the whole device, so freed blocks are
+// kept in free lists keyed by their rounded size and handed out again: after
+// the first training step every request is a reuse. (PyTorch's allocator also
+// splits and merges blocks; exact size classes are enough for a training loop
+// that repeats the same shapes, and much shorter to read.)
+//
+// Reuse is safe without events because all work on a device runs on its one
+// stream (cuda/stream.h): a kernel that still reads a freed block was queued
+// before any kernel that the block's next owner queues.
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "cuda/check.h"
+#include "cuda/runtime.h"
+
+namespace attograd::cuda {
+namespace {
+
+// Small blocks round up to 512 bytes, large ones to 2 MiB: a few size classes
+// cover the shapes of a model, and a large block wastes at most 2 MiB.
+std::size_t round_size(std::size_t nbytes) {
+  constexpr std::size_t kSmall = 512, kLarge = std::size_t(2) << 20, kLargeFrom = std::size_t(1) << 20;
+  if (nbytes < kLargeFrom) return (std::max<std::size_t>(nbytes, 1) + kSmall - 1) / kSmall * kSmall;
+  return (nbytes + kLarge - 1) / kLarge * kLarge;
+}
+
+class DeviceCache {
+ public:
+  explicit DeviceCache(int device) : device_(device) {}
+
+  void* get(std::size_t nbytes) {
+    const std::size_t size = round_size(nbytes);
+    std::lock_guard lock(mutex_);
+    void* p = nullptr;
+    auto it = free_.find(size);
+    if (it != free_.end() && !it->second.empty()) {
+      p = it->second.back();
+      it->second.pop_back();
+      stats_.cached -= size;
+      ++stats_.reuses;
+    } else {
+      p = fresh(size);
+      ++stats_.cuda_mallocs;
+    }
+    stats_.allocated += size;
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
+    return p;
+  }
+
+  void put(void* p, std::size_t nbytes) {
+    const std::size_t size = round_size(nbytes);
+    std::lock_guard lock(mutex_);
+    stats_.allocated -= size;
+    stats_.cached += size;
+    free_[size].push_back(p);
+  }
+
+  void release() {
+    std::lock_guard lock(mutex_);
+    release_locked();
+  }
+
+  MemoryStats stats() {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  // cudaMalloc, and on failure once more after giving every cached block back.
+  void* fresh(std::size_t size) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    cudaError_t status = cudaMalloc(&p, size);
+    if (status == cudaErrorMemoryAllocation && stats_.cached > 0) {
+      cudaGetLastError();  // clear it before retrying
+      release_locked();
+      status = cudaMalloc(&p, size);
+    }
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      fail("cuda malloc", "out of memory allocating {} bytes on cuda:{} ({} bytes in use, peak {})", size, device_,
+           stats_.allocated, stats_.peak);
+    }
+    CUDA_CHECK(status);
+    return p;
+  }
+
+  void release_locked() {
+    CUDA_CHECK(cudaSetDevice(device_));
+    // cudaFree waits for the device, so no queued kernel can still be using a block.
+    for (auto& [size, blocks] : free_)
+      for (void* p : blocks) CUDA_CHECK(cudaFree(p));
+    free_.clear();
+    stats_.cached = 0;
+  }
+
+  const int device_;
+  std::mutex mutex_;
+  std::map<std::size_t, std::vector<void*>> free_;  // rounded size -> free blocks
+  MemoryStats stats_;
+};
+
+DeviceCache& cache(int device) {
+  // Leaked on purpose: tensors may be destroyed during static destruction,
+  // after the CUDA runtime is gone; returning a block to a list is still safe then.
+  static const std::vector<DeviceCache*> caches = [] {
+    std::vector<DeviceCache*> all;
+    for (int d = 0; d < device_count(); ++d) all.push_back(new DeviceCache(d));
+    return all;
+  }();
+  AG_CHECK(device >= 0 && device < static_cast<int>(caches.size()), "cuda malloc", "no CUDA device {} ({} present)",
+           device, caches.size());
+  return *caches[device];
+}
+
+}  // namespace
+
+void* device_malloc(std::size_t nbytes, int device) { return cache(device).get(nbytes); }
+
+void device_free(void* ptr, std::size_t nbytes, int device) {
+  if (ptr) cache(device).put(ptr, nbytes);
+}
+
+MemoryStats memory_stats(int device) {
+  if (device < 0 || device >= device_count()) return {};
+  return cache(device).stats();
+}
+
+void release_cached(int device) { cache(device).release(); }
+
+}  // namespace attograd::cuda
