@@ -1,0 +1,467 @@
+// Fused attention, flash-attention style (Dao et al. 2022; the backward in
+// FlashAttention-2's order), float32: softmax(scale q k^T, hiding masked keys)
+// (with dropout) @ v, computed tile by tile with an online softmax, so no
+// (Tq, Tk) matrix ever exists in device memory unless the weights are asked
+// for. The forward saves one log-sum-exp per query row; the backward
+// recomputes the probabilities from it. The math, masking, dropout stream and
+// the all-hidden-row convention are tensor/cpu/attention.cpp's; read that file
+// first, this one adds only the GPU's division of work:
+//
+//  - forward: a block of 4 warps owns 16 query rows of one (b, h), each warp 4
+//    rows. Key and value tiles of 32 rows pass through shared memory; lane j
+//    scores key j against the warp's 4 queries, the row max and sum are warp
+//    shuffles, and each lane accumulates the output dims d = lane + 32 t.
+//  - backward: delta_i = do_i . o_i first; then one kernel owns 16 keys per
+//    block and sweeps the query tiles (accumulating dk, dv), another owns 16
+//    queries and sweeps the key tiles (accumulating dq). Each recomputes the
+//    probabilities; neither needs atomics, so results are deterministic and
+//    racecheck has nothing to report.
+// Causal tiles that are entirely hidden are never visited. Head dims up to
+// 128 are supported (kernels templated on the next of 32, 64, 128).
+#include <cstdint>
+
+#include "cuda/buffer.h"
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+#include "tensor/rng.h"
+
+namespace attograd::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = kWarps * kWarp;
+constexpr int kRows = 4;                   // query (or key) rows per warp
+constexpr int kBlockRows = kWarps * kRows; // 16 rows owned by a block
+constexpr int kTile = 32;                  // rows per streamed tile: one per lane
+
+__device__ __forceinline__ const float* row_of(const AttentionRows& x, std::int64_t b, std::int64_t h,
+                                               std::int64_t t) {
+  return x.data + b * x.sb + h * x.sh + t * x.st;
+}
+
+// Key j is hidden from query i: out of range, in the causal future, or masked.
+__device__ __forceinline__ bool hidden(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i,
+                                       std::int64_t j) {
+  if (i >= p.Tq || j >= p.Tk || (p.causal && j > i)) return true;
+  return p.mask &&
+         p.mask[b * p.mask_strides[0] + h * p.mask_strides[1] + i * p.mask_strides[2] + j * p.mask_strides[3]];
+}
+
+// The dropout factor of weight (b, h, i, j): 0 or 1 / (1 - p), from the flat
+// index of the weight in a contiguous (B, H, Tq, Tk) tensor.
+__device__ __forceinline__ float dropout_factor(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                                                std::int64_t i, std::int64_t j) {
+  const auto flat = static_cast<std::uint64_t>(((b * p.H + h) * p.Tq + i) * p.Tk + j);
+  return philox_uniform(p.seed, p.offset, flat) < p.dropout_threshold ? 0.0f : p.keep_scale;
+}
+
+// Copies rows [t0, t0 + count) of (b, h) into shared memory with row pitch
+// `pitch`, zero beyond the tensor's rows and beyond D, and multiplied by `factor`.
+template <int DMax>
+__device__ __forceinline__ void load_rows(float* dst, int pitch, const AttentionRows& x, std::int64_t b,
+                                          std::int64_t h, std::int64_t t0, int count, std::int64_t T, std::int64_t D,
+                                          float factor = 1.0f) {
+  for (int e = threadIdx.x; e < count * DMax; e += kBlockThreads) {
+    const int r = e / DMax, d = e % DMax;
+    dst[r * pitch + d] = t0 + r < T && d < D ? row_of(x, b, h, t0 + r)[d] * factor : 0.0f;
+  }
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+template <int DMax>
+constexpr std::size_t forward_smem() {
+  return sizeof(float) * (kBlockRows * DMax + kTile * (DMax + 1) + kTile * DMax);
+}
+
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_kernel(AttentionProblem p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                             std::int64_t out_st, float* lse) {
+  constexpr int kPerLane = DMax / kWarp;
+  extern __shared__ float smem[];
+  float* qs = smem;                       // (16, DMax): the block's queries, times scale
+  float* ks = qs + kBlockRows * DMax;     // (32, DMax + 1): padded, lane j reads row j
+  float* vs = ks + kTile * (DMax + 1);    // (32, DMax)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows;
+  const float neg_inf = -INFINITY;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();  // the previous (b, h) is done with shared memory
+    load_rows<DMax>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+
+    float o[kRows][kPerLane] = {};  // running sum of p v over the keys so far, rows of this warp
+    float m[kRows], l[kRows];       // running max and running sum of exp(s - m)
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) m[rr] = neg_inf, l[rr] = 0.0f;
+
+    // Causal: keys past the block's last query are hidden from every row.
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+      __syncthreads();  // everyone is done with the previous tile
+      load_rows<DMax>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax>(vs, DMax, p.v, b, h, j0, kTile, p.Tk, p.D);
+      __syncthreads();
+
+      // s[rr] = scale q_i . k_j for this lane's key j and the warp's rows i.
+      float s[kRows] = {};
+      const float* kj = ks + lane * (DMax + 1);
+      for (int d = 0; d < p.D; ++d) {
+        const float kd = kj[d];
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) s[rr] += qs[(warp * kRows + rr) * DMax + d] * kd;
+      }
+      const std::int64_t j = j0 + lane;
+      float pd[kRows];  // this lane's weight for each row, after dropout
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        const std::int64_t i = i0 + warp * kRows + rr;
+        const float sv = hidden(p, b, h, i, j) ? neg_inf : s[rr];
+        const float m_new = fmaxf(m[rr], warp_reduce(sv, MaxOp{}));
+        pd[rr] = 0.0f;
+        if (m_new == neg_inf) continue;  // nothing visible to this row yet (warp-uniform)
+        const float correction = expf(m[rr] - m_new);  // 0 while m was -inf
+        const float e = expf(sv - m_new);              // 0 for hidden keys
+        l[rr] = l[rr] * correction + warp_reduce(e, SumOp{});
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) o[rr][t] *= correction;
+        m[rr] = m_new;
+        pd[rr] = p.dropout_threshold > 0 && e != 0.0f ? e * dropout_factor(p, b, h, i, j) : e;
+      }
+      // o_i += sum_j p_ij v_j: key j's weight comes from lane j by shuffle.
+      for (int jj = 0; jj < kTile; ++jj) {
+        float vj[kPerLane];
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) vj[t] = vs[jj * DMax + lane + kWarp * t];
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) {
+          const float w = __shfl_sync(kFullMask, pd[rr], jj);
+#pragma unroll
+          for (int t = 0; t < kPerLane; ++t) o[rr][t] += w * vj[t];
+        }
+      }
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      const std::int64_t i = i0 + warp * kRows + rr;
+      if (i >= p.Tq) continue;
+      float* orow = out + b * out_sb + h * out_sh + i * out_st;
+      const bool none_visible = l[rr] == 0.0f;  // every key hidden: zeros, not 0/0
+      const float inv = none_visible ? 0.0f : 1.0f / l[rr];
+#pragma unroll
+      for (int t = 0; t < kPerLane; ++t) {
+        const int d = lane + kWarp * t;
+        if (d < p.D) orow[d] = o[rr][t] * inv;
+      }
+      if (lane == 0) lse[bh * p.Tq + i] = none_visible ? neg_inf : m[rr] + logf(l[rr]);
+    }
+  }
+}
+
+// The softmax weights, recomputed from the log-sum-exp: w_ij = exp(s_ij - lse_i),
+// zero where hidden and on rows with every key hidden. A block per query row.
+__global__ void attention_weights_kernel(AttentionProblem p, const float* lse, float* weights) {
+  const std::int64_t rows = p.B * p.H * p.Tq;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
+    const float l = lse[row];
+    const float* qi = row_of(p.q, b, h, i);
+    for (std::int64_t j = threadIdx.x; j < p.Tk; j += blockDim.x) {
+      float w = 0.0f;
+      if (l != -INFINITY && !hidden(p, b, h, i, j)) {
+        const float* kj = row_of(p.k, b, h, j);
+        float s = 0.0f;
+        for (int d = 0; d < p.D; ++d) s += qi[d] * p.scale * kj[d];
+        w = expf(s - l);
+      }
+      weights[row * p.Tk + j] = w;
+    }
+  }
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+// delta_i = do_i . o_i = sum_j P_ij dP_ij: a warp per row.
+__global__ void attention_delta_kernel(AttentionProblem p, AttentionRows dout, AttentionRows out, float* delta) {
+  const std::int64_t rows = p.B * p.H * p.Tq;
+  const int lane = threadIdx.x % kWarp;
+  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / kWarp);
+  for (std::int64_t row = global_thread() / kWarp; row < rows; row += warps) {
+    const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
+    const float *g = row_of(dout, b, h, i), *o = row_of(out, b, h, i);
+    float acc = 0.0f;
+    for (std::int64_t d = lane; d < p.D; d += kWarp) acc += g[d] * o[d];
+    acc = warp_reduce(acc, SumOp{});
+    if (lane == 0) delta[row] = acc;
+  }
+}
+
+// With P = exp(s - lse) recomputed and Z the dropout factors:
+//   forward: o_i = sum_j P_ij Z_ij v_j
+//   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
+//       dS_ij = P_ij (dP_ij - delta_i);  dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
+// `Scores` computes, for this lane's query (dkdv) or key (dq) and the warp's 4
+// keys (or queries), the probability P Z and the scaled dS of each pair.
+struct PairGrads {
+  float pz, ds;  // P_ij Z_ij and scale * dS_ij
+};
+__device__ __forceinline__ PairGrads pair_grads(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                                               std::int64_t i, std::int64_t j, float s, float dpv, float lse_i,
+                                               float delta_i) {
+  if (lse_i == -INFINITY || hidden(p, b, h, i, j)) return {0.0f, 0.0f};  // every key hidden, or this one
+  const float prob = expf(s - lse_i);
+  const float z = p.dropout_threshold > 0 && prob != 0.0f ? dropout_factor(p, b, h, i, j) : 1.0f;
+  return {prob * z, p.scale * prob * (dpv * z - delta_i)};
+}
+
+template <int DMax>
+constexpr std::size_t dkdv_smem() {
+  return sizeof(float) * (2 * kTile * (DMax + 1) + 2 * kBlockRows * DMax + 2 * kTile);
+}
+
+// A block owns keys [j0, j0 + 16) of one (b, h) and sweeps the query tiles.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dkdv_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dk,
+                          float* dv) {
+  constexpr int kPerLane = DMax / kWarp;
+  extern __shared__ float smem[];
+  float* qs = smem;                        // (32, DMax + 1): query tile, lane i reads row i
+  float* dos = qs + kTile * (DMax + 1);    // (32, DMax + 1): its output gradients
+  float* ks = dos + kTile * (DMax + 1);    // (16, DMax): the block's keys
+  float* vs = ks + kBlockRows * DMax;      // (16, DMax): and values
+  float* lse_s = vs + kBlockRows * DMax;   // (32)
+  float* delta_s = lse_s + kTile;          // (32)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_rows<DMax>(ks, DMax, p.k, b, h, j0, kBlockRows, p.Tk, p.D);
+    load_rows<DMax>(vs, DMax, p.v, b, h, j0, kBlockRows, p.Tk, p.D);
+    float dk_acc[kRows][kPerLane] = {}, dv_acc[kRows][kPerLane] = {};
+
+    // Causal: queries before j0 see none of these keys.
+    const std::int64_t q_begin = p.causal ? j0 / kTile * kTile : 0;
+    for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kTile) {
+      __syncthreads();
+      load_rows<DMax>(qs, DMax + 1, p.q, b, h, q0, kTile, p.Tq, p.D);
+      load_rows<DMax>(dos, DMax + 1, dout, b, h, q0, kTile, p.Tq, p.D);
+      if (threadIdx.x < kTile) {
+        const std::int64_t i = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+      }
+      __syncthreads();
+
+      const std::int64_t i = q0 + lane;  // this lane's query
+      float s[kRows] = {}, dpv[kRows] = {};
+      const float *qi = qs + lane * (DMax + 1), *gi = dos + lane * (DMax + 1);
+      for (int d = 0; d < p.D; ++d) {
+        const float qd = qi[d] * p.scale, gd = gi[d];
+#pragma unroll
+        for (int kk = 0; kk < kRows; ++kk) {
+          s[kk] += qd * ks[(warp * kRows + kk) * DMax + d];
+          dpv[kk] += gd * vs[(warp * kRows + kk) * DMax + d];
+        }
+      }
+      PairGrads g[kRows];
+#pragma unroll
+      for (int kk = 0; kk < kRows; ++kk)
+        g[kk] = pair_grads(p, b, h, i, j0 + warp * kRows + kk, s[kk], dpv[kk], lse_s[lane], delta_s[lane]);
+
+      // dv_j += sum_i P Z do_i, dk_j += sum_i scale dS q_i: query i's factors come from lane i.
+      for (int ii = 0; ii < kTile; ++ii) {
+        float gv[kPerLane], qv[kPerLane];
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) {
+          gv[t] = dos[ii * (DMax + 1) + lane + kWarp * t];
+          qv[t] = qs[ii * (DMax + 1) + lane + kWarp * t];
+        }
+#pragma unroll
+        for (int kk = 0; kk < kRows; ++kk) {
+          const float pz = __shfl_sync(kFullMask, g[kk].pz, ii), ds = __shfl_sync(kFullMask, g[kk].ds, ii);
+#pragma unroll
+          for (int t = 0; t < kPerLane; ++t) {
+            dv_acc[kk][t] += pz * gv[t];
+            dk_acc[kk][t] += ds * qv[t];
+          }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kRows; ++kk) {
+      const std::int64_t j = j0 + warp * kRows + kk;
+      if (j >= p.Tk) continue;
+#pragma unroll
+      for (int t = 0; t < kPerLane; ++t) {
+        const int d = lane + kWarp * t;
+        if (d >= p.D) continue;
+        dk[(bh * p.Tk + j) * p.D + d] = dk_acc[kk][t];
+        dv[(bh * p.Tk + j) * p.D + d] = dv_acc[kk][t];
+      }
+    }
+  }
+}
+
+template <int DMax>
+constexpr std::size_t dq_smem() {
+  return sizeof(float) * (2 * kTile * (DMax + 1) + 2 * kBlockRows * DMax);
+}
+
+// A block owns queries [i0, i0 + 16) of one (b, h) and sweeps the key tiles.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dq_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dq) {
+  constexpr int kPerLane = DMax / kWarp;
+  extern __shared__ float smem[];
+  float* ks = smem;                        // (32, DMax + 1): key tile, lane j reads row j
+  float* vs = ks + kTile * (DMax + 1);     // (32, DMax + 1)
+  float* qs = vs + kTile * (DMax + 1);     // (16, DMax): the block's queries, times scale
+  float* dos = qs + kBlockRows * DMax;     // (16, DMax): their output gradients
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_rows<DMax>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+    load_rows<DMax>(dos, DMax, dout, b, h, i0, kBlockRows, p.Tq, p.D);
+    float lse_r[kRows], delta_r[kRows];
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      const std::int64_t i = i0 + warp * kRows + rr;
+      lse_r[rr] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+      delta_r[rr] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+    }
+    float dq_acc[kRows][kPerLane] = {};
+
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kTile) {
+      __syncthreads();
+      load_rows<DMax>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax>(vs, DMax + 1, p.v, b, h, j0, kTile, p.Tk, p.D);
+      __syncthreads();
+
+      const std::int64_t j = j0 + lane;  // this lane's key
+      float s[kRows] = {}, dpv[kRows] = {};
+      const float *kj = ks + lane * (DMax + 1), *vj = vs + lane * (DMax + 1);
+      for (int d = 0; d < p.D; ++d) {
+        const float kd = kj[d], vd = vj[d];
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) {
+          s[rr] += qs[(warp * kRows + rr) * DMax + d] * kd;
+          dpv[rr] += dos[(warp * kRows + rr) * DMax + d] * vd;
+        }
+      }
+      float ds[kRows];
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr)
+        ds[rr] = pair_grads(p, b, h, i0 + warp * kRows + rr, j, s[rr], dpv[rr], lse_r[rr], delta_r[rr]).ds;
+
+      // dq_i += sum_j scale dS_ij k_j: key j's factor comes from lane j.
+      for (int jj = 0; jj < kTile; ++jj) {
+        float kv[kPerLane];
+#pragma unroll
+        for (int t = 0; t < kPerLane; ++t) kv[t] = ks[jj * (DMax + 1) + lane + kWarp * t];
+#pragma unroll
+        for (int rr = 0; rr < kRows; ++rr) {
+          const float c = __shfl_sync(kFullMask, ds[rr], jj);
+#pragma unroll
+          for (int t = 0; t < kPerLane; ++t) dq_acc[rr][t] += c * kv[t];
+        }
+      }
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      const std::int64_t i = i0 + warp * kRows + rr;
+      if (i >= p.Tq) continue;
+#pragma unroll
+      for (int t = 0; t < kPerLane; ++t) {
+        const int d = lane + kWarp * t;
+        if (d < p.D) dq[(bh * p.Tq + i) * p.D + d] = dq_acc[rr][t];
+      }
+    }
+  }
+}
+
+// ---- launching --------------------------------------------------------------------------------
+
+// Kernels over (row blocks, B * H): grid.y is capped and the kernels loop over the rest.
+dim3 grid_over(std::int64_t rows, std::int64_t B, std::int64_t H) {
+  const std::int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+  AG_CHECK(blocks <= 0x7fffffff, "attention", "sequence of {} rows is too long for the CUDA kernels", rows);
+  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<std::int64_t>(B * H, 65535)));
+}
+
+// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// Calls fn(std::integral_constant<int, DMax>{}) for the smallest supported DMax >= D.
+template <typename Fn>
+void with_head_dim(std::int64_t D, Fn fn) {
+  if (D <= 32) return fn(std::integral_constant<int, 32>{});
+  if (D <= 64) return fn(std::integral_constant<int, 64>{});
+  if (D <= kAttentionMaxHeadDim) return fn(std::integral_constant<int, 128>{});
+  fail("attention", "head dim {} is above the CUDA kernels' maximum of {}", D, kAttentionMaxHeadDim);
+}
+
+}  // namespace
+
+void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                       std::int64_t out_st, float* lse, float* weights, cudaStream_t stream) {
+  if (p.B * p.H * p.Tq == 0) return;
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t smem = forward_smem<DMax>();
+    allow_shared_memory(attention_forward_kernel<DMax>, smem);
+    attention_forward_kernel<DMax><<<grid_over(p.Tq, p.B, p.H), kBlockThreads, smem, stream>>>(p, out, out_sb, out_sh,
+                                                                                               out_st, lse);
+    CUDA_CHECK_LAUNCH();
+  });
+  if (weights) {
+    const std::int64_t rows = p.B * p.H * p.Tq;
+    attention_weights_kernel<<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kBlockThreads, 0, stream>>>(
+        p, lse, weights);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+void attention_backward(const AttentionProblem& p, AttentionRows dout, AttentionRows out, const float* lse, float* dq,
+                        float* dk, float* dv, cudaStream_t stream) {
+  const std::int64_t rows = p.B * p.H * p.Tq;
+  if (p.B * p.H == 0) return;
+  if (p.Tq == 0 || p.Tk == 0) {  // nothing attends: every gradient is zero
+    CUDA_CHECK(cudaMemsetAsync(dk, 0, sizeof(float) * p.B * p.H * p.Tk * p.D, stream));
+    CUDA_CHECK(cudaMemsetAsync(dv, 0, sizeof(float) * p.B * p.H * p.Tk * p.D, stream));
+    CUDA_CHECK(cudaMemsetAsync(dq, 0, sizeof(float) * rows * p.D, stream));
+    return;
+  }
+  DeviceBuffer delta(sizeof(float) * rows);  // (B, H, Tq)
+  attention_delta_kernel<<<grid_for(rows * kWarp), kThreads, 0, stream>>>(p, dout, out, delta.as<float>());
+  CUDA_CHECK_LAUNCH();
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();
+    allow_shared_memory(attention_dkdv_kernel<DMax>, kv_smem);
+    attention_dkdv_kernel<DMax><<<grid_over(p.Tk, p.B, p.H), kBlockThreads, kv_smem, stream>>>(
+        p, dout, lse, delta.as<const float>(), dk, dv);
+    CUDA_CHECK_LAUNCH();
+    allow_shared_memory(attention_dq_kernel<DMax>, q_smem);
+    attention_dq_kernel<DMax><<<grid_over(p.Tq, p.B, p.H), kBlockThreads, q_smem, stream>>>(
+        p, dout, lse, delta.as<const float>(), dq);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attograd::cuda

@@ -1,0 +1,110 @@
+// Cross-entropy fused with log-softmax over (rows, n) logits: the forward
+// never writes the (rows, n) log-probabilities, only each row's log-sum-exp
+// (which backward reuses) and its loss; a single block then averages the row
+// losses in a fixed order, so the loss is the same on every run.
+#include <cstdint>
+
+#include "cuda/buffer.h"
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+
+namespace attograd::cuda {
+namespace {
+
+// lse[r] = log(sum(exp(x_r))); row_loss[r] = lse[r] - x_r[target] (0 when ignored).
+template <int Threads, typename T>
+__global__ void cross_entropy_rows_kernel(T* lse, double* row_loss, const T* logits, const std::int64_t* targets,
+                                          std::int64_t rows, std::int64_t n, std::int64_t ignore_index) {
+  constexpr int kRowsPerBlock = kThreads / Threads;
+  const int lane = threadIdx.x % Threads;
+  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
+       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
+    const std::int64_t r = first + threadIdx.x / Threads;
+    const bool active = r < rows;
+    const T* xr = logits + r * n;
+    T m = dmath::neg_infinity<T>();
+    if (active)
+      for (std::int64_t i = lane; i < n; i += Threads) m = MaxOp{}(m, xr[i]);
+    m = row_reduce<Threads>(m, MaxOp{});
+    T s = 0;
+    if (active)
+      for (std::int64_t i = lane; i < n; i += Threads) s += dmath::exp(xr[i] - m);
+    s = row_reduce<Threads>(s, SumOp{});
+    if (!active || lane != 0) continue;
+    const T l = m + dmath::log(s);
+    lse[r] = l;
+    const std::int64_t t = targets[r];
+    row_loss[r] = t == ignore_index ? 0.0 : static_cast<double>(l) - static_cast<double>(xr[t]);
+  }
+}
+
+// One block: loss = sum(row_loss) / count over counted rows, 0 when none count.
+template <typename T>
+__global__ void cross_entropy_mean_kernel(T* loss, std::int64_t* count, const double* row_loss,
+                                          const std::int64_t* targets, std::int64_t rows, std::int64_t ignore_index) {
+  double total = 0, counted = 0;
+  for (std::int64_t r = threadIdx.x; r < rows; r += kThreads) {
+    total += row_loss[r];
+    counted += targets[r] != ignore_index;
+  }
+  total = row_reduce<kThreads>(total, SumOp{});
+  counted = row_reduce<kThreads>(counted, SumOp{});
+  if (threadIdx.x == 0) {
+    *count = static_cast<std::int64_t>(counted);
+    *loss = static_cast<T>(counted > 0 ? total / counted : 0.0);
+  }
+}
+
+// forward: loss = sum over counted rows of (lse - x[target]) / count;
+// so dx = (softmax(x) - onehot(target)) * dloss / count, with softmax(x) = exp(x - lse).
+template <typename T>
+__global__ void cross_entropy_backward_kernel(T* dx, const T* logits, const std::int64_t* targets, const T* lse,
+                                              std::int64_t rows, std::int64_t n, std::int64_t ignore_index,
+                                              std::int64_t count, T scale) {
+  for (std::int64_t e = global_thread(); e < rows * n; e += grid_threads()) {
+    const std::int64_t r = e / n, i = e % n;
+    const std::int64_t t = targets[r];
+    if (t == ignore_index || count == 0) {
+      dx[e] = 0;
+      continue;
+    }
+    const T p = dmath::exp(logits[e] - lse[r]) * scale;
+    dx[e] = i == t ? p - scale : p;
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(T* loss, T* lse, std::int64_t* count, const T* logits, const std::int64_t* targets,
+                           std::int64_t rows, std::int64_t n, std::int64_t ignore_index, cudaStream_t stream) {
+  DeviceBuffer row_loss(sizeof(double) * rows);  // (rows)
+  launch_rows(rows, n, [&](auto threads, unsigned grid) {
+    cross_entropy_rows_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(
+        lse, row_loss.as<double>(), logits, targets, rows, n, ignore_index);
+  });
+  cross_entropy_mean_kernel<<<1, kThreads, 0, stream>>>(loss, count, row_loss.as<const double>(), targets, rows,
+                                                        ignore_index);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const std::int64_t* targets, const T* lse, std::int64_t rows,
+                            std::int64_t n, std::int64_t ignore_index, std::int64_t count, T scale,
+                            cudaStream_t stream) {
+  if (rows * n == 0) return;
+  cross_entropy_backward_kernel<<<grid_for(rows * n), kThreads, 0, stream>>>(dlogits, logits, targets, lse, rows, n,
+                                                                           ignore_index, count, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define AG_INSTANTIATE(T)                                                                                          \
+  template void cross_entropy_forward<T>(T*, T*, std::int64_t*, const T*, const std::int64_t*, std::int64_t,       \
+                                         std::int64_t, std::int64_t, cudaStream_t);                                \
+  template void cross_entropy_backward<T>(T*, const T*, const std::int64_t*, const T*, std::int64_t, std::int64_t, \
+                                          std::int64_t, std::int64_t, T, cudaStream_t);
+AG_INSTANTIATE(float)
+AG_INSTANTIATE(double)
+#undef AG_INSTANTIATE
+
+}  // namespace attograd::cuda

@@ -1,0 +1,110 @@
+#pragma once
+// What the kernels share: launch shapes, warp and row reductions, and math
+// functions chosen by element type. Included by cuda/*.cu only.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/check.h"
+
+namespace attograd::cuda {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kThreads = 256;  // block size of the grid-stride kernels
+
+// Blocks for a grid-stride loop over n items: one item per thread up to a cap,
+// beyond which each thread loops (the cap keeps every GPU busy and well inside
+// the grid limits).
+inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
+  constexpr std::int64_t kMaxBlocks = 32768;
+  return static_cast<unsigned>(std::clamp<std::int64_t>((n + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+// Index of this thread in a 1-D grid and the grid's total thread count, in 64 bits.
+__device__ __forceinline__ std::int64_t global_thread() {
+  return static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ std::int64_t grid_threads() { return static_cast<std::int64_t>(gridDim.x) * blockDim.x; }
+
+struct SumOp {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+// NaN-skipping like the CPU's row_max: a NaN never wins a comparison. The NaN
+// still poisons the exponentials computed from the row downstream.
+struct MaxOp {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
+};
+
+// Reduces v over the 32 lanes of a warp; every lane gets the result.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Reduces v over the Threads threads that share one row: a warp (Threads = 32)
+// or the whole block (Threads = blockDim.x, a multiple of 32). Every thread of
+// the row gets the result. All threads of the block must call it together.
+template <int Threads, typename T, typename Op>
+__device__ __forceinline__ T row_reduce(T v, Op op) {
+  static_assert(Threads % kWarp == 0);
+  v = warp_reduce(v, op);
+  if constexpr (Threads > kWarp) {
+    __shared__ T partial[Threads / kWarp];
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    __syncthreads();  // a previous call's readers are done with `partial`
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = partial[0];
+#pragma unroll
+    for (int w = 1; w < Threads / kWarp; ++w) v = op(v, partial[w]);
+  }
+  return v;
+}
+
+// ---- row kernels -----------------------------------------------------------------------------
+// Row ops (softmax, layer norm, cross-entropy) give each row of n elements a
+// warp, or for rows longer than kLongRow the whole block. A kernel written for
+// `Threads` threads per row loops:
+//   for (first = blockIdx.x * rows_per_block; first < rows; first += gridDim.x * rows_per_block)
+//     row = first + threadIdx.x / Threads  (maybe >= rows: it still joins the reductions)
+constexpr std::int64_t kLongRow = 1024;
+
+// Calls launch(std::integral_constant<int, Threads>{}, grid) for the right Threads, then checks the launch.
+template <typename Launch>
+void launch_rows(std::int64_t rows, std::int64_t n, Launch launch) {
+  auto grid = [rows](int threads_per_row) {
+    const std::int64_t rows_per_block = kThreads / threads_per_row;
+    return static_cast<unsigned>(std::clamp<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, 32768));
+  };
+  if (rows == 0) return;
+  if (n > kLongRow)
+    launch(std::integral_constant<int, kThreads>{}, grid(kThreads));
+  else
+    launch(std::integral_constant<int, kWarp>{}, grid(kWarp));
+  CUDA_CHECK_LAUNCH();
+}
+
+// Math by element type: the float versions are the single-precision functions
+// (accurate ones: no -use_fast_math), the double versions the double ones.
+namespace dmath {
+__device__ __forceinline__ float exp(float x) { return ::expf(x); }
+__device__ __forceinline__ double exp(double x) { return ::exp(x); }
+__device__ __forceinline__ float log(float x) { return ::logf(x); }
+__device__ __forceinline__ double log(double x) { return ::log(x); }
+__device__ __forceinline__ float sqrt(float x) { return ::sqrtf(x); }
+__device__ __forceinline__ double sqrt(double x) { return ::sqrt(x); }
+__device__ __forceinline__ float tanh(float x) { return ::tanhf(x); }
+__device__ __forceinline__ double tanh(double x) { return ::tanh(x); }
+__device__ __forceinline__ float abs(float x) { return ::fabsf(x); }
+__device__ __forceinline__ double abs(double x) { return ::fabs(x); }
+__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
+__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
+template <typename T> __device__ __forceinline__ T neg_infinity() { return -static_cast<T>(INFINITY); }
+}  // namespace dmath
+
+}  // namespace attograd::cuda

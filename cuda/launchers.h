@@ -1,0 +1,180 @@
+#pragma once
+// Every CUDA kernel of attograd, as the host sees it: a launcher per kernel
+// family taking raw device pointers, sizes, strides and the stream to launch
+// on (always given explicitly; see cuda/stream.h). Launchers check every
+// launch (CUDA_CHECK) and return without waiting for the kernel. They assume
+// their inputs were validated by tensor/dispatch.cpp; the bridges in
+// tensor/cuda/ turn Tensors into these arguments.
+//
+// Element types: T is float or double unless said otherwise; matmul, attention
+// and AdamW are float32 only (float64 is the CPU's reference dtype).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/strided.h"
+
+namespace attograd::cuda {
+
+// ---- elementwise (cuda/elementwise.cu) ---------------------------------------------
+// The same ops, in the same order, as kernels::Unary and kernels::Binary
+// (tensor/kernels.h); tensor/cuda/elementwise.cpp static_asserts the match.
+#define AG_CUDA_UNARY_OPS(X) \
+  X(neg) X(exp) X(log) X(sqrt) X(tanh) X(abs) X(relu) X(step) X(gelu) X(gelu_grad) \
+  X(add_scalar) X(mul_scalar) X(rsub_scalar) X(rdiv_scalar) X(pow_scalar)
+enum class UnaryOp {
+#define AG_ENUM(name) name,
+  AG_CUDA_UNARY_OPS(AG_ENUM)
+#undef AG_ENUM
+};
+#define AG_CUDA_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gt) X(lt) X(eq)
+enum class BinaryOp {
+#define AG_ENUM(name) name,
+  AG_CUDA_BINARY_OPS(AG_ENUM)
+#undef AG_ENUM
+};
+
+// Operand 0 of every layout is the output. `s` is the scalar of the *_scalar ops.
+template <typename T>
+void unary(UnaryOp op, T* out, const T* x, T s, const StridedLayout<2>& layout, cudaStream_t stream);
+// Arithmetic ops write T; the comparisons (gt, lt, eq) write bool through `compare`.
+template <typename T>
+void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
+template <typename T>
+void compare(BinaryOp op, bool* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
+// out = mask ? a : b; T is any of float, double, int64, bool.
+template <typename T>
+void where(T* out, const bool* mask, const T* a, const T* b, const StridedLayout<4>& layout, cudaStream_t stream);
+// dst = static_cast<Out>(src), for every pair of float, double, int64, bool.
+template <typename Out, typename In>
+void copy(Out* dst, const In* src, const StridedLayout<2>& layout, cudaStream_t stream);
+template <typename T>  // any of the four
+void fill(T* dst, T value, const StridedLayout<1>& layout, cudaStream_t stream);
+// y += alpha * x, in place (operand 0 is y, read and written).
+template <typename T>
+void add_scaled(T* y, const T* x, T alpha, const StridedLayout<2>& layout, cudaStream_t stream);
+
+// ---- reductions (cuda/reduce.cu) ---------------------------------------------------------
+// The input's dims split in two: `kept` (the output's dims, written
+// contiguously in their order) and `reduced`; each layout has one operand:
+// the input's strides over those dims.
+struct ReduceLayout {
+  StridedLayout<1> kept;
+  StridedLayout<1> reduced;
+};
+// out = sum over the reduced dims, accumulated in float64 like the CPU.
+template <typename T>
+void sum(T* out, const T* x, const ReduceLayout& layout, cudaStream_t stream);
+// Max over one reduced dim, with the index of its first maximum (a NaN wins, as on the CPU).
+template <typename T>
+void max(T* values, std::int64_t* indices, const T* x, const ReduceLayout& layout, cudaStream_t stream);
+
+// ---- matmul (cuda/matmul.cu) ---------------------------------------------------------------
+// One operand of C = A B as it lies in memory: element (r, c) of the logical
+// matrix is data[r * ld + c], or data[c * ld + r] when `transposed`.
+struct GemmOperand {
+  const float* data;
+  std::int64_t ld;
+  bool transposed;
+};
+// C (batch..., M, N), contiguous, = A (M, K) @ B (K, N) for every batch index;
+// `batch` is the broadcast batch shape with A's (operand 0) and B's (operand 1)
+// strides over it, 0 on broadcast dims. K may be 0 (C is then zero).
+void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+           const StridedLayout<2>& batch, cudaStream_t stream);
+
+// ---- row ops over the last dim of contiguous (rows, n) buffers (cuda/softmax.cu) ------------
+template <typename T>
+void softmax_forward(T* y, const T* x, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+template <typename T>  // dx = y * (dy - sum(dy * y))
+void softmax_backward(T* dx, const T* y, const T* dy, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+template <typename T>
+void log_softmax_forward(T* y, const T* x, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+template <typename T>  // dx = dy - exp(y) * sum(dy)
+void log_softmax_backward(T* dx, const T* y, const T* dy, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+
+// ---- layer norm (cuda/layer_norm.cu) -----------------------------------------------------
+// weight and bias may be null. mean and rstd are (rows).
+template <typename T>
+void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
+                        std::int64_t n, double eps, cudaStream_t stream);
+// dweight is null when there is no weight; dbias is always written.
+template <typename T>
+void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, const T* mean,
+                         const T* rstd, std::int64_t rows, std::int64_t n, cudaStream_t stream);
+
+// ---- cross-entropy fused with log-softmax (cuda/cross_entropy.cu) --------------------------
+// logits (rows, n); writes lse (rows), the scalar mean loss over rows whose
+// target != ignore_index (0 when there are none) and that row count.
+template <typename T>
+void cross_entropy_forward(T* loss, T* lse, std::int64_t* count, const T* logits, const std::int64_t* targets,
+                           std::int64_t rows, std::int64_t n, std::int64_t ignore_index, cudaStream_t stream);
+// dlogits = (exp(logits - lse) - onehot(target)) * scale, zero on ignored rows
+// (and everywhere when count == 0).
+template <typename T>
+void cross_entropy_backward(T* dlogits, const T* logits, const std::int64_t* targets, const T* lse, std::int64_t rows,
+                            std::int64_t n, std::int64_t ignore_index, std::int64_t count, T scale,
+                            cudaStream_t stream);
+
+// ---- embedding (cuda/embedding.cu) ---------------------------------------------------------
+// out (count, channels) = weight rows picked by ids (count); ids are in range.
+template <typename T>
+void embedding_forward(T* out, const T* weight, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
+                       cudaStream_t stream);
+// dweight (num_rows, channels) = 0, then += dy row i into row ids[i] (atomic scatter-add).
+template <typename T>
+void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
+                        std::int64_t num_rows, cudaStream_t stream);
+
+// ---- dropout (cuda/dropout.cu) -------------------------------------------------------------
+// mask[i] = philox_uniform(seed, offset, i) < threshold ? 0 : keep, bit for bit
+// what tensor/cpu/random.cpp draws (tensor/rng.h).
+template <typename T>
+void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_t seed, std::uint64_t offset,
+                  cudaStream_t stream);
+
+// ---- AdamW (cuda/adamw.cu) -------------------------------------------------------------------
+// The scalars of one step, folded on the host in float64 exactly as
+// tensor/cpu/optimizer.cpp folds them.
+struct AdamWScalars {
+  float decay;         // 1 - lr * weight_decay
+  float beta1, beta2;
+  float one_minus_beta1, one_minus_beta2;
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  float eps;
+};
+// One fused pass over n contiguous elements:
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps)
+void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWScalars& s,
+                cudaStream_t stream);
+
+// ---- fused causal attention (cuda/attention.cu) ------------------------------------------
+// One (B, H, T, D) operand: row (b, h, t) starts at data + b*sb + h*sh + t*st
+// and its D elements are contiguous.
+struct AttentionRows {
+  const float* data;
+  std::int64_t sb, sh, st;
+};
+struct AttentionProblem {
+  AttentionRows q, k, v;
+  std::int64_t B, H, Tq, Tk, D;  // D <= kAttentionMaxHeadDim
+  float scale;
+  bool causal;                         // key j hidden from query i when j > i
+  const bool* mask = nullptr;          // true = hidden, broadcast through mask_strides
+  std::int64_t mask_strides[4] = {0, 0, 0, 0};  // over (B, H, Tq, Tk), 0 on broadcast dims
+  float dropout_threshold = 0;         // weight dropped when philox_uniform(seed, offset, flat) < it
+  float keep_scale = 1;                // 1 / (1 - p)
+  std::uint64_t seed = 0, offset = 0;
+};
+constexpr std::int64_t kAttentionMaxHeadDim = 128;
+// out rows at out + b*out_sb + h*out_sh + i*out_st; lse (B, H, Tq) contiguous,
+// -inf on rows whose keys are all hidden (their out row is zero); weights
+// (B, H, Tq, Tk) contiguous when not null: the softmax before dropout.
+void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                       std::int64_t out_st, float* lse, float* weights, cudaStream_t stream);
+// dq (B, H, Tq, D), dk and dv (B, H, Tk, D), contiguous, from the saved out and lse.
+void attention_backward(const AttentionProblem& p, AttentionRows dout, AttentionRows out, const float* lse, float* dq,
+                        float* dk, float* dv, cudaStream_t stream);
+
+}  // namespace attograd::cuda

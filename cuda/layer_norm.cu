@@ -1,0 +1,159 @@
+// LayerNorm over the last dim of contiguous (rows, n) buffers.
+//
+// Forward and the dx part of backward are row kernels (a warp or a block per
+// row, cuda/device_utils.cuh). The mean and variance take two passes over the
+// row, as on the CPU: the one-pass E[x^2] - E[x]^2 cancels catastrophically
+// when the mean is large against the spread.
+//
+// dweight and dbias are sums over rows, i.e. column sums: one thread per
+// column reads down a chunk of rows (neighbouring threads, neighbouring
+// addresses), writes a float64 partial per chunk, and a second kernel adds the
+// chunks in order. Deterministic, unlike atomics.
+#include <cstdint>
+
+#include "cuda/buffer.h"
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+
+namespace attograd::cuda {
+namespace {
+
+template <int Threads, typename T>
+__global__ void layer_norm_forward_kernel(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
+                                          std::int64_t rows, std::int64_t n, T eps) {
+  constexpr int kRowsPerBlock = kThreads / Threads;
+  const int lane = threadIdx.x % Threads;
+  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
+       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
+    const std::int64_t r = first + threadIdx.x / Threads;
+    const bool active = r < rows;
+    const T* xr = x + r * n;
+    T s = 0;
+    if (active)
+      for (std::int64_t i = lane; i < n; i += Threads) s += xr[i];
+    const T mu = row_reduce<Threads>(s, SumOp{}) / T(n);
+    T ss = 0;
+    if (active)
+      for (std::int64_t i = lane; i < n; i += Threads) ss += (xr[i] - mu) * (xr[i] - mu);
+    const T var = row_reduce<Threads>(ss, SumOp{}) / T(n);
+    if (!active) continue;
+    const T rs = T(1) / dmath::sqrt(var + eps);
+    if (lane == 0) mean[r] = mu, rstd[r] = rs;
+    T* yr = y + r * n;
+    for (std::int64_t i = lane; i < n; i += Threads) {
+      T v = (xr[i] - mu) * rs;
+      if (weight) v *= weight[i];
+      if (bias) v += bias[i];
+      yr[i] = v;
+    }
+  }
+}
+
+// forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
+//   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+template <int Threads, typename T>
+__global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* weight, const T* mean, const T* rstd,
+                                     std::int64_t rows, std::int64_t n) {
+  constexpr int kRowsPerBlock = kThreads / Threads;
+  const int lane = threadIdx.x % Threads;
+  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
+       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
+    const std::int64_t r = first + threadIdx.x / Threads;
+    const bool active = r < rows;
+    const T *xr = x + r * n, *dyr = dy + r * n;
+    const T mu = active ? mean[r] : T(0), rs = active ? rstd[r] : T(0);
+    T sum_dxhat = 0, sum_dxhat_xhat = 0;
+    if (active) {
+      for (std::int64_t i = lane; i < n; i += Threads) {
+        const T dxhat = weight ? dyr[i] * weight[i] : dyr[i];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += dxhat * (xr[i] - mu) * rs;
+      }
+    }
+    const T mean_dxhat = row_reduce<Threads>(sum_dxhat, SumOp{}) / T(n);
+    const T mean_dxhat_xhat = row_reduce<Threads>(sum_dxhat_xhat, SumOp{}) / T(n);
+    if (!active) continue;
+    T* dxr = dx + r * n;
+    for (std::int64_t i = lane; i < n; i += Threads) {
+      const T dxhat = weight ? dyr[i] * weight[i] : dyr[i];
+      const T xhat = (xr[i] - mu) * rs;
+      dxr[i] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+}
+
+// dw = sum over rows of dy * xhat, db = sum over rows of dy: thread per column,
+// block row y over rows [y * chunk, (y + 1) * chunk). Partials are (chunks, n).
+template <typename T>
+__global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial, const T* dy, const T* x,
+                                          const T* mean, const T* rstd, std::int64_t rows, std::int64_t n,
+                                          std::int64_t chunk) {
+  const std::int64_t r_begin = blockIdx.y * chunk, r_end = min(rows, r_begin + chunk);
+  for (std::int64_t c = global_thread(); c < n; c += grid_threads()) {
+    double dw = 0, db = 0;
+    for (std::int64_t r = r_begin; r < r_end; ++r) {
+      const T g = dy[r * n + c];
+      const T xhat = (x[r * n + c] - mean[r]) * rstd[r];
+      dw += static_cast<double>(g) * xhat;
+      db += g;
+    }
+    if (dw_partial) dw_partial[blockIdx.y * n + c] = dw;
+    db_partial[blockIdx.y * n + c] = db;
+  }
+}
+
+// Adds the chunks of each column in order.
+template <typename T>
+__global__ void sum_chunks_kernel(T* out, const double* partial, std::int64_t chunks, std::int64_t n) {
+  for (std::int64_t c = global_thread(); c < n; c += grid_threads()) {
+    double total = 0;
+    for (std::int64_t k = 0; k < chunks; ++k) total += partial[k * n + c];
+    out[c] = static_cast<T>(total);
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
+                        std::int64_t n, double eps, cudaStream_t stream) {
+  launch_rows(rows, n, [&](auto threads, unsigned grid) {
+    layer_norm_forward_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(
+        y, mean, rstd, x, weight, bias, rows, n, static_cast<T>(eps));
+  });
+}
+
+template <typename T>
+void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, const T* mean,
+                         const T* rstd, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  launch_rows(rows, n, [&](auto threads, unsigned grid) {
+    layer_norm_dx_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(dx, dy, x, weight, mean, rstd,
+                                                                                  rows, n);
+  });
+  // Enough chunks of rows that about 64K threads work, each chunk at least 16 rows.
+  const std::int64_t chunks = std::clamp<std::int64_t>(65536 / n, 1, std::clamp<std::int64_t>(rows / 16, 1, 4096));
+  const std::int64_t chunk = (rows + chunks - 1) / chunks;
+  DeviceBuffer dw_partial(dweight ? sizeof(double) * chunks * n : 0), db_partial(sizeof(double) * chunks * n);
+  const dim3 grid(grid_for(n), static_cast<unsigned>(chunks));
+  layer_norm_dparams_kernel<<<grid, kThreads, 0, stream>>>(dweight ? dw_partial.as<double>() : nullptr,
+                                                           db_partial.as<double>(), dy, x, mean, rstd, rows, n, chunk);
+  CUDA_CHECK_LAUNCH();
+  if (dweight) {
+    sum_chunks_kernel<<<grid_for(n), kThreads, 0, stream>>>(dweight, dw_partial.as<const double>(), chunks, n);
+    CUDA_CHECK_LAUNCH();
+  }
+  sum_chunks_kernel<<<grid_for(n), kThreads, 0, stream>>>(dbias, db_partial.as<const double>(), chunks, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+#define AG_INSTANTIATE(T)                                                                                         \
+  template void layer_norm_forward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t, std::int64_t, double, \
+                                      cudaStream_t);                                                              \
+  template void layer_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, std::int64_t, \
+                                       std::int64_t, cudaStream_t);
+AG_INSTANTIATE(float)
+AG_INSTANTIATE(double)
+#undef AG_INSTANTIATE
+
+}  // namespace attograd::cuda

@@ -1,0 +1,203 @@
+// SGEMM: C = A B for float32, batched, with A and B each either row-major or
+// transposed in memory (a transposed view costs nothing: the tile loader reads
+// it the other way round).
+//
+// The classic shared-memory tiling with register blocking (as in Volkov and
+// Demmel 2008, and Simon Boehm's "How to optimize a CUDA matmul"): a block of
+// 256 threads computes a BM x BN tile of C. For each slice of BK along K it
+// loads the A tile (BM x BK) and B tile (BK x BN) into shared memory, stored
+// K-major so the inner loop reads a column of A and a row of B as float4s;
+// each thread then accumulates its own TM x TN sub-tile in registers, doing
+// TM * TN multiply-adds for every TM + TN values it reads. Global loads are
+// float4 where the operand is 16-byte aligned and the four elements are in
+// range, scalar (zero-filled past the edge) otherwise, so any M, N, K works.
+#include <cstdint>
+
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+
+namespace attograd::cuda {
+namespace {
+
+struct GemmArgs {
+  GemmOperand a, b;
+  float* c;
+  std::int64_t m, n, k, batches;
+  StridedLayout<2> batch;
+  bool a_vec, b_vec, c_vec;  // float4 access allowed (alignment holds for every batch)
+};
+
+// Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
+// the matrix: one float4 load when allowed and all four are inside, else
+// scalar loads, zero past the edge.
+__device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
+  if (vec && valid == 4) return *reinterpret_cast<const float4*>(p + i);
+  float v[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) v[t] = t < valid ? p[i + t] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// How many of four consecutive indices from `start` are below `end` (0 to 4).
+__device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64_t end) {
+  return end - start >= 4 ? 4 : (end > start ? end - start : 0);
+}
+
+// As[kk][mm] = A(m0 + mm, k0 + kk), zero outside the matrix.
+template <int BM, int BK, int Threads>
+__device__ __forceinline__ void load_a(float (&As)[BK][BM], const float* A, const GemmArgs& g, std::int64_t m0,
+                                       std::int64_t k0) {
+  if (!g.a.transposed) {  // A(m, k) = A[m * lda + k]: four consecutive k
+    for (int v = threadIdx.x; v < BM * BK / 4; v += Threads) {
+      const int mm = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+      const std::int64_t gm = m0 + mm, gk = k0 + kk;
+      const std::int64_t valid = gm < g.m ? in_range4(gk, g.k) : 0;
+      const float4 x = load4(A, gm * g.a.ld + gk, valid, g.a_vec);
+      As[kk + 0][mm] = x.x;
+      As[kk + 1][mm] = x.y;
+      As[kk + 2][mm] = x.z;
+      As[kk + 3][mm] = x.w;
+    }
+  } else {  // A(m, k) = A[k * lda + m]: four consecutive m
+    for (int v = threadIdx.x; v < BM * BK / 4; v += Threads) {
+      const int kk = v / (BM / 4), mm = (v % (BM / 4)) * 4;
+      const std::int64_t gm = m0 + mm, gk = k0 + kk;
+      const std::int64_t valid = gk < g.k ? in_range4(gm, g.m) : 0;
+      const float4 x = load4(A, gk * g.a.ld + gm, valid, g.a_vec);
+      *reinterpret_cast<float4*>(&As[kk][mm]) = x;
+    }
+  }
+}
+
+// Bs[kk][nn] = B(k0 + kk, n0 + nn), zero outside the matrix.
+template <int BN, int BK, int Threads>
+__device__ __forceinline__ void load_b(float (&Bs)[BK][BN], const float* B, const GemmArgs& g, std::int64_t k0,
+                                       std::int64_t n0) {
+  if (!g.b.transposed) {  // B(k, n) = B[k * ldb + n]: four consecutive n
+    for (int v = threadIdx.x; v < BN * BK / 4; v += Threads) {
+      const int kk = v / (BN / 4), nn = (v % (BN / 4)) * 4;
+      const std::int64_t gk = k0 + kk, gn = n0 + nn;
+      const std::int64_t valid = gk < g.k ? in_range4(gn, g.n) : 0;
+      const float4 x = load4(B, gk * g.b.ld + gn, valid, g.b_vec);
+      *reinterpret_cast<float4*>(&Bs[kk][nn]) = x;
+    }
+  } else {  // B(k, n) = B[n * ldb + k]: four consecutive k
+    for (int v = threadIdx.x; v < BN * BK / 4; v += Threads) {
+      const int nn = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+      const std::int64_t gk = k0 + kk, gn = n0 + nn;
+      const std::int64_t valid = gn < g.n ? in_range4(gk, g.k) : 0;
+      const float4 x = load4(B, gn * g.b.ld + gk, valid, g.b_vec);
+      Bs[kk + 0][nn] = x.x;
+      Bs[kk + 1][nn] = x.y;
+      Bs[kk + 2][nn] = x.z;
+      Bs[kk + 3][nn] = x.w;
+    }
+  }
+}
+
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g) {
+  constexpr int kBlockThreads = (BM / TM) * (BN / TN);
+  static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "tiles are read as float4");
+  __shared__ __align__(16) float As[BK][BM];  // A tile, K-major
+  __shared__ __align__(16) float Bs[BK][BN];  // B tile
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+  const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
+
+  for (std::int64_t z = blockIdx.z; z < g.batches; z += gridDim.z) {
+    std::int64_t offset[2];
+    offsets_at(g.batch, z, offset);
+    const float* A = g.a.data + offset[0];
+    const float* B = g.b.data + offset[1];
+    float acc[TM][TN] = {};  // C(m0 + ty*TM + i, n0 + tx*TN + j)
+
+    for (std::int64_t k0 = 0; k0 < g.k; k0 += BK) {
+      load_a<BM, BK, kBlockThreads>(As, A, g, m0, k0);
+      load_b<BN, BK, kBlockThreads>(Bs, B, g, k0, n0);
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < BK; ++kk) {
+        float a[TM], b[TN];
+#pragma unroll
+        for (int i = 0; i < TM; i += 4) *reinterpret_cast<float4*>(&a[i]) = *reinterpret_cast<const float4*>(&As[kk][ty * TM + i]);
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) *reinterpret_cast<float4*>(&b[j]) = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]);
+#pragma unroll
+        for (int i = 0; i < TM; ++i)
+#pragma unroll
+          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+      }
+      __syncthreads();  // everyone is done reading the tiles before they are overwritten
+    }
+
+    float* C = g.c + z * g.m * g.n;
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+      const std::int64_t gm = m0 + ty * TM + i;
+      if (gm >= g.m) break;
+#pragma unroll
+      for (int j = 0; j < TN; j += 4) {
+        const std::int64_t gn = n0 + tx * TN + j;
+        float* row = C + gm * g.n;
+        if (g.c_vec && gn + 4 <= g.n) {
+          *reinterpret_cast<float4*>(row + gn) = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+        } else {
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            if (gn + t < g.n) row[gn + t] = acc[i][j + t];
+        }
+      }
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// float4 loads of an operand stay aligned in every batch when its base, its ld
+// and each of its batch strides are multiples of four floats.
+bool vector_ok(const GemmOperand& x, const StridedLayout<2>& batch, int operand) {
+  if (!aligned16(x.data) || x.ld % 4 != 0) return false;
+  for (int d = 0; d < batch.ndim; ++d)
+    if (batch.strides[operand][d] % 4 != 0) return false;
+  return true;
+}
+
+template <int BM, int BN, int BK, int TM, int TN>
+void launch(const GemmArgs& g, cudaStream_t stream) {
+  const std::int64_t grid_m = (g.m + BM - 1) / BM, grid_n = (g.n + BN - 1) / BN;
+  AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * BM);
+  const dim3 grid(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
+                  static_cast<unsigned>(std::min<std::int64_t>(g.batches, 65535)));
+  sgemm_kernel<BM, BN, BK, TM, TN><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(g);
+  CUDA_CHECK_LAUNCH();
+}
+
+int multiprocessors() {
+  int device = 0, count = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+}  // namespace
+
+void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+           const StridedLayout<2>& batch, cudaStream_t stream) {
+  const std::int64_t batches = batch.numel;
+  if (m == 0 || n == 0 || batches == 0) return;
+  if (k == 0) {  // an empty sum: C = 0
+    CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(float) * batches * m * n, stream));
+    return;
+  }
+  const GemmArgs g{a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1),
+                   aligned16(c) && n % 4 == 0};
+  // 128 x 128 tiles reuse each loaded value most; when they would leave SMs
+  // idle (small or few matrices, as in attention heads), 64 x 64 tiles.
+  const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
+  if (big_tiles >= 2 * multiprocessors())
+    launch<128, 128, 8, 8, 8>(g, stream);
+  else
+    launch<64, 64, 8, 4, 4>(g, stream);
+}
+
+}  // namespace attograd::cuda
