@@ -7,6 +7,7 @@
 
 #include "cuda/runtime.h"
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cuda/gpu_kernels.h"
 #include "tensor/kernels.h"
 
 namespace attograd::kernels {
@@ -31,10 +32,8 @@ void check_floating(const char* op, const Tensor& t) {
            shape_str(t.sizes()));
 }
 
-// Until the CUDA backend lands, every device op reports that it is missing.
-void require_cpu(const char* op, const Tensor& t) {
-  if (!t.device().is_cpu()) fail(op, "has no CUDA implementation in this build");
-}
+// Every op below routes on its first tensor's device once the checks have
+// made sure all its tensors share it: `x.device().is_cuda() ? gpu::op : cpu::op`.
 
 }  // namespace
 
@@ -60,8 +59,7 @@ Tensor unary(Unary op, const Tensor& x, double s) {
   const char* name = unary_name(op);
   check_defined(name, x, "input");
   check_floating(name, x);
-  require_cpu(name, x);
-  return cpu::unary(op, x, s);
+  return x.device().is_cuda() ? gpu::unary(op, x, s) : cpu::unary(op, x, s);
 }
 
 Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
@@ -71,10 +69,10 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_same_device(name, a, b);
   check_same_dtype(name, a, b);
   check_floating(name, a);
-  require_cpu(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
   const bool comparison = op == Binary::gt || op == Binary::lt || op == Binary::eq;
-  return cpu::binary(op, a, b, shape, comparison ? DType::b8 : a.dtype());
+  const DType out_dtype = comparison ? DType::b8 : a.dtype();
+  return a.device().is_cuda() ? gpu::binary(op, a, b, shape, out_dtype) : cpu::binary(op, a, b, shape, out_dtype);
 }
 
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
@@ -83,9 +81,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   check_same_device("where", mask, a);
   check_same_device("where", a, b);
   check_same_dtype("where", a, b);
-  require_cpu("where", a);
   const Shape shape = broadcast_shapes("where", broadcast_shapes("where", mask.sizes(), a.sizes()), b.sizes());
-  return cpu::where(mask, a, b, shape);
+  return a.device().is_cuda() ? gpu::where(mask, a, b, shape) : cpu::where(mask, a, b, shape);
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -101,8 +98,13 @@ void copy_(const Tensor& dst, const Tensor& src) {
       cuda::copy_host_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
     else if (dst.device().is_cpu())
       cuda::copy_device_to_host(dst.raw_data(), src.raw_data(), nbytes, src.device().index);
-    else
+    else {
+      // Another device's stream may still be writing src: wait for it first.
+      if (src.device() != dst.device()) cuda::synchronize(src.device().index);
       cuda::copy_device_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
+    }
+  } else if (dst.device() == src.device()) {  // one CUDA device: any layouts, casts, broadcasts
+    gpu::copy_(dst, src);
   } else if (src.device().is_cuda() && dst.device().is_cpu()) {
     copy_(dst, to_device(src, Device::cpu()));
   } else {
@@ -112,8 +114,10 @@ void copy_(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_(const Tensor& dst, double value) {
-  require_cpu("fill_", dst);
-  cpu::fill_(dst, value);
+  if (dst.device().is_cuda())
+    gpu::fill_(dst, value);
+  else
+    cpu::fill_(dst, value);
   dst.bump_version();
 }
 
@@ -121,10 +125,12 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   check_same_device("add_", y, x);
   check_same_dtype("add_", y, x);
   check_floating("add_", y);
-  require_cpu("add_", y);
   AG_CHECK(broadcast_shapes("add_", y.sizes(), x.sizes()) == y.sizes(), "add_", "cannot add {} into {}",
            shape_str(x.sizes()), shape_str(y.sizes()));
-  cpu::add_(y, x, alpha);
+  if (y.device().is_cuda())
+    gpu::add_(y, x, alpha);
+  else
+    cpu::add_(y, x, alpha);
   y.bump_version();
 }
 
@@ -156,20 +162,18 @@ Tensor to_device(const Tensor& x, Device device) {
 
 Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   check_floating("sum", x);
-  require_cpu("sum", x);
   std::vector<int> all = dims;
   if (all.empty())
     for (int d = 0; d < x.dim(); ++d) all.push_back(d);
   for (int d : all) AG_CHECK(d >= 0 && d < x.dim(), "sum", "dim {} out of range for {}", d, shape_str(x.sizes()));
-  return cpu::sum(x, all, keepdim);
+  return x.device().is_cuda() ? gpu::sum(x, all, keepdim) : cpu::sum(x, all, keepdim);
 }
 
 MaxResult max(const Tensor& x, int dim, bool keepdim) {
   check_floating("max", x);
-  require_cpu("max", x);
   AG_CHECK(dim >= 0 && dim < x.dim(), "max", "dim {} out of range for {}", dim, shape_str(x.sizes()));
   AG_CHECK(x.sizes()[dim] > 0, "max", "reducing an empty dim {} of {}", dim, shape_str(x.sizes()));
-  return cpu::max(x, dim, keepdim);
+  return x.device().is_cuda() ? gpu::max(x, dim, keepdim) : cpu::max(x, dim, keepdim);
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
@@ -197,10 +201,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            shape_str(a.sizes()), shape_str(b.sizes()));
   AG_CHECK(a.size(-1) == b.size(-2), "matmul", "inner dimensions differ: a is {}, b is {}", shape_str(a.sizes()),
            shape_str(b.sizes()));
-  require_cpu("matmul", a);
   const Shape batch = broadcast_shapes("matmul", Shape(a.sizes().begin(), a.sizes().end() - 2),
                                        Shape(b.sizes().begin(), b.sizes().end() - 2));
-  return cpu::matmul(a, b, batch);
+  return a.device().is_cuda() ? gpu::matmul(a, b, batch) : cpu::matmul(a, b, batch);
 }
 
 }  // namespace attograd::kernels
@@ -209,11 +212,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 namespace attograd::kernels {
 namespace {
 
-// A floating CPU tensor with at least one dim: the rows of a fused row op.
+// A floating tensor with at least one dim: the rows of a fused row op.
 void check_rows(const char* op, const Tensor& x, const char* what) {
   check_defined(op, x, what);
   check_floating(op, x);
-  require_cpu(op, x);
   AG_CHECK(x.dim() >= 1, op, "{} must have at least one dim, got a scalar", what);
 }
 
@@ -230,14 +232,13 @@ void check_int64(const char* op, const Tensor& t, const char* what) {
   check_defined(op, t, what);
   AG_CHECK(t.dtype() == DType::i64, op, "{} must be int64, got {} {}", what, dtype_name(t.dtype()),
            shape_str(t.sizes()));
-  require_cpu(op, t);
 }
 
 // Every index in `t` lies in [0, n), or equals `exempt` (the ignore_index of a loss).
 // "[cross_entropy] target 70 out of range for 65 classes at position 3".
 void check_indices(const char* op, const Tensor& t, std::int64_t n, const char* what, const char* of,
                    std::optional<std::int64_t> exempt = std::nullopt) {
-  const Tensor packed = contiguous(t);
+  const Tensor packed = contiguous(to_device(t, Device::cpu()));  // read on the host
   const std::int64_t* v = packed.data<std::int64_t>();
   for (std::int64_t i = 0; i < packed.numel(); ++i)
     if ((v[i] < 0 || v[i] >= n) && v[i] != exempt)
@@ -257,24 +258,24 @@ void check_channel_param(const Tensor& x, const Tensor& p, const char* what) {
 
 Tensor softmax_forward(const Tensor& x) {
   check_rows("softmax", x, "input");
-  return cpu::softmax_forward(x);
+  return x.device().is_cuda() ? gpu::softmax_forward(x) : cpu::softmax_forward(x);
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("softmax backward", y, "output");
   check_like("softmax backward", y, "output", dy, "grad");
-  return cpu::softmax_backward(y, dy);
+  return y.device().is_cuda() ? gpu::softmax_backward(y, dy) : cpu::softmax_backward(y, dy);
 }
 
 Tensor log_softmax_forward(const Tensor& x) {
   check_rows("log_softmax", x, "input");
-  return cpu::log_softmax_forward(x);
+  return x.device().is_cuda() ? gpu::log_softmax_forward(x) : cpu::log_softmax_forward(x);
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("log_softmax backward", y, "output");
   check_like("log_softmax backward", y, "output", dy, "grad");
-  return cpu::log_softmax_backward(y, dy);
+  return y.device().is_cuda() ? gpu::log_softmax_backward(y, dy) : cpu::log_softmax_backward(y, dy);
 }
 
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -283,7 +284,8 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const 
   check_channel_param(x, bias, "bias");
   AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
   AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
-  return cpu::layer_norm_forward(x, weight, bias, eps);
+  return x.device().is_cuda() ? gpu::layer_norm_forward(x, weight, bias, eps)
+                              : cpu::layer_norm_forward(x, weight, bias, eps);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -296,32 +298,36 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   for (const Tensor* stat : {&mean, &rstd}) {
     check_defined(op, *stat, "saved statistic");
     check_same_dtype(op, x, *stat);
+    check_same_device(op, x, *stat);
     AG_CHECK(stat->sizes() == rows, op, "saved statistic is {}, expected {}", shape_str(stat->sizes()),
              shape_str(rows));
   }
-  return cpu::layer_norm_backward(dy, x, weight, mean, rstd);
+  return x.device().is_cuda() ? gpu::layer_norm_backward(dy, x, weight, mean, rstd)
+                              : cpu::layer_norm_backward(dy, x, weight, mean, rstd);
 }
 
 Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   check_defined("embedding", weight, "weight");
-  require_cpu("embedding", weight);
   AG_CHECK(weight.dim() == 2, "embedding", "weight must be 2-d (rows, channels), got {}", shape_str(weight.sizes()));
   check_int64("embedding", ids, "ids");
+  check_same_device("embedding", weight, ids);
   check_indices("embedding", ids, weight.size(0), "id", "rows");
-  return cpu::embedding_forward(weight, ids);
+  return weight.device().is_cuda() ? gpu::embedding_forward(weight, ids) : cpu::embedding_forward(weight, ids);
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
   const char* op = "embedding backward";
   check_rows(op, dy, "grad");
   check_int64(op, ids, "ids");
+  check_same_device(op, dy, ids);
   Shape expected = ids.sizes();
   expected.push_back(dy.size(-1));
   AG_CHECK(dy.sizes() == expected, op, "grad is {}, expected {} (the ids' shape plus channels)",
            shape_str(dy.sizes()), shape_str(expected));
   AG_CHECK(num_rows > 0, op, "num_rows must be positive, got {}", num_rows);
   check_indices(op, ids, num_rows, "id", "rows");
-  return cpu::embedding_backward(dy, ids, num_rows);
+  return dy.device().is_cuda() ? gpu::embedding_backward(dy, ids, num_rows)
+                               : cpu::embedding_backward(dy, ids, num_rows);
 }
 
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
@@ -329,10 +335,12 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   AG_CHECK(logits.dim() == 2, "cross_entropy", "logits must be 2-d (N, V), got {}", shape_str(logits.sizes()));
   AG_CHECK(logits.size(1) > 0, "cross_entropy", "logits {} have no classes", shape_str(logits.sizes()));
   check_int64("cross_entropy", targets, "targets");
+  check_same_device("cross_entropy", logits, targets);
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
            shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
   check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
-  return cpu::cross_entropy_forward(logits, targets, ignore_index);
+  return logits.device().is_cuda() ? gpu::cross_entropy_forward(logits, targets, ignore_index)
+                                   : cpu::cross_entropy_forward(logits, targets, ignore_index);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -341,23 +349,26 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   check_rows(op, logits, "logits");
   AG_CHECK(logits.dim() == 2, op, "logits must be 2-d (N, V), got {}", shape_str(logits.sizes()));
   check_int64(op, targets, "targets");
+  check_same_device(op, logits, targets);
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, op, "targets are {}, expected [{}]", shape_str(targets.sizes()),
            logits.size(0));
   check_defined(op, lse, "lse");
   check_same_dtype(op, logits, lse);
+  check_same_device(op, logits, lse);
   AG_CHECK(lse.sizes() == Shape{logits.size(0)}, op, "lse is {}, expected [{}]", shape_str(lse.sizes()),
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
-  return cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss);
+  return logits.device().is_cuda() ? gpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss)
+                                   : cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss);
 }
 
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {
   AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // also rejects NaN
   AG_CHECK(is_floating(options.dtype), "dropout", "mask dtype must be floating, got {}", dtype_name(options.dtype));
   for (auto s : sizes) AG_CHECK(s >= 0, "dropout", "invalid mask shape {}", shape_str(sizes));
-  if (!options.device.is_cpu()) fail("dropout", "has no CUDA implementation in this build");
-  return cpu::dropout_mask(sizes, p, seed, offset, options.dtype);
+  return options.device.is_cuda() ? gpu::dropout_mask(sizes, p, seed, offset, options)
+                                  : cpu::dropout_mask(sizes, p, seed, offset, options.dtype);
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int dim) {
@@ -380,8 +391,7 @@ Tensor cat(const std::vector<Tensor>& xs, int dim) {
              shape_str(x.sizes()), shape_str(first.sizes()), d);
     out_shape[d] += x.sizes()[d];
   }
-  require_cpu("cat", first);
-  return cpu::cat(xs, d, out_shape);
+  return first.device().is_cuda() ? gpu::cat(xs, d, out_shape) : cpu::cat(xs, d, out_shape);
 }
 
 }  // namespace attograd::kernels
@@ -418,10 +428,11 @@ AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in,
   }
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
-  require_cpu(op, q_in);
-  // The kernel reads rows through strides but needs each row contiguous.
+  // The kernels read rows through strides but need each row contiguous.
   auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
-  return cpu::attention_forward(rows_contiguous(q_in), rows_contiguous(k_in), rows_contiguous(v_in), mask, options);
+  const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
+  return q.device().is_cuda() ? gpu::attention_forward(q, k, v, mask, options)
+                              : cpu::attention_forward(q, k, v, mask, options);
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -433,10 +444,14 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
            shape_str(dout.sizes()), shape_str(out.sizes()), shape_str(q.sizes()));
   AG_CHECK(lse.sizes() == Shape(q.sizes().begin(), q.sizes().end() - 1) && lse.is_contiguous(), op,
            "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
-  require_cpu(op, q);
+  for (const Tensor* t : {&dout, &k, &v, &out, &lse}) check_same_device(op, q, *t);
+  if (mask.defined()) check_same_device(op, q, mask);
   auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
-  return cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
-                                 mask, rows_contiguous(out), lse, options);
+  return q.device().is_cuda()
+             ? gpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
+                                       rows_contiguous(v), mask, rows_contiguous(out), lse, options)
+             : cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
+                                       rows_contiguous(v), mask, rows_contiguous(out), lse, options);
 }
 
 }  // namespace attograd::kernels
@@ -458,8 +473,10 @@ void adamw_step_(const Tensor& param, const Tensor& grad_in, const Tensor& m, co
   AG_CHECK(param.is_contiguous() && m.is_contiguous() && v.is_contiguous(), op,
            "param and state must be contiguous, got {} {} {}", param.str(), m.str(), v.str());
   AG_CHECK(step.step >= 1, op, "step must be >= 1, got {}", step.step);
-  require_cpu(op, param);
-  cpu::adamw_step_(param, contiguous(grad_in), m, v, step);
+  if (param.device().is_cuda())
+    gpu::adamw_step_(param, contiguous(grad_in), m, v, step);
+  else
+    cpu::adamw_step_(param, contiguous(grad_in), m, v, step);
   param.bump_version();
   m.bump_version();
   v.bump_version();

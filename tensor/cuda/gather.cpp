@@ -1,0 +1,45 @@
+// Gathers and joins on CUDA tensors: embedding rows picked by id (and their
+// scatter-add backward), and concatenation. Ids arrive range-checked by
+// tensor/dispatch.cpp.
+#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/cuda/launch.h"
+
+namespace attograd::gpu {
+
+Tensor embedding_forward(const Tensor& weight_in, const Tensor& ids_in) {
+  const Tensor weight = kernels::contiguous(weight_in), ids = kernels::contiguous(ids_in);
+  const std::int64_t channels = weight.size(1);
+  Shape out_shape = ids.sizes();
+  out_shape.push_back(channels);
+  Tensor out = empty(out_shape, weight.options());  // ids.shape + (C)
+  AG_DISPATCH_FLOAT(weight.dtype(), "embedding", [&] {
+    cuda::embedding_forward(out.data<scalar_t>(), weight.data<scalar_t>(), ids.data<std::int64_t>(), ids.numel(),
+                            channels, stream_of(weight));
+  });
+  return out;
+}
+
+Tensor embedding_backward(const Tensor& dy_in, const Tensor& ids_in, std::int64_t num_rows) {
+  const Tensor dy = kernels::contiguous(dy_in), ids = kernels::contiguous(ids_in);
+  const std::int64_t channels = dy.size(-1);
+  Tensor dweight = empty({num_rows, channels}, dy.options());  // (V, C), zeroed by the launcher
+  AG_DISPATCH_FLOAT(dy.dtype(), "embedding backward", [&] {
+    cuda::embedding_backward(dweight.data<scalar_t>(), dy.data<scalar_t>(), ids.data<std::int64_t>(), ids.numel(),
+                             channels, num_rows, stream_of(dy));
+  });
+  return dweight;
+}
+
+Tensor cat(const std::vector<Tensor>& xs, int dim, const Shape& out_shape) {
+  // As on the CPU: each piece is copied into its slice of the output, a view
+  // of `out` at an offset along `dim`; the strided copy kernel reads any layout.
+  Tensor out = empty(out_shape, xs[0].options());
+  std::int64_t start = 0;
+  for (const Tensor& x : xs) {
+    if (x.numel() > 0) copy_(make_view(out, x.sizes(), out.strides(), out.offset() + start * out.strides()[dim]), x);
+    start += x.sizes()[dim];
+  }
+  return out;
+}
+
+}  // namespace attograd::gpu

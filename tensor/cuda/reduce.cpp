@@ -1,0 +1,46 @@
+// Reductions on CUDA tensors: the input's dims split into kept and reduced
+// ones (tensor/cuda/launch.h), the kernels of cuda/reduce.cu pick how to walk
+// them. Results have the CPU's shapes: the reduced dims kept as 1 or dropped.
+#include <algorithm>
+
+#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/cuda/launch.h"
+
+namespace attograd::gpu {
+namespace {
+
+// A contiguous `t` of shape `kept` seen without the dims in `dims` (keepdim = false).
+Tensor squeeze_dims(const Tensor& t, const Shape& kept, const std::vector<int>& dims) {
+  Shape squeezed;
+  for (std::size_t d = 0; d < kept.size(); ++d)
+    if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) == dims.end()) squeezed.push_back(kept[d]);
+  return make_view(t, squeezed, contiguous_strides(squeezed), 0);
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
+  Shape kept = x.sizes();
+  for (int d : dims) kept[d] = 1;
+  Tensor out = empty(kept, x.options());
+  const cuda::ReduceLayout layout = reduce_layout_of("sum", x, dims);
+  AG_DISPATCH_FLOAT(x.dtype(), "sum",
+                    [&] { cuda::sum<scalar_t>(out.data<scalar_t>(), x.data<scalar_t>(), layout, stream_of(x)); });
+  return keepdim ? out : squeeze_dims(out, kept, dims);
+}
+
+kernels::MaxResult max(const Tensor& x, int dim, bool keepdim) {
+  Shape kept = x.sizes();
+  kept[dim] = 1;
+  Tensor values = empty(kept, x.options());
+  Tensor indices = empty(kept, {DType::i64, x.device()});
+  const cuda::ReduceLayout layout = reduce_layout_of("max", x, {dim});
+  AG_DISPATCH_FLOAT(x.dtype(), "max", [&] {
+    cuda::max<scalar_t>(values.data<scalar_t>(), indices.data<std::int64_t>(), x.data<scalar_t>(), layout,
+                        stream_of(x));
+  });
+  if (keepdim) return {values, indices};
+  return {squeeze_dims(values, kept, {dim}), squeeze_dims(indices, kept, {dim})};
+}
+
+}  // namespace attograd::gpu

@@ -1,0 +1,133 @@
+// Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
+// Inputs are made contiguous and read as (rows, n), as on the CPU.
+#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/cuda/launch.h"
+
+namespace attograd::gpu {
+namespace {
+
+template <typename Launch>
+Tensor row_op(const char* op, const Tensor& x_in, Launch launch) {
+  const Tensor x = kernels::contiguous(x_in);
+  Tensor y = empty(x.sizes(), x.options());
+  const auto [rows, n] = row_shape(x);
+  AG_DISPATCH_FLOAT(x.dtype(), op, [&] { launch(y.data<scalar_t>(), x.data<scalar_t>(), rows, n, stream_of(x)); });
+  return y;
+}
+
+template <typename Launch>
+Tensor row_op_backward(const char* op, const Tensor& y_in, const Tensor& dy_in, Launch launch) {
+  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
+  Tensor dx = empty(y.sizes(), y.options());
+  const auto [rows, n] = row_shape(y);
+  AG_DISPATCH_FLOAT(y.dtype(), op, [&] {
+    launch(dx.data<scalar_t>(), y.data<scalar_t>(), dy.data<scalar_t>(), rows, n, stream_of(y));
+  });
+  return dx;
+}
+
+template <typename T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
+}  // namespace
+
+// ---- softmax ---------------------------------------------------------------------------
+
+Tensor softmax_forward(const Tensor& x) {
+  return row_op("softmax", x, [](auto* y, const auto* xs, std::int64_t rows, std::int64_t n, cudaStream_t s) {
+    cuda::softmax_forward(y, xs, rows, n, s);
+  });
+}
+
+Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
+  return row_op_backward("softmax backward", y, dy,
+                         [](auto* dx, const auto* ys, const auto* dys, std::int64_t rows, std::int64_t n,
+                            cudaStream_t s) { cuda::softmax_backward(dx, ys, dys, rows, n, s); });
+}
+
+Tensor log_softmax_forward(const Tensor& x) {
+  return row_op("log_softmax", x, [](auto* y, const auto* xs, std::int64_t rows, std::int64_t n, cudaStream_t s) {
+    cuda::log_softmax_forward(y, xs, rows, n, s);
+  });
+}
+
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
+  return row_op_backward("log_softmax backward", y, dy,
+                         [](auto* dx, const auto* ys, const auto* dys, std::int64_t rows, std::int64_t n,
+                            cudaStream_t s) { cuda::log_softmax_backward(dx, ys, dys, rows, n, s); });
+}
+
+// ---- layer_norm ------------------------------------------------------------------------
+
+kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                                            double eps) {
+  const Tensor x = kernels::contiguous(x_in);
+  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
+  const Tensor bias = bias_in.defined() ? kernels::contiguous(bias_in) : Tensor();
+  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
+  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
+                               empty(row_sizes, x.options())};
+  const auto [rows, n] = row_shape(x);
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    cuda::layer_norm_forward(out.y.data<scalar_t>(), out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(),
+                             x.data<scalar_t>(), data_or_null<scalar_t>(weight), data_or_null<scalar_t>(bias), rows,
+                             n, eps, stream_of(x));
+  });
+  return out;
+}
+
+kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
+                                            const Tensor& mean_in, const Tensor& rstd_in) {
+  const Tensor dy = kernels::contiguous(dy_in), x = kernels::contiguous(x_in);
+  const Tensor mean = kernels::contiguous(mean_in), rstd = kernels::contiguous(rstd_in);
+  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
+  const auto [rows, n] = row_shape(x);
+  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
+  if (weight.defined()) grads.dweight = empty({n}, x.options());
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
+    cuda::layer_norm_backward(grads.dx.data<scalar_t>(),
+                              grads.dweight.defined() ? grads.dweight.data<scalar_t>() : nullptr,
+                              grads.dbias.data<scalar_t>(), dy.data<scalar_t>(), x.data<scalar_t>(),
+                              data_or_null<scalar_t>(weight), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, n,
+                              stream_of(x));
+  });
+  return grads;
+}
+
+// ---- cross-entropy -----------------------------------------------------------------------
+
+kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const Tensor& targets_in,
+                                                  std::int64_t ignore_index) {
+  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
+  const std::int64_t rows = logits.size(0), n = logits.size(1);
+  kernels::CrossEntropyResult out{empty({}, logits.options()), empty({rows}, logits.options()), 0};
+  Tensor count = empty({}, {DType::i64, logits.device()});
+  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
+    cuda::cross_entropy_forward(out.loss.data<scalar_t>(), out.lse.data<scalar_t>(), count.data<std::int64_t>(),
+                                logits.data<scalar_t>(), targets.data<std::int64_t>(), rows, n, ignore_index,
+                                stream_of(logits));
+  });
+  // The count is a host integer in the result (backward's scale needs it): one
+  // small copy back, which waits for the kernels.
+  out.count = static_cast<std::int64_t>(count.item());
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in, const Tensor& lse_in,
+                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
+  const Tensor lse = kernels::contiguous(lse_in);
+  const std::int64_t rows = logits.size(0), n = logits.size(1);
+  Tensor dx = empty(logits.sizes(), logits.options());
+  const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
+  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", [&] {
+    cuda::cross_entropy_backward(dx.data<scalar_t>(), logits.data<scalar_t>(), targets.data<std::int64_t>(),
+                                 lse.data<scalar_t>(), rows, n, ignore_index, count, static_cast<scalar_t>(scale),
+                                 stream_of(logits));
+  });
+  return dx;
+}
+
+}  // namespace attograd::gpu
