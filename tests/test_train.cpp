@@ -128,8 +128,8 @@ TEST_CASE("help shows every command and the defaults", "[train]") {
   for (const char* cmd : {"train", "sample", "eval", "attention"}) CHECK_THAT(top.out, Catch::Contains(cmd));
   const CliResult train = cli({"train", "--help"});
   CHECK(train.code == 0);
-  CHECK_THAT(train.out, Catch::Contains("--steps INT=600"));
-  CHECK_THAT(train.out, Catch::Contains("--lr FLOAT=0.003"));
+  CHECK_THAT(train.out, Catch::Contains("--steps INT=400"));
+  CHECK_THAT(train.out, Catch::Contains("--lr FLOAT=0.005"));
   CHECK_THAT(train.out, Catch::Contains("never to biases, LayerNorm or embeddings"));
   for (const char* cmd : {"sample", "eval", "attention"}) {
     const CliResult r = cli({cmd, "--help"});
@@ -138,6 +138,25 @@ TEST_CASE("help shows every command and the defaults", "[train]") {
   }
   CHECK_THAT(cli({"sample", "--help"}).out, Catch::Contains("--temperature FLOAT=1"));
   CHECK(cli({"--version"}).out.find("attograd 0.") == 0);
+}
+
+TEST_CASE("presets: the task chooses the defaults, the block fits one problem", "[train]") {
+  TrainOptions o;
+  CHECK(preset_for(o, false).block == 16);  // sort 8: 17 tokens, the model sees 16
+  o.task = "add";
+  const TrainOptions add = preset_for(o, false);
+  CHECK(add.task_size == 2);
+  CHECK(add.block == 8);
+  CHECK(add.layers == 3);
+  o.task_size = 3;
+  CHECK(preset_for(o, true).block == 11);
+  o.task = "sort";
+  o.data = "book.txt";
+  CHECK(preset_for(o, false).block == 64);
+  CHECK(preset_for(o, false).dropout > 0);
+  TrainOptions bad;
+  bad.block = 10;
+  REQUIRE_THROWS_WITH(validate(bad), Catch::Contains("[--block] sort with --task-size 8 needs a block of at least 16"));
 }
 
 TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero exit, no run directory",

@@ -28,10 +28,12 @@ void add_preset_flag(CLI::App& cmd, std::vector<PresetFlag>& flags, TrainOptions
 }
 
 constexpr const char* kTrainEpilog = R"(
-Presets: flags not given take the task's preset. The defaults shown are sort's;
-add differs only in its block (3n+2 for n-digit operands); --data (text) uses
---layers 4 --width 128 --block 64 --batch 32 --steps 2000 --lr 2e-3
---warmup 100 --dropout 0.1 --eval-interval 200.
+Presets: flags not given take the task's preset. The defaults shown are sort's
+(reaching 99% exact match on 8 digits in about 400 steps); the others differ in:
+  add     --layers 3 --width 48 --batch 128 --weight-decay 0
+  --data  --layers 4 --width 64 --block 64 --batch 32 --steps 1000 --lr 3e-3
+          --warmup 100 --dropout 0.1 --eval-interval 250
+and --block is always one whole problem (2n for sort, reverse, copy; 3n+2 for add).
 
 Tasks ("prompt=answer", loss on the answer only, one problem in ten held out):
   sort     31415926=11234569     reverse  31415926=62951413
@@ -51,7 +53,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   // ---- train
   TrainOptions train;
   std::vector<PresetFlag> presets;
-  CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT on next-token prediction (no arguments: sort 8 digits, ~20 s)");
+  CLI::App* train_cmd = app.add_subcommand("train", "Train a GPT on next-token prediction (no arguments: sort 8 digits to 99%, ~10 s)");
   train_cmd->footer(kTrainEpilog);
   {
     auto& c = *train_cmd;

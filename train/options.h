@@ -22,9 +22,9 @@ struct TrainOptions {
 
   // ---- optimisation
   std::string optimizer = "adamw";  // adamw | sgd
-  std::int64_t batch = 64, steps = 600;
-  double lr = 3e-3;
-  std::int64_t warmup = 50;         // linear warm-up steps, then cosine decay to lr * min_lr_ratio
+  std::int64_t batch = 64, steps = 400;
+  double lr = 5e-3;
+  std::int64_t warmup = 30;         // linear warm-up steps, then cosine decay to lr * min_lr_ratio
   double min_lr_ratio = 0.1;
   double weight_decay = 0.1;        // AdamW: decoupled; SGD: L2 (never on biases, norms, embeddings)
   double beta1 = 0.9, beta2 = 0.99; // AdamW

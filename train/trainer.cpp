@@ -170,6 +170,10 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     }
   }
   progress.finish();
+  if (last_step <= first_step) {  // resumed at or past the end: report where the checkpoint stands
+    last_eval = evaluate(*model, *data, kEvalBatch, device);
+    progress.message(eval_line(first_step, last_eval));
+  }
 
   summary.run_dir = o.out;
   summary.checkpoint = ckpt_path;
