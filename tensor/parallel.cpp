@@ -119,7 +119,14 @@ void set_num_threads(int n) {
   AG_CHECK(n >= 1, "set_num_threads", "thread count must be >= 1, got {}", n);
   std::lock_guard lock(run_mutex);
   pool().resize(n);
-  openblas_set_num_threads(n);
+}
+
+void ensure_blas_single_threaded() {
+  static const bool done = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
 }
 
 int get_num_threads() { return pool().size(); }

@@ -2,6 +2,11 @@
 // memory when its last two dims are row-major (strides [ld, 1]) or
 // column-major (strides [1, ld], i.e. a transposed view): the latter becomes
 // a transpose flag, not a copy. Anything else is copied to contiguous first.
+//
+// Threads: OpenBLAS runs single-threaded inside our pool's workers (see
+// tensor/parallel.h). Many batches are spread over threads whole; a single
+// large product is cut into row blocks of C (or column blocks when it is
+// wide and short), one single-threaded GEMM each.
 #include <cblas.h>
 
 #include "tensor/cpu/cpu_kernels.h"
@@ -39,6 +44,10 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
     cblas_dgemm(CblasRowMajor, tra, trb, m, n, k, 1.0, a, lda, b, ldb, 0.0, c, ldc);
 }
 
+// Below this many FLOPs a product runs on one thread: waking a worker costs
+// more than the split saves.
+constexpr std::int64_t kMinParallelFlops = 4 << 20;
+
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape) {
@@ -60,19 +69,55 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape) 
   };
   const Shape sa = batch_strides(a.t), sb = batch_strides(b.t);
   const std::int64_t batches = numel_of(batch_shape);
+  ensure_blas_single_threaded();
   AG_DISPATCH_FLOAT(out.dtype(), "matmul", [&] {
     const auto* pa = a.t.data<scalar_t>();
     const auto* pb = b.t.data<scalar_t>();
     auto* pc = out.data<scalar_t>();
-    for (std::int64_t i = 0; i < batches; ++i) {
-      std::int64_t oa = 0, ob = 0, rest = i;
+    auto batch_offsets = [&](std::int64_t i, std::int64_t& oa, std::int64_t& ob) {
+      oa = ob = 0;
       for (std::size_t d = batch_shape.size(); d-- > 0;) {
-        const std::int64_t idx = rest % batch_shape[d];
-        rest /= batch_shape[d];
+        const std::int64_t idx = i % batch_shape[d];
+        i /= batch_shape[d];
         oa += idx * sa[d];
         ob += idx * sb[d];
       }
-      gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n);
+    };
+    // Row r of op(A) starts at r * lda (or r when A is read transposed); column j of op(B) likewise.
+    const std::int64_t a_row_step = a.transposed ? 1 : a.ld, b_col_step = b.transposed ? b.ld : 1;
+    const std::int64_t flops_per_batch = 2 * m * n * k;
+    const int threads = get_num_threads();
+    if (threads == 1 || batches * flops_per_batch < kMinParallelFlops) {
+      for (std::int64_t i = 0; i < batches; ++i) {
+        std::int64_t oa, ob;
+        batch_offsets(i, oa, ob);
+        gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n);
+      }
+    } else if (batches >= threads) {
+      parallel_for(0, batches, 1, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t i = lo; i < hi; ++i) {
+          std::int64_t oa, ob;
+          batch_offsets(i, oa, ob);
+          gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n);
+        }
+      });
+    } else {
+      // Few batches: split each product into row (or column) blocks of C.
+      const bool split_rows = m >= n || m >= 64 * threads;
+      const std::int64_t extent = split_rows ? m : n;
+      const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
+      for (std::int64_t i = 0; i < batches; ++i) {
+        std::int64_t oa, ob;
+        batch_offsets(i, oa, ob);
+        parallel_for(0, extent, block, [&](std::int64_t lo, std::int64_t hi) {
+          if (split_rows)
+            gemm<scalar_t>(a.transposed, b.transposed, hi - lo, n, k, pa + oa + lo * a_row_step, a.ld, pb + ob,
+                           b.ld, pc + i * m * n + lo * n, n);
+          else
+            gemm<scalar_t>(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step,
+                           b.ld, pc + i * m * n + lo, n);
+        });
+      }
     }
   });
   return out;
