@@ -106,7 +106,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   sample_cmd->add_option("--ckpt", sample.ckpt, "Checkpoint file")->required();
   CLI::Option* prompt_opt = sample_cmd->add_option(
       "--prompt", sample_prompt, "Text to continue (default: a held-out problem for tasks, the text's first character)");
-  sample_cmd->add_option("--tokens", sample.tokens, "Tokens to generate");
+  std::int64_t sample_tokens = 200;
+  CLI::Option* tokens_opt =
+      sample_cmd->add_option("--tokens", sample_tokens, "Tokens to generate (tasks: the answer's length unless given)");
   sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)");
   sample_cmd->add_option("--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)");
   sample_cmd->add_option("--seed", sample.seed, "Sampling seed");
@@ -173,6 +175,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
       (void)summary;
     } else if (sample_cmd->parsed()) {
       if (prompt_opt->count() > 0) sample.prompt = sample_prompt;
+      if (tokens_opt->count() > 0) sample.tokens = sample_tokens;
       sample.use_cache = !no_cache;
       sample_command(sample, out);
     } else if (eval_cmd->parsed()) {

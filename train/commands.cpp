@@ -14,6 +14,7 @@
 #include "train/model.h"
 #include "train/safetensors.h"
 #include "train/svg.h"
+#include "train/tasks.h"
 #include "train/utf8.h"
 
 namespace attograd {
@@ -36,7 +37,8 @@ void set_threads(int threads) {
 }  // namespace
 
 std::string sample_command(const SampleOptions& o, std::FILE* out) {
-  AG_CHECK(o.tokens >= 0 && o.tokens <= 1'000'000, "--tokens", "must be in [0, 1000000], got {}", o.tokens);
+  if (o.tokens)
+    AG_CHECK(*o.tokens >= 0 && *o.tokens <= 1'000'000, "--tokens", "must be in [0, 1000000], got {}", *o.tokens);
   AG_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "--temperature", "must be finite and >= 0, got {}",
            o.temperature);
   AG_CHECK(o.top_k >= 0, "--top-k", "must be >= 0 (0: all), got {}", o.top_k);
@@ -58,10 +60,14 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   }
   AG_CHECK(!prompt.empty(), "--prompt", "must hold at least one character");
   const std::vector<std::int64_t> ids = tok.encode(prompt, "--prompt");
+  const TrainOptions& config = ckpt.info.config;
+  const std::int64_t tokens = o.tokens                ? *o.tokens
+                              : config.data.empty() ? task_answer_length(parse_task(config.task), config.task_size)
+                                                    : 200;
   if (!device.is_cpu()) ckpt.model->to(device);
   const std::vector<std::int64_t> seq = generate(
       *ckpt.model, ids,
-      {.tokens = o.tokens, .temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .use_cache = o.use_cache},
+      {.tokens = tokens, .temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .use_cache = o.use_cache},
       device);
   const std::string text = tok.decode(seq);
   std::fprintf(out, "%s\n", text.c_str());

@@ -26,7 +26,7 @@ TrainSummary train_command(TrainOptions options, std::FILE* out);
 struct SampleOptions {
   std::string ckpt;
   std::optional<std::string> prompt;  // none: a held-out problem's prompt (tasks) or the text's first character
-  std::int64_t tokens = 200;
+  std::optional<std::int64_t> tokens;  // none: the answer's length for tasks, 200 characters for text
   double temperature = 1.0;           // 0: greedy
   std::int64_t top_k = 0;             // 0: the whole vocabulary
   std::uint64_t seed = 0;

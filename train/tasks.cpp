@@ -45,6 +45,8 @@ std::int64_t task_sequence_length(TaskKind kind, int size) {
   return kind == TaskKind::add ? 3 * std::int64_t{size} + 3 : 2 * std::int64_t{size} + 1;
 }
 
+std::int64_t task_answer_length(TaskKind kind, int size) { return kind == TaskKind::add ? size + 1 : size; }
+
 Task::Task(TaskSpec spec) : spec_(spec), tokenizer_(Tokenizer::from_text("0123456789+=")) {
   AG_CHECK(spec_.size >= 1 && spec_.size <= kMaxSize, "--task-size", "must be in [1, {}], got {}", kMaxSize,
            spec_.size);

@@ -26,6 +26,8 @@ TaskKind parse_task(const std::string& name);
 int default_task_size(TaskKind kind);  // 8 digits for sort/reverse/copy, 2-digit operands for add
 // Tokens in a whole problem, prompt + answer: 2n + 1 for the digit tasks, 3n + 3 for add.
 std::int64_t task_sequence_length(TaskKind kind, int size);
+// Tokens in an answer: n for the digit tasks, n + 1 for add.
+std::int64_t task_answer_length(TaskKind kind, int size);
 
 struct TaskSpec {
   TaskKind kind = TaskKind::sort;
