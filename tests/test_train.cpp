@@ -742,3 +742,20 @@ TEST_CASE("attention command draws every head as a causal heat map", "[train]") 
   CHECK_THAT(too_long.err, Catch::Contains("[--text]"));
   CHECK_FALSE(fs::exists(tmp / "att2.svg"));
 }
+
+// ---- the targets (accuracy only; timings are measured by hand, see the report) ----------
+
+TEST_CASE("the default run and the add preset reach 99% held-out exact match", "[train][slow]") {
+  for (const std::vector<std::string> task : {std::vector<std::string>{}, std::vector<std::string>{"--task", "add"}}) {
+    TempDir tmp;
+    std::vector<std::string> args = {"train", "--out", tmp / "run", "--quiet"};
+    args.insert(args.end(), task.begin(), task.end());
+    const CliResult r = cli(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    const EvalSummary e = eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
+    REQUIRE(e.accuracy.has_value());
+    CHECK(*e.accuracy >= 0.99);
+    CHECK(e.examples >= 900);
+  }
+}
