@@ -1,0 +1,630 @@
+// The CUDA backend against the CPU: every op on random inputs over a table of
+// shapes (odd sizes, long rows that take the block-per-row and chunked paths),
+// with contiguous, transposed, broadcast and offset inputs, forward and
+// backward; the device runtime (moves, errors, the caching allocator); and a
+// GPT training step on the GPU against the same step on the CPU.
+//
+// Without a GPU at run time (or in a build without CUDA) every test here
+// reports itself skipped, by name, and passes: see SKIP_WITHOUT_CUDA.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "autograd/attention.h"
+#include "helpers.h"
+#include "nn/gpt.h"
+#include "train/optimizer.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+
+// ---- skipping without a GPU ----------------------------------------------------------------
+
+bool cuda_missing() {
+  if (cuda::device_count() > 0) return false;
+  WARN("skipped: no CUDA device" << (cuda::built_with_cuda() ? "" : " (this build has no CUDA backend)"));
+  return true;
+}
+// First line of every test in this file.
+#define SKIP_WITHOUT_CUDA()        \
+  do {                             \
+    if (cuda_missing()) return;    \
+  } while (0)
+
+// ---- tolerances, written once per dtype ----------------------------------------------------
+
+// The GPU adds in other orders than the CPU (trees, tiles, atomics) and uses
+// CUDA's exp/tanh: float32 results agree to about 1e-6 relative, float64 ones
+// in their last bits. Integers and bools must agree exactly.
+struct Tolerance {
+  double atol, rtol;
+};
+Tolerance parity(DType t) {
+  switch (t) {
+    case DType::f32: return {1e-4, 1e-4};
+    case DType::f64: return {1e-10, 1e-9};
+    default: return {0, 0};
+  }
+}
+
+// ---- inputs -------------------------------------------------------------------------------------
+
+enum class Layout { contiguous, transposed, broadcast, offset };
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::contiguous: return "contiguous";
+    case Layout::transposed: return "transposed";
+    case Layout::broadcast: return "broadcast";
+    case Layout::offset: return "offset";
+  }
+  return "?";
+}
+
+// A CPU tensor of `sizes` laid out as `layout`, normal values (or in [0.5, 2)
+// when positive): transposed swaps its last two dims in memory, broadcast
+// repeats one row along dim 0 (stride 0), offset is a slice of a wider tensor.
+Tensor input(const Shape& sizes, DType dtype, Layout layout, std::uint64_t seed, bool positive = false) {
+  Generator gen(seed);
+  auto draw = [&](const Shape& s) { return positive ? uniform(s, 0.5, 2.0, {dtype}, gen) : randn(s, {dtype}, gen); };
+  switch (layout) {
+    case Layout::contiguous: return draw(sizes);
+    case Layout::transposed: {
+      Shape swapped = sizes;
+      std::swap(swapped[swapped.size() - 1], swapped[swapped.size() - 2]);
+      const Tensor base = draw(swapped);
+      Shape strides = base.strides();
+      std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+      return make_view(base, sizes, strides, 0);
+    }
+    case Layout::broadcast: {
+      Shape one = sizes;
+      one[0] = 1;
+      const Tensor base = draw(one);
+      Shape strides = base.strides();
+      strides[0] = 0;
+      return make_view(base, sizes, strides, 0);
+    }
+    case Layout::offset: {
+      Shape wide = sizes;
+      wide.back() += 3;
+      const Tensor base = draw(wide);
+      return make_view(base, sizes, base.strides(), 2);
+    }
+  }
+  return {};
+}
+
+// The layouts a shape can take: transposed needs two dims, the others one.
+std::vector<Layout> layouts_for(const Shape& sizes) {
+  std::vector<Layout> all{Layout::contiguous};
+  if (sizes.size() >= 1 && numel_of(sizes) > 0) all.push_back(Layout::broadcast), all.push_back(Layout::offset);
+  if (sizes.size() >= 2) all.push_back(Layout::transposed);
+  return all;
+}
+
+// The same view on the GPU: x's whole storage copied over, then x's sizes,
+// strides and offset on it, so a transposed, broadcast or offset view stays
+// exactly that on the device.
+Tensor on_gpu(const Tensor& x) {
+  const auto n = static_cast<std::int64_t>(x.storage()->nbytes() / dtype_size(x.dtype()));
+  const Tensor flat_gpu = kernels::to_device(make_view(x, {n}, {1}, 0), Device::cuda());
+  return make_view(flat_gpu, x.sizes(), x.strides(), x.offset());
+}
+
+Tensor on_cpu(const Tensor& x) { return kernels::to_device(x, Device::cpu()); }
+
+// ---- comparisons --------------------------------------------------------------------------------
+
+// gpu (on the device) equals cpu within the parity tolerance of their dtype.
+void require_parity(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  INFO(what << ": gpu " << gpu.str() << ", cpu " << cpu.str());
+  REQUIRE(gpu.defined() == cpu.defined());
+  if (!cpu.defined()) return;
+  REQUIRE(gpu.device().is_cuda());
+  REQUIRE(gpu.sizes() == cpu.sizes());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  const Tensor back = on_cpu(gpu);
+  const Tolerance tol = parity(cpu.dtype());
+  INFO("max |gpu - cpu| = " << max_abs_diff(back, cpu));
+  REQUIRE(all_close(back, cpu, tol.atol, tol.rtol));
+}
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// fn on CPU inputs and on their GPU mirrors: the outputs agree, and so do the
+// gradients of every floating input under one random projection of the output.
+void require_op_parity(const std::string& name, const Fn& fn, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> cpu, gpu;
+  for (const Tensor& x : inputs) {
+    Tensor c = x.detach(), g = on_gpu(x);
+    if (is_floating(x.dtype())) c.set_requires_grad(true), g.set_requires_grad(true);
+    cpu.push_back(c);
+    gpu.push_back(g);
+  }
+  const Tensor y_cpu = fn(cpu), y_gpu = fn(gpu);
+  require_parity(y_gpu, y_cpu, name + " forward");
+  if (!y_cpu.requires_grad()) return;
+  Generator gen(7);
+  const Tensor projection = kernels::cast(randn(y_cpu.sizes(), {DType::f64}, gen), y_cpu.dtype());
+  backward(y_cpu, projection);
+  backward(y_gpu, kernels::to_device(projection, Device::cuda()));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (cpu[i].requires_grad()) require_parity(gpu[i].grad(), cpu[i].grad(), name + " grad of input " + std::to_string(i));
+}
+
+std::string describe(const Shape& s, Layout l, DType t) {
+  return shape_str(s) + " " + layout_name(l) + " " + std::string(dtype_name(t));
+}
+
+Tensor ids_tensor(const std::vector<std::int64_t>& values, const Shape& sizes) { return from_vector(values, sizes); }
+
+}  // namespace
+
+// ---- the runtime -------------------------------------------------------------------------------
+
+TEST_CASE("cuda: tensors move to the GPU and back with their values", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor floats = input({5, 7}, DType::f32, Layout::transposed, 1);
+  const std::vector<Tensor> all{floats, kernels::cast(floats, DType::f64), arange(35, {DType::i64}),
+                                kernels::binary(kernels::Binary::gt, floats, zeros({}))};
+  for (const Tensor& x : all) {
+    INFO(x.str());
+    const Tensor g = to(x, Device::cuda(0));
+    REQUIRE(g.device() == Device::cuda(0));
+    REQUIRE(g.str().find("cuda:0") != std::string::npos);
+    const Tensor back = to_cpu(g);
+    REQUIRE(back.device().is_cpu());
+    REQUIRE(max_abs_diff(back, x) == 0);
+  }
+  // A view built on the device reads like the CPU view it mirrors.
+  REQUIRE(max_abs_diff(on_cpu(kernels::contiguous(on_gpu(floats))), floats) == 0);
+}
+
+TEST_CASE("cuda: ops on tensors from different devices name both devices", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor a = randn({3, 4}), b = to(randn({3, 4}), Device::cuda());
+  REQUIRE_THROWS_WITH(add(a, b), Catch::Contains("cpu") && Catch::Contains("cuda:0"));
+  REQUIRE_THROWS_WITH(matmul(b, transpose(a, 0, 1)), Catch::Contains("cuda:0") && Catch::Contains("cpu"));
+  REQUIRE_THROWS_WITH(embedding(b, to(zeros({2}, {DType::i64}), Device::cpu())), Catch::Contains("cuda:0"));
+  REQUIRE_THROWS_WITH(to(a, Device::cuda(cuda::device_count())), Catch::Contains("no CUDA device"));
+}
+
+TEST_CASE("cuda: float64 matmul and attention are CPU-only, and say so", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor a = to(randn({3, 4}, {DType::f64}), Device::cuda());
+  REQUIRE_THROWS_WITH(matmul(a, transpose(a, 0, 1)), Catch::Contains("[matmul] float64 is CPU-only"));
+  const Tensor q = to(randn({1, 1, 4, 8}, {DType::f64}), Device::cuda());
+  REQUIRE_THROWS_WITH(attention(q, q, q), Catch::Contains("float64 is CPU-only"));
+  const Tensor wide = to(randn({1, 1, 4, 130}), Device::cuda());
+  REQUIRE_THROWS_WITH(attention(wide, wide, wide), Catch::Contains("head dim 130"));
+}
+
+TEST_CASE("cuda: the caching allocator reuses freed blocks across steps", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const cuda::MemoryStats before = cuda::memory_stats(0);
+  { const Tensor t = empty({1000}, {DType::f32, Device::cuda()}); }
+  const cuda::MemoryStats after_first = cuda::memory_stats(0);
+  { const Tensor t = empty({1000}, {DType::f32, Device::cuda()}); }
+  const cuda::MemoryStats after_second = cuda::memory_stats(0);
+  REQUIRE(after_second.cuda_mallocs == after_first.cuda_mallocs);  // the second came from the cache
+  REQUIRE(after_second.reuses == after_first.reuses + 1);
+  REQUIRE(after_second.allocated == before.allocated);
+  REQUIRE(after_second.cached >= 4000);
+  REQUIRE(after_second.peak >= before.allocated + 4000);
+
+  // A repeated "training step" allocates nothing new after its first run.
+  const Tensor w = to(randn({64, 64}), Device::cuda()).set_requires_grad(true);
+  const Tensor x = to(randn({32, 64}), Device::cuda());
+  auto step = [&] {
+    w.set_grad({});
+    backward(sum(gelu(matmul(x, w))));
+    return w.grad().defined();
+  };
+  REQUIRE(step());
+  const std::uint64_t mallocs = cuda::memory_stats(0).cuda_mallocs;
+  for (int i = 0; i < 3; ++i) REQUIRE(step());
+  REQUIRE(cuda::memory_stats(0).cuda_mallocs == mallocs);
+}
+
+// ---- elementwise -----------------------------------------------------------------------------------
+
+TEST_CASE("cuda: every unary op matches the CPU on every layout", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<kernels::Unary> ops{
+#define AG_LIST(name) kernels::Unary::name,
+      AG_UNARY_OPS(AG_LIST)
+#undef AG_LIST
+  };
+  const std::vector<Shape> shapes{{}, {1}, {7}, {5, 13}, {3, 5, 11}, {2, 3, 5, 7}, {(1 << 18) + 3}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (kernels::Unary op : ops) {
+      const bool positive = op == kernels::Unary::log || op == kernels::Unary::sqrt ||
+                            op == kernels::Unary::pow_scalar || op == kernels::Unary::rdiv_scalar;
+      for (const Shape& shape : shapes)
+        for (Layout layout : layouts_for(shape)) {
+          const Tensor x = input(shape, dtype, layout, 3, positive);
+          require_parity(kernels::unary(op, on_gpu(x), 1.7), kernels::unary(op, x, 1.7),
+                         std::string(kernels::unary_name(op)) + " " + describe(shape, layout, dtype));
+        }
+    }
+}
+
+TEST_CASE("cuda: every binary op matches the CPU, broadcasting and strided", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<kernels::Binary> ops{
+#define AG_LIST(name) kernels::Binary::name,
+      AG_BINARY_OPS(AG_LIST)
+#undef AG_LIST
+  };
+  const std::vector<std::pair<Shape, Shape>> shapes{
+      {{5, 7}, {5, 7}}, {{5, 7}, {7}}, {{3, 1, 7}, {5, 1}}, {{1}, {11, 13}}, {{}, {4, 5}}, {{2, 3, 5, 7}, {3, 1, 7}}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (kernels::Binary op : ops)
+      for (const auto& [sa, sb] : shapes)
+        for (Layout la : layouts_for(sa)) {
+          const Tensor a = input(sa, dtype, la, 4, /*positive=*/true);
+          const Tensor b = input(sb, dtype, sb.size() >= 2 ? Layout::transposed : Layout::contiguous, 5, true);
+          const std::string what = std::string(kernels::binary_name(op)) + " " + describe(sa, la, dtype) + " with " +
+                                   shape_str(sb);
+          require_parity(kernels::binary(op, on_gpu(a), on_gpu(b)), kernels::binary(op, a, b), what);
+        }
+  // eq on equal values (random normals are almost never equal to each other).
+  const Tensor x = input({5, 7}, DType::f32, Layout::transposed, 6);
+  require_parity(kernels::binary(kernels::Binary::eq, on_gpu(x), on_gpu(kernels::contiguous(x))),
+                 kernels::binary(kernels::Binary::eq, x, kernels::contiguous(x)), "eq on equal values");
+}
+
+TEST_CASE("cuda: elementwise ops differentiate like the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const Tensor a = input({5, 7}, dtype, Layout::transposed, 8, true), b = input({7}, dtype, Layout::contiguous, 9, true);
+    require_op_parity("add/mul/div/pow", [](const std::vector<Tensor>& in) {
+      return pow(div(mul(add(in[0], in[1]), in[1]), in[0]), in[1]);
+    }, {a, b});
+    require_op_parity("exp/log/tanh/gelu/relu", [](const std::vector<Tensor>& in) {
+      return relu(gelu(tanh(log(exp(in[0]) + 1.0)))) * sqrt(in[0]);
+    }, {a});
+    require_op_parity("where/masked_fill", [](const std::vector<Tensor>& in) {
+      return masked_fill(where(gt(in[0], in[1]), in[0], in[1]), lt(in[0], full({}, 1.0, in[0].options())), -3.0);
+    }, {a, b});
+  }
+}
+
+TEST_CASE("cuda: where, fill_, add_, copy_ and every cast match the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor a = input({3, 5, 7}, DType::f32, Layout::transposed, 10), b = input({7}, DType::f32, Layout::contiguous, 11);
+  const Tensor mask = kernels::binary(kernels::Binary::gt, input({5, 1}, DType::f32, Layout::contiguous, 12), zeros({}));
+  require_parity(kernels::where(on_gpu(mask), on_gpu(a), on_gpu(b)), kernels::where(mask, a, b), "where");
+
+  // Every pair of dtypes, from a strided source.
+  const Tensor values = kernels::unary(kernels::Unary::mul_scalar, input({5, 7}, DType::f64, Layout::transposed, 13), 3.0);
+  for (DType from : {DType::f32, DType::f64, DType::i64, DType::b8})
+    for (DType into : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+      const Tensor src = make_view(kernels::cast(kernels::contiguous(values), from), {7, 5}, {1, 7}, 0);
+      require_parity(kernels::cast(on_gpu(src), into), kernels::cast(src, into),
+                     fmt::format("cast {} -> {}", dtype_name(from), dtype_name(into)));
+    }
+
+  // fill_ and add_ write only their (strided) view; the rest of the storage is untouched.
+  const Tensor base = input({6, 8}, DType::f32, Layout::contiguous, 14);
+  const Tensor base_gpu = on_gpu(base);
+  const Tensor view = make_view(base, {3, 4}, {16, 2}, 1), view_gpu = make_view(base_gpu, {3, 4}, {16, 2}, 1);
+  kernels::fill_(view, 2.5);
+  kernels::fill_(view_gpu, 2.5);
+  require_parity(base_gpu, base, "fill_ through a strided view");
+  const Tensor row = input({4}, DType::f32, Layout::contiguous, 15);
+  kernels::add_(view, row, -0.5);
+  kernels::add_(view_gpu, on_gpu(row), -0.5);
+  require_parity(base_gpu, base, "add_ of a broadcast row through a strided view");
+
+  // copy_ from the CPU into a strided GPU view, and GPU to GPU with broadcasting.
+  const Tensor src = input({3, 4}, DType::f64, Layout::contiguous, 16);
+  kernels::copy_(view, src);
+  kernels::copy_(view_gpu, src);
+  require_parity(base_gpu, base, "copy_ cpu float64 -> strided cuda float32");
+  kernels::copy_(view, row);
+  kernels::copy_(view_gpu, on_gpu(row));
+  require_parity(base_gpu, base, "copy_ broadcast on the device");
+}
+
+// ---- reductions -------------------------------------------------------------------------------------
+
+TEST_CASE("cuda: sum matches the CPU over every set of dims", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{5, 7, 11}, Shape{3, 4, 5, 6}})
+      for (Layout layout : {Layout::contiguous, Layout::transposed, Layout::offset}) {
+        const Tensor x = input(shape, dtype, layout, 20);
+        const int nd = static_cast<int>(shape.size());
+        for (int subset = 0; subset < (1 << nd); ++subset) {
+          std::vector<int> dims;
+          for (int d = 0; d < nd; ++d)
+            if (subset & (1 << d)) dims.push_back(d);
+          for (bool keepdim : {false, true})
+            require_parity(kernels::sum(on_gpu(x), dims, keepdim), kernels::sum(x, dims, keepdim),
+                           fmt::format("sum over {} keepdim {} of {}", dims, keepdim, describe(shape, layout, dtype)));
+        }
+      }
+  // Long reductions with few outputs: the chunked two-pass paths (rows and columns).
+  const Tensor wide = input({3, 70001}, DType::f32, Layout::contiguous, 21);
+  require_parity(kernels::sum(on_gpu(wide), {1}, false), kernels::sum(wide, {1}, false), "sum of 3 long rows");
+  const Tensor tall = input({70001, 3}, DType::f32, Layout::contiguous, 22);
+  require_parity(kernels::sum(on_gpu(tall), {0}, false), kernels::sum(tall, {0}, false), "sum of 3 long columns");
+  const Tensor bias_grad = input({4096, 768}, DType::f32, Layout::contiguous, 23);
+  require_parity(kernels::sum(on_gpu(bias_grad), {0}, false), kernels::sum(bias_grad, {0}, false), "bias gradient");
+  const Tensor flat = input({(1 << 20) + 7}, DType::f32, Layout::contiguous, 24);
+  require_parity(kernels::sum(on_gpu(flat), {}, false), kernels::sum(flat, {}, false), "sum of everything");
+}
+
+TEST_CASE("cuda: max matches the CPU, values and the first index of ties", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{5, 7, 11}, Shape{3, 5000}, Shape{5000, 3}})
+      for (Layout layout : {Layout::contiguous, Layout::transposed}) {
+        // Values rounded to halves, written back through the view: plenty of ties, in `layout`.
+        const Tensor x = input(shape, dtype, layout, 25);
+        const Tensor twice = kernels::unary(kernels::Unary::mul_scalar, x, 2.0);
+        kernels::copy_(x, kernels::unary(kernels::Unary::mul_scalar, kernels::cast(kernels::cast(twice, DType::i64), dtype), 0.5));
+        for (int dim = 0; dim < static_cast<int>(shape.size()); ++dim) {
+          const auto cpu = kernels::max(x, dim, false);
+          const auto gpu = kernels::max(on_gpu(x), dim, false);
+          const std::string what = fmt::format("max over dim {} of {}", dim, describe(shape, layout, dtype));
+          require_parity(gpu.values, cpu.values, what + " values");
+          require_parity(gpu.indices, cpu.indices, what + " indices");
+        }
+      }
+  // A NaN wins, and the first NaN is reported.
+  const Tensor x = from<float>({1, NAN, 3, NAN, 2}, {1, 5});
+  const auto r = kernels::max(on_gpu(x), 1, false);
+  REQUIRE(std::isnan(r.values.item()));
+  REQUIRE(r.indices.item() == 1);
+  require_op_parity("max backward", [](const std::vector<Tensor>& in) { return max(in[0], 1); },
+                    {input({6, 9}, DType::f32, Layout::transposed, 26)});
+}
+
+// ---- matmul -----------------------------------------------------------------------------------------
+
+TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batches", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    Shape a, b;
+  };
+  const std::vector<Case> cases{
+      {{1, 1}, {1, 1}},       {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},         {{64, 64}, {64, 64}},
+      {{127, 129}, {129, 131}}, {{300, 200}, {200, 150}}, {{1, 300}, {300, 1}},      {{2, 3, 5, 7}, {3, 7, 11}},
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{2, 5, 7}, {7, 3}}, {{3, 0}, {0, 4}},          {{2304, 24}, {24, 2304}}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 30);
+        const Tensor b = input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 31);
+        require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
+                       fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "", shape_str(c.b),
+                                   tb ? "(transposed)" : ""));
+      }
+  // Operands at odd offsets: no float4 loads possible.
+  const Tensor a = input({33, 17}, DType::f32, Layout::offset, 32), b = input({17, 9}, DType::f32, Layout::offset, 33);
+  require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b), "matmul of offset views");
+  require_op_parity("matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+                    {input({2, 5, 7}, DType::f32, Layout::transposed, 34), input({7, 3}, DType::f32, Layout::contiguous, 35)});
+}
+
+// ---- fused row ops ------------------------------------------------------------------------------------
+
+TEST_CASE("cuda: softmax and log_softmax match the CPU, forward and backward", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{7}, Shape{5, 13}, Shape{3, 4, 1500}, Shape{2, 33, 33}})
+      for (Layout layout : layouts_for(shape)) {
+        const Tensor x = input(shape, dtype, layout, 40);
+        require_op_parity("softmax " + describe(shape, layout, dtype),
+                          [](const std::vector<Tensor>& in) { return softmax(in[0], -1); }, {x});
+        require_op_parity("log_softmax " + describe(shape, layout, dtype),
+                          [](const std::vector<Tensor>& in) { return log_softmax(in[0], -1); }, {x});
+      }
+  // Masked (-inf) entries, as attention's composed path makes them.
+  const Tensor x = input({4, 9}, DType::f32, Layout::contiguous, 41);
+  const Tensor hidden = kernels::binary(kernels::Binary::gt, input({4, 9}, DType::f32, Layout::contiguous, 42), ones({}));
+  require_op_parity("softmax with -inf entries", [hidden](const std::vector<Tensor>& in) {
+    const Tensor h = in[0].device().is_cuda() ? on_gpu(hidden) : hidden;
+    return softmax(masked_fill(in[0], h, -INFINITY), -1);
+  }, {x});
+}
+
+TEST_CASE("cuda: layer_norm matches the CPU, forward and backward", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{5, 13}, Shape{2, 3, 1100}, Shape{4000, 7}})
+      for (Layout layout : {Layout::contiguous, Layout::transposed}) {
+        const Tensor x = input(shape, dtype, layout, 50);
+        const Tensor w = input({shape.back()}, dtype, Layout::contiguous, 51);
+        const Tensor b = input({shape.back()}, dtype, Layout::contiguous, 52);
+        require_op_parity("layer_norm " + describe(shape, layout, dtype),
+                          [](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2]); }, {x, w, b});
+        require_op_parity("layer_norm without parameters " + describe(shape, layout, dtype),
+                          [](const std::vector<Tensor>& in) { return layer_norm(in[0], {}, {}); }, {x});
+      }
+}
+
+TEST_CASE("cuda: cross_entropy matches the CPU, with ignored targets", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const auto& [rows, classes] : {std::pair<std::int64_t, std::int64_t>{37, 11}, {64, 1500}, {3, 65}}) {
+      const Tensor logits = input({rows, classes}, dtype, Layout::contiguous, 60);
+      std::vector<std::int64_t> t(rows);
+      for (std::int64_t r = 0; r < rows; ++r) t[r] = r % 5 == 2 ? -100 : (r * 7919) % classes;
+      const Tensor targets = ids_tensor(t, {rows});
+      require_op_parity(fmt::format("cross_entropy ({}, {}) {}", rows, classes, dtype_name(dtype)),
+                        [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); }, {logits, targets});
+    }
+  // Every target ignored: loss 0 and zero gradients, on both devices.
+  const Tensor logits = input({4, 6}, DType::f32, Layout::contiguous, 61);
+  require_op_parity("cross_entropy, all ignored", [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); },
+                    {logits, ids_tensor({-100, -100, -100, -100}, {4})});
+}
+
+TEST_CASE("cuda: embedding matches the CPU, repeated ids scatter-adding", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (DType dtype : {DType::f32, DType::f64}) {
+    std::vector<std::int64_t> ids(35);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * i) % 11);  // repeats
+    require_op_parity(std::string("embedding ") + std::string(dtype_name(dtype)),
+                      [](const std::vector<Tensor>& in) { return embedding(in[0], in[1]); },
+                      {input({11, 13}, dtype, Layout::contiguous, 70), ids_tensor(ids, {5, 7})});
+  }
+}
+
+TEST_CASE("cuda: dropout masks are the CPU's, bit for bit", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (const Shape& sizes : {Shape{1}, Shape{3}, Shape{5, 7}, Shape{1001}, Shape{4, 3, 33}})
+    for (double p : {0.0, 0.1, 0.5, 0.9})
+      for (std::uint64_t offset : {0ull, 5ull, 123456789ull}) {
+        const TensorOptions gpu_options{DType::f32, Device::cuda()};
+        const Tensor cpu = kernels::dropout_mask(sizes, p, 42, offset, {DType::f32});
+        const Tensor gpu = kernels::dropout_mask(sizes, p, 42, offset, gpu_options);
+        INFO(shape_str(sizes) << " p " << p << " offset " << offset);
+        REQUIRE(on_cpu(gpu).to_vector<float>() == cpu.to_vector<float>());
+      }
+  // The op: the same generator state drops the same elements on both devices.
+  Generator cpu_gen(9), gpu_gen(9);
+  const Tensor x = input({6, 50}, DType::f32, Layout::transposed, 71);
+  const Tensor y_cpu = dropout(x, 0.3, true, cpu_gen), y_gpu = dropout(on_gpu(x), 0.3, true, gpu_gen);
+  require_parity(y_gpu, y_cpu, "dropout op");
+}
+
+TEST_CASE("cuda: cat matches the CPU, forward and backward", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (int dim : {0, 1, 2}) {
+    Shape s0{3, 4, 5}, s1{3, 4, 5};
+    s1[dim] = 2;
+    require_op_parity(fmt::format("cat along {}", dim),
+                      [dim](const std::vector<Tensor>& in) { return cat({in[0], in[1], in[0]}, dim); },
+                      {input(s0, DType::f32, Layout::transposed, 80), input(s1, DType::f32, Layout::offset, 81)});
+  }
+}
+
+// ---- attention ---------------------------------------------------------------------------------------
+
+TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    std::int64_t B, H, Tq, Tk, D;
+    bool causal;
+    double dropout;
+    bool mask;
+  };
+  const std::vector<Case> cases{
+      {1, 1, 1, 1, 1, false, 0, false},   {2, 3, 5, 5, 7, true, 0, false},    {2, 2, 37, 37, 32, true, 0, false},
+      {1, 2, 64, 64, 64, true, 0, false}, {2, 1, 33, 70, 13, false, 0, true}, {1, 1, 130, 130, 128, true, 0, false},
+      {1, 2, 17, 17, 100, true, 0.2, false}, {2, 2, 40, 24, 16, true, 0.1, true}};
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("attention B={} H={} Tq={} Tk={} D={} causal={} dropout={} mask={}", c.B, c.H,
+                                         c.Tq, c.Tk, c.D, c.causal, c.dropout, c.mask);
+    // q as multi-head attention makes it: a (B, T, H, D) tensor seen as (B, H, T, D).
+    const Tensor q_bthd = input({c.B, c.Tq, c.H, c.D}, DType::f32, Layout::contiguous, 90);
+    const Tensor q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
+    const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 91);
+    const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::offset, 92);
+    // Batch b hides its first b keys and its last 2b: with causal on, query 0
+    // of batch 1 then sees no key at all (a zero row, zero gradients).
+    Tensor mask;
+    if (c.mask) {
+      mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
+      for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
+    }
+    for (bool weights : {false, true}) {
+      std::vector<Tensor> returned_weights;  // cpu's, then gpu's
+      require_op_parity(what + (weights ? " with weights" : ""), [&](const std::vector<Tensor>& in) {
+        Generator gen(1234);  // the same dropout stream on each device
+        const bool gpu = in[0].device().is_cuda();
+        AttentionOptions o{.causal = c.causal, .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
+                           .dropout_p = c.dropout, .training = true, .generator = &gen, .return_weights = weights,
+                           .impl = AttentionImpl::fused};
+        const AttentionOutput r = attention(in[0], in[1], in[2], o);
+        returned_weights.push_back(r.weights);
+        return r.out;
+      }, {q, k, v});
+      if (weights) require_parity(returned_weights[1], returned_weights[0], what + " weights");
+    }
+  }
+}
+
+TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor q = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
+  const Tensor k = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
+  const Tensor v = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
+  std::vector<Tensor> outs, grads;
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    Generator gen(5);
+    const Tensor out = attention(q, k, v, {.causal = true, .dropout_p = 0.25, .generator = &gen, .impl = impl}).out;
+    for (const Tensor* t : {&q, &k, &v}) t->set_grad({});
+    backward(sum(mul(out, out)));
+    outs.push_back(on_cpu(out));
+    for (const Tensor* t : {&q, &k, &v}) grads.push_back(on_cpu(t->grad()));
+  }
+  const Tolerance tol = parity(DType::f32);
+  REQUIRE(all_close(outs[0], outs[1], tol.atol, tol.rtol));
+  for (int i = 0; i < 3; ++i) {
+    INFO("grad " << i << ": max diff " << max_abs_diff(grads[i], grads[3 + i]));
+    REQUIRE(all_close(grads[i], grads[3 + i], tol.atol, tol.rtol));
+  }
+}
+
+// ---- optimizer and a training step -------------------------------------------------------------------
+
+TEST_CASE("cuda: fused AdamW steps match the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (const Shape& shape : {Shape{1000}, Shape{13, 7}}) {
+    const Tensor p = input(shape, DType::f32, Layout::contiguous, 100);
+    const Tensor m = zeros(shape), v = zeros(shape);
+    const Tensor pg = on_gpu(p), mg = on_gpu(m), vg = on_gpu(v);
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      const Tensor grad = input(shape, DType::f32, Layout::contiguous, 100 + step);
+      const kernels::AdamWStep s{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .step = step};
+      kernels::adamw_step_(p, grad, m, v, s);
+      kernels::adamw_step_(pg, on_gpu(grad), mg, vg, s);
+    }
+    require_parity(pg, p, "adamw param " + shape_str(shape));
+    require_parity(mg, m, "adamw exp_avg " + shape_str(shape));
+    require_parity(vg, v, "adamw exp_avg_sq " + shape_str(shape));
+  }
+}
+
+TEST_CASE("cuda: a GPT training step on the GPU equals the CPU step", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (double dropout : {0.0, 0.1}) {
+    nn::GPTConfig config;
+    config.vocab_size = 65, config.block_size = 32, config.n_layer = 2, config.n_head = 4, config.n_embd = 64;
+    config.dropout = dropout;
+    nn::GPT cpu_model(config), gpu_model(config);  // same seed: same weights
+    gpu_model.to(Device::cuda());
+    Generator gen(77);
+    const Tensor tokens = kernels::cast(kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99),
+                                        DType::i64);
+    const Tensor targets = kernels::cast(kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99),
+                                         DType::i64);
+    // eps well above float32's rounding of near-zero gradients: a gradient of
+    // 1e-9 on one device and -1e-9 on the other must not move a weight by 2 lr.
+    const train::AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-4, .weight_decay = 0.1};
+    train::AdamW cpu_opt(cpu_model.named_parameters(), adamw), gpu_opt(gpu_model.named_parameters(), adamw);
+
+    const Tensor cpu_loss = cpu_model.loss(tokens, targets);
+    const Tensor gpu_loss = gpu_model.loss(to(tokens, Device::cuda()), to(targets, Device::cuda()));
+    require_parity(gpu_loss, cpu_loss, fmt::format("loss (dropout {})", dropout));
+    backward(cpu_loss);
+    backward(gpu_loss);
+    const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+    REQUIRE(cpu_params.size() == gpu_params.size());
+    for (std::size_t i = 0; i < cpu_params.size(); ++i)
+      require_parity(gpu_params[i].tensor.grad(), cpu_params[i].tensor.grad(), "grad of " + cpu_params[i].name);
+    cpu_opt.step();
+    gpu_opt.step();
+    for (std::size_t i = 0; i < cpu_params.size(); ++i)
+      require_parity(gpu_params[i].tensor, cpu_params[i].tensor, "after the step: " + cpu_params[i].name);
+  }
+}
