@@ -139,7 +139,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   const auto params = model->named_parameters();
   TrainSummary summary;
   EvalResult last_eval;
-  double train_seconds = 0;  // the steps alone, for tokens per second
+  double train_seconds = 0, train_tokens = 0;  // the steps alone, for tokens per second
   for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
@@ -155,9 +155,10 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     AG_CHECK(std::isfinite(loss_value), "train", "the loss became {} at step {}: try a lower --lr", loss_value, step);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_seconds += dt;
+    train_tokens += static_cast<double>(batch.tokens.numel());
     const double tokens_per_s = static_cast<double>(batch.tokens.numel()) / dt;
     metrics.log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
-    progress.update(step, loss_value, lr, tokens_per_s);
+    progress.update(step, loss_value, lr, train_tokens / train_seconds);  // the run's average: a steadier figure
 
     if (step % o.eval_interval == 0 || step == last_step) {
       last_eval = evaluate(*model, *data, kEvalBatch, device);
