@@ -189,7 +189,7 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--device", "tpu"}, {"[--device]", "tpu"}},
       {{"--data", tmp / "missing.txt"}, {"[--data]", "missing.txt"}},
       {{"--data", tmp / "empty.txt"}, {"[--data", "empty"}},
-      {{"--data", tmp.path.string()}, {"[--data]"}},
+      {{"--data", tmp.path.string()}, {"[--data]", "is a directory"}},
       {{"--data", tmp / "bad.txt"}, {"invalid UTF-8 at byte 3"}},
       {{"--layers", "two"}, {"--layers", "two"}},
       {{"--no-such-flag"}, {"--no-such-flag"}},

@@ -79,8 +79,8 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
   AG_CHECK(bytes.size() >= 8, what, "truncated: {} bytes, too short for the 8-byte header length", bytes.size());
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
-  AG_CHECK(n <= kMaxSafetensorsHeader, what, "header length {} exceeds the limit of {} bytes", n,
-           kMaxSafetensorsHeader);
+  AG_CHECK(n <= kMaxSafetensorsHeader, what, "header length {} exceeds the limit of {} bytes (not a safetensors file?)",
+           n, kMaxSafetensorsHeader);
   AG_CHECK(n <= bytes.size() - 8, what, "truncated: the header claims {} bytes but only {} follow", n,
            bytes.size() - 8);
   const std::string_view data = bytes.substr(8 + n);

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 namespace attograd {
 
 std::string read_text_file(const std::string& path, const char* flag) {
+  AG_CHECK(!std::filesystem::is_directory(path), flag, "'{}' is a directory, not a file", path);
   std::ifstream in(path, std::ios::binary);
   AG_CHECK(in.good(), flag, "cannot read '{}': {}", path, std::strerror(errno));
   std::ostringstream bytes;
