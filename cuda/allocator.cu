@@ -8,6 +8,10 @@
 // Reuse is safe without events because all work on a device runs on its one
 // stream (cuda/stream.h): a kernel that still reads a freed block was queued
 // before any kernel that the block's next owner queues.
+//
+// ATTOGRAD_CUDA_NO_CACHE=1 turns the cache off (every free is a cudaFree), so
+// compute-sanitizer's memcheck can see a use after free that reuse would hide.
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -53,6 +57,12 @@ class DeviceCache {
     const std::size_t size = round_size(nbytes);
     std::lock_guard lock(mutex_);
     stats_.allocated -= size;
+    if (!caching_) {
+      // Called from destructors: a failure here cannot be thrown, and is reported by the next checked call.
+      cudaSetDevice(device_);
+      cudaFree(p);
+      return;
+    }
     stats_.cached += size;
     free_[size].push_back(p);
   }
@@ -97,6 +107,7 @@ class DeviceCache {
   }
 
   const int device_;
+  const bool caching_ = std::getenv("ATTOGRAD_CUDA_NO_CACHE") == nullptr;
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;  // rounded size -> free blocks
   MemoryStats stats_;

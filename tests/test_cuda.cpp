@@ -7,6 +7,7 @@
 // Without a GPU at run time (or in a build without CUDA) every test here
 // reports itself skipped, by name, and passes: see SKIP_WITHOUT_CUDA.
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -204,6 +205,10 @@ TEST_CASE("cuda: float64 matmul and attention are CPU-only, and say so", "[cuda]
 
 TEST_CASE("cuda: the caching allocator reuses freed blocks across steps", "[cuda]") {
   SKIP_WITHOUT_CUDA();
+  if (std::getenv("ATTOGRAD_CUDA_NO_CACHE")) {
+    WARN("skipped: ATTOGRAD_CUDA_NO_CACHE turns the cache off");
+    return;
+  }
   const cuda::MemoryStats before = cuda::memory_stats(0);
   { const Tensor t = empty({1000}, {DType::f32, Device::cuda()}); }
   const cuda::MemoryStats after_first = cuda::memory_stats(0);
