@@ -746,7 +746,7 @@ TEST_CASE("attention command draws every head as a causal heat map", "[train]") 
 // ---- the targets (accuracy only; timings are measured by hand, see the report) ----------
 
 TEST_CASE("the default run and the add preset reach 99% held-out exact match", "[train][slow]") {
-  for (const std::vector<std::string> task : {std::vector<std::string>{}, std::vector<std::string>{"--task", "add"}}) {
+  for (const auto& task : {std::vector<std::string>{}, std::vector<std::string>{"--task", "add"}}) {
     TempDir tmp;
     std::vector<std::string> args = {"train", "--out", tmp / "run", "--quiet"};
     args.insert(args.end(), task.begin(), task.end());

@@ -34,7 +34,9 @@ std::vector<std::vector<std::vector<float>>> attention_weights(nn::GPT& model, c
   std::vector<std::vector<std::vector<float>>> maps;
   for (const auto& block : model.blocks) {
     const Tensor h = block->ln_1(x);
-    const nn::AttendResult a = block->attn.forward(h, h, h, {.return_weights = true});
+    nn::AttendOptions options;
+    options.return_weights = true;
+    const nn::AttendResult a = block->attn.forward(h, h, h, options);
     const Tensor w = to_cpu(a.weights);  // (1, H, T, T)
     const std::int64_t heads = w.size(1);
     std::vector<std::vector<float>> layer;
