@@ -171,8 +171,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
         for (const PresetFlag& f : presets)
           if (f.option->count() == 0) f.take(preset);
       }
-      const TrainSummary summary = train_command(train, out);
-      (void)summary;
+      if (train_command(train, out).interrupted) return 130;  // the shell's code for SIGINT
     } else if (sample_cmd->parsed()) {
       if (prompt_opt->count() > 0) sample.prompt = sample_prompt;
       if (tokens_opt->count() > 0) sample.tokens = sample_tokens;

@@ -9,7 +9,7 @@
 namespace attograd {
 
 // args excludes the program name; returns the process exit status
-// (0 ok, 1 a run failed, 2 a usage error).
+// (0 ok, 1 a run failed, 2 a usage error, 130 training stopped by Ctrl-C).
 int run_cli(const std::vector<std::string>& args, std::FILE* out = stdout, std::FILE* err = stderr);
 
 }  // namespace attograd

@@ -2,6 +2,9 @@
 // with periodic evaluation, checkpoints, metrics.jsonl and loss.svg.
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
+
 #include <chrono>
 #include <filesystem>
 #include <fmt/format.h>
@@ -49,6 +52,25 @@ void check_output_dir(const fs::path& dir) {
   AG_CHECK(::access(ancestor.c_str(), W_OK | X_OK) == 0, "--out", "cannot create '{}': '{}' is not writable",
            dir.string(), ancestor.string());
 }
+
+// Ctrl-C during training finishes the current step, saves a checkpoint and
+// stops, so the run can be continued with --resume; a second Ctrl-C kills.
+std::atomic<bool> interrupted{false};
+extern "C" void on_interrupt(int) {
+  interrupted = true;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+class InterruptGuard {
+ public:
+  InterruptGuard() : previous_(std::signal(SIGINT, on_interrupt)) { interrupted = false; }
+  ~InterruptGuard() { std::signal(SIGINT, previous_); }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  void (*previous_)(int);
+};
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
   if (o.optimizer == "sgd")
@@ -140,6 +162,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   TrainSummary summary;
   EvalResult last_eval;
   double train_seconds = 0, train_tokens = 0;  // the steps alone, for tokens per second
+  const InterruptGuard interrupt_guard;
+  std::int64_t stopped_at = last_step;
   for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
@@ -160,7 +184,12 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     metrics.log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
     progress.update(step, loss_value, lr, train_tokens / train_seconds);  // the run's average: a steadier figure
 
-    if (step % o.eval_interval == 0 || step == last_step) {
+    const bool stop_now = interrupted.load();
+    if (stop_now) {
+      stopped_at = step;
+      progress.message(fmt::format("interrupted: saving step {}; continue with --resume {}", step, ckpt_path));
+    }
+    if (step % o.eval_interval == 0 || step == last_step || stop_now) {
       last_eval = evaluate(*model, *data, kEvalBatch, device);
       metrics.log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
       progress.message(eval_line(step, last_eval));
@@ -169,6 +198,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       save_checkpoint(ckpt_path, *model, optimizer.get(), at);
       write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics.train(), metrics.eval(), title));
     }
+    if (stop_now) break;
   }
   progress.finish();
   if (last_step <= first_step) {  // resumed at or past the end: report where the checkpoint stands
@@ -178,12 +208,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
 
   summary.run_dir = o.out;
   summary.checkpoint = ckpt_path;
-  summary.steps_done = std::max(first_step, last_step);
+  summary.steps_done = std::max(first_step, stopped_at);
   summary.final_train_loss = progress.smoothed_loss();
   summary.val_loss = last_eval.loss;
   summary.accuracy = last_eval.accuracy;
   if (!o.data.empty()) summary.unigram_entropy = dynamic_cast<const TextData&>(*data).unigram_entropy();
   summary.seconds = elapsed();
+  summary.interrupted = stopped_at < last_step;
   std::string line = fmt::format("done: step {} in {:.1f} s ({:.1f} s training); held-out loss {:.4f}",
                                  summary.steps_done, summary.seconds, train_seconds, summary.val_loss);
   if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
