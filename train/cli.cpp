@@ -40,7 +40,8 @@ Tasks ("prompt=answer", loss on the answer only, one problem in ten held out):
   copy     31415926=31415926     add      07+45=250 (the sum, least significant digit first)
 
 Writes to the run directory: ckpt.safetensors (safetensors layout: parameters,
-optimizer state, step, RNG state, config and vocabulary), metrics.jsonl, loss.svg.)";
+optimizer state, step, RNG state, config and vocabulary), metrics.jsonl, loss.svg.
+Ctrl-C finishes the current step, saves the checkpoint and stops: --resume it.)";
 
 }  // namespace
 
