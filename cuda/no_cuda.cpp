@@ -17,6 +17,7 @@ void copy_host_to_device(void*, const void*, std::size_t, int) { no_cuda("to(cud
 void copy_device_to_host(void*, const void*, std::size_t, int) { no_cuda("to(cpu)"); }
 void copy_device_to_device(void*, const void*, std::size_t, int) { no_cuda("cuda copy"); }
 void synchronize(int) {}
+double time_gpu_ms(int, const std::function<void()>&) { no_cuda("cuda timer"); }
 MemoryStats memory_stats(int) { return {}; }
 void release_cached(int) {}
 

@@ -55,4 +55,32 @@ void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int d
 
 void synchronize(int device) { CUDA_CHECK(cudaStreamSynchronize(stream(device))); }
 
+namespace {
+// A CUDA event that is destroyed with its scope.
+class Event {
+ public:
+  Event() { CUDA_CHECK(cudaEventCreate(&event_)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+}  // namespace
+
+double time_gpu_ms(int device, const std::function<void()>& fn) {
+  const cudaStream_t s = stream(device);  // makes `device` current: the events belong to it
+  Event start, stop;
+  CUDA_CHECK(cudaEventRecord(start.get(), s));
+  fn();
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaEventRecord(stop.get(), s));
+  CUDA_CHECK(cudaEventSynchronize(stop.get()));
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return ms;
+}
+
 }  // namespace attograd::cuda

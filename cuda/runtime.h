@@ -5,6 +5,7 @@
 // "[op] has no CUDA implementation in this build" (device_count() returns 0).
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace attograd::cuda {
 
@@ -31,5 +32,10 @@ void copy_host_to_device(void* dst, const void* src, std::size_t nbytes, int dev
 void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int device);
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device);
 void synchronize(int device);
+
+// Milliseconds the GPU spends on the work `fn` queues on `device`: CUDA events
+// recorded on the device's stream before and after fn, then waited for. For
+// benchmarks (Google Benchmark's UseManualTime).
+double time_gpu_ms(int device, const std::function<void()>& fn);
 
 }  // namespace attograd::cuda

@@ -1,0 +1,266 @@
+// GPU cases, registered only when a CUDA device is present (names start with
+// "cuda_"; the rest of each name follows the CPU cases'):
+//   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
+//   cuda_attn_core_{fwd,fwdbwd}/{fused,composed}/{S..XXL} causal attention on given q, k, v
+//   cuda_mha_fwdbwd/fused/{S..XXL}                        nn::MultiHeadAttention, forward + backward
+//   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
+//   cuda_gpt_step                                          the toy GPT's training step (tokens/s)
+// Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
+// the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
+// composed path is left out at XXL (its (T, T) matrices alone are 3 GiB).
+//
+// GPU time is measured with CUDA events around each iteration's work
+// (UseManualTime), so it excludes nothing the GPU waits for but counts no host
+// time after the last kernel. FLOP and byte formulas are those of
+// bench_attention.cpp, bench_ops.cpp and bench_gpt.cpp.
+//
+// Each case checks its result once before timing: matmul against the CPU on a
+// band of rows; fused attention against the composed path on the GPU (on the
+// first batch entry for the big shapes); the row ops against the CPU; the GPT
+// by its first loss (near ln V) and by four steps lowering it.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autograd/attention.h"
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
+#include "bench_common.h"
+#include "cuda/runtime.h"
+#include "nn/attention.h"
+#include "nn/gpt.h"
+#include "tensor/kernels.h"
+#include "tensor/rng.h"
+#include "train/optimizer.h"
+
+namespace attograd::bench {
+namespace {
+
+inline constexpr AttentionShape kShapeXL{"XL", 8, 1024, 768, 12};
+inline constexpr AttentionShape kShapeXXL{"XXL", 4, 4096, 768, 12};
+inline constexpr AttentionShape kGpuShapes[] = {kShapeS, kShapeM, kShapeL, kShapeXL, kShapeXXL};
+
+const Device kGpu = Device::cuda(0);
+
+// A float32 N(0, scale) tensor on the GPU, optionally a leaf requiring grad.
+Tensor gpu_input(const Shape& sizes, std::uint64_t seed, double scale = 1.0, bool requires_grad = false) {
+  Tensor t = kernels::to_device(random_input(sizes, seed, scale), kGpu);
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+// Times every iteration's GPU work with CUDA events.
+template <typename Fn>
+void time_iterations(benchmark::State& state, Fn work) {
+  for (auto _ : state) state.SetIterationTime(cuda::time_gpu_ms(0, work) / 1000.0);
+}
+
+template <typename Fn>
+benchmark::internal::Benchmark* register_gpu_case(const std::string& name, Fn&& fn) {
+  return benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn))
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
+}
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+void matmul_case(benchmark::State& state, std::int64_t n) {
+  const Tensor a = gpu_input({n, n}, 1), b = gpu_input({n, n}, 2);
+  {
+    // The first 64 rows against the CPU (OpenBLAS), 1e-4 sqrt(K) as in bench_ops.cpp.
+    const Tensor rows = kernels::to_device(kernels::matmul(a, b), Device::cpu());
+    const Tensor a_band = kernels::contiguous(make_view(kernels::to_device(a, Device::cpu()), {64, n}, {n, 1}, 0));
+    const Tensor want = kernels::matmul(a_band, kernels::to_device(b, Device::cpu()));
+    const Tensor got = make_view(rows, {64, n}, {n, 1}, 0);
+    if (!check_close(state, "cuda matmul rows 0..63 vs the CPU", got, want, 1e-4 * std::sqrt(double(n)), 1e-4)) return;
+  }
+  time_iterations(state, [&] { benchmark::DoNotOptimize(kernels::matmul(a, b).raw_data()); });
+  const double nn = static_cast<double>(n);
+  set_counters(state, 2 * nn * nn * nn, 12 * nn * nn);
+}
+
+// ---- attention -----------------------------------------------------------------------------------
+
+double core_fwd_flops(const AttentionShape& s) { return 2.0 * s.B * s.H * s.D() * s.T * (s.T + 1); }
+
+struct CoreInputs {
+  Tensor q, k, v;  // (B, H, T, D), leaves requiring grad
+  Tensor dout;     // (B, H, T, D)
+};
+
+CoreInputs core_inputs(const AttentionShape& s, std::int64_t batch) {
+  const Shape sizes{batch, s.H, s.T, s.D()};
+  return {gpu_input(sizes, 11, 1.0, true), gpu_input(sizes, 12, 1.0, true), gpu_input(sizes, 13, 1.0, true),
+          gpu_input(sizes, 14)};
+}
+
+Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
+  for (const Tensor& t : {in.q, in.k, in.v}) t.set_grad(Tensor());
+  AttentionOptions options;
+  options.causal = true;
+  options.impl = impl;
+  if (!backward_too) {
+    NoGradGuard no_grad;
+    return attention(in.q, in.k, in.v, options).out;
+  }
+  Tensor out = attention(in.q, in.k, in.v, options).out;
+  backward(out, in.dout);
+  return out;
+}
+
+// Fused against composed on the GPU, on the first batch entry (the (b, h)
+// problems are independent, so one entry checks the kernels at full T and D).
+bool check_core(benchmark::State& state, const AttentionShape& s, bool backward_too) {
+  const CoreInputs in = core_inputs(s, 1);
+  const Tensor want = run_core(in, AttentionImpl::composed, backward_too);
+  const Tensor dq = in.q.grad(), dk = in.k.grad(), dv = in.v.grad();
+  const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
+  if (!check_close(state, "cuda fused attention output", got, want)) return false;
+  if (!backward_too) return true;
+  return check_close(state, "cuda fused attention dq", in.q.grad(), dq) &&
+         check_close(state, "cuda fused attention dk", in.k.grad(), dk) &&
+         check_close(state, "cuda fused attention dv", in.v.grad(), dv);
+}
+
+void attn_core_case(benchmark::State& state, const AttentionShape& s, AttentionImpl impl, bool backward_too) {
+  if (!check_core(state, s, backward_too)) return;
+  const CoreInputs in = core_inputs(s, s.B);
+  time_iterations(state, [&] { benchmark::DoNotOptimize(run_core(in, impl, backward_too).raw_data()); });
+  const double bhtd = static_cast<double>(s.B * s.H * s.T * s.D());
+  set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 48 : 16) * bhtd);
+}
+
+void mha_case(benchmark::State& state, const AttentionShape& s) {
+  nn::MultiHeadAttentionConfig config;
+  config.d_model = s.C;
+  config.num_heads = s.H;
+  config.causal = true;
+  config.impl = AttentionImpl::fused;
+  Generator init(23);
+  nn::MultiHeadAttention mha(config, init);
+  mha.to(kGpu);
+  const Tensor x = gpu_input({s.B, s.T, s.C}, 21, 1.0, true), dout = gpu_input({s.B, s.T, s.C}, 22);
+  time_iterations(state, [&] {
+    x.set_grad(Tensor());
+    for (const Tensor& p : mha.parameters()) p.set_grad(Tensor());
+    backward(mha(x), dout);
+  });
+  const double btc = static_cast<double>(s.B * s.T * s.C), params = 4.0 * s.C * s.C + 4.0 * s.C;
+  set_counters(state, 3 * (core_fwd_flops(s) + 8.0 * s.B * s.T * s.C * s.C), 4 * (4 * btc + 3 * params));
+}
+
+// ---- row ops --------------------------------------------------------------------------------------
+
+// fn's output and its input's gradient (under dout) on the GPU against the CPU, then timed.
+void row_op_case(benchmark::State& state, const std::string& what, const Shape& sizes,
+                 const std::function<Tensor(const Tensor&)>& fn, double flops, double bytes) {
+  const Tensor x_cpu = random_input(sizes, 41, 1.0, true), dout_cpu = random_input(sizes, 42);
+  Tensor x = kernels::to_device(x_cpu.detach(), kGpu);
+  x.set_requires_grad(true);
+  const Tensor dout = kernels::to_device(dout_cpu, kGpu);
+  {
+    const Tensor want = fn(x_cpu);
+    backward(want, dout_cpu.sizes() == want.sizes() ? dout_cpu : ones(want.sizes()));
+    const Tensor got = fn(x);
+    backward(got, dout.sizes() == got.sizes() ? dout : ones(got.sizes(), got.options()));
+    if (!check_close(state, what + " vs the CPU", got, want) ||
+        !check_close(state, what + " gradient vs the CPU", x.grad(), x_cpu.grad()))
+      return;
+  }
+  time_iterations(state, [&] {
+    x.set_grad(Tensor());
+    const Tensor y = fn(x);
+    backward(y, dout.sizes() == y.sizes() ? dout : ones(y.sizes(), y.options()));
+  });
+  set_counters(state, flops, bytes);
+}
+
+// ---- the toy GPT ---------------------------------------------------------------------------------
+
+Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
+  Generator gen(seed);
+  const std::vector<float> u = rand({B, T}, {}, gen).to_vector<float>();
+  std::vector<std::int64_t> ids(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<std::int64_t>(vocab - 1, static_cast<std::int64_t>(u[i] * static_cast<float>(vocab)));
+  return kernels::to_device(from_vector(ids, {B, T}), kGpu);
+}
+
+double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
+  optimizer.zero_grad();
+  Tensor loss = model.loss(tokens, targets);
+  backward(loss);
+  optimizer.step();
+  return loss.item();
+}
+
+void gpt_step_case(benchmark::State& state) {
+  const nn::GPTConfig config;  // the toy GPT of the design notes
+  const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
+  nn::GPT model(config);
+  model.to(kGpu);
+  train::AdamW optimizer(model.named_parameters(), train::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
+  const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
+  const double first = step_loss(model, optimizer, tokens, targets);
+  if (!(std::abs(first - std::log(static_cast<double>(V))) < 0.1)) {
+    state.SkipWithError(("check failed: initial loss " + std::to_string(first) + " is not near ln(V)").c_str());
+    return;
+  }
+  double last = first;
+  for (int i = 0; i < 3; ++i) last = step_loss(model, optimizer, tokens, targets);
+  if (!(last < first - 0.01)) {
+    state.SkipWithError(("check failed: 4 AdamW steps did not lower the loss (" + std::to_string(first) + " -> " +
+                         std::to_string(last) + ")")
+                            .c_str());
+    return;
+  }
+  time_iterations(state, [&] { benchmark::DoNotOptimize(step_loss(model, optimizer, tokens, targets)); });
+  const double BT = static_cast<double>(B * T);
+  const double layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1);
+  set_counters(state, 3 * (config.n_layer * layer + 2 * BT * C * V), 40.0 * static_cast<double>(model.num_parameters()));
+  state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+const bool registered = [] {
+  if (cuda::device_count() == 0) return false;
+  for (std::int64_t n : {1024, 2048, 4096})
+    register_gpu_case("cuda_matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n); });
+  for (bool bwd : {false, true})
+    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
+      for (const AttentionShape& s : kGpuShapes) {
+        if (impl == AttentionImpl::composed && s.T > 1024) continue;
+        const std::string name = std::string(bwd ? "cuda_attn_core_fwdbwd/" : "cuda_attn_core_fwd/") +
+                                 (impl == AttentionImpl::fused ? "fused/" : "composed/") + s.name;
+        register_gpu_case(name, [s, impl, bwd](benchmark::State& st) { attn_core_case(st, s, impl, bwd); });
+      }
+  for (const AttentionShape& s : kGpuShapes)
+    register_gpu_case(std::string("cuda_mha_fwdbwd/fused/") + s.name, [s](benchmark::State& st) { mha_case(st, s); });
+
+  // Row ops at the XL shape: softmax over (B H T, T) scores, layer_norm over (B T, C),
+  // cross_entropy over GPT-2's padded vocabulary. FLOP and byte formulas of bench_ops.cpp (fwd + bwd).
+  const double R = 8.0 * 12 * 1024, n = 1024, N = 8.0 * 1024, C = 768, V = 50304;
+  register_gpu_case("cuda_softmax_fwdbwd/XL", [=](benchmark::State& st) {
+    row_op_case(st, "softmax", {8 * 12 * 1024, 1024}, [](const Tensor& x) { return softmax(x, -1); }, 9 * R * n,
+                20 * R * n);
+  });
+  register_gpu_case("cuda_layer_norm_fwdbwd/XL", [=](benchmark::State& st) {
+    row_op_case(st, "layer_norm", {8 * 1024, 768}, [](const Tensor& x) { return layer_norm(x, {}, {}); }, 19 * N * C,
+                20 * N * C);
+  });
+  register_gpu_case("cuda_cross_entropy_fwdbwd/V50304", [=](benchmark::State& st) {
+    const Tensor targets_cpu = kernels::cast(
+        kernels::unary(kernels::Unary::mul_scalar, rand({4096}, {DType::f64}), static_cast<double>(V) - 0.5),
+        DType::i64);
+    const Tensor targets_gpu = kernels::to_device(targets_cpu, kGpu);
+    row_op_case(st, "cross_entropy", {4096, 50304}, [=](const Tensor& x) {
+      return cross_entropy(x, x.device().is_cuda() ? targets_gpu : targets_cpu);
+    }, 7 * 4096 * V, 12 * 4096 * V);
+  });
+  register_gpu_case("cuda_gpt_step", gpt_step_case);
+  return true;
+}();
+
+}  // namespace
+}  // namespace attograd::bench
