@@ -1,16 +1,107 @@
 // Reductions on the CPU. sum walks the input once with the output broadcast
 // over the reduced dims (stride 0), so any combination of dims and any input
 // layout is one strided loop; max moves its dim last and scans rows.
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
 #include "tensor/cpu/loops.h"
 
 namespace attograd::cpu {
 
+namespace {
+
+// Sums of a contiguous (rows, cols) matrix along one axis, in float64, split
+// over threads without sharing an accumulator: the two shapes that training
+// produces all the time (bias gradients sum over rows; row statistics sum
+// over cols). Every element's sum is accumulated in the same order whatever
+// the thread count, so results do not depend on it.
+template <typename T>
+void sum_rows_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  // out[c] = sum_r x[r, c]
+  parallel_for(0, cols, std::max<std::int64_t>(16, kParallelGrain / std::max<std::int64_t>(rows, 1)),
+               [&](std::int64_t lo, std::int64_t hi) {
+                 std::vector<double> acc(hi - lo, 0.0);
+                 for (std::int64_t r = 0; r < rows; ++r) {
+                   const T* row = x + r * cols;
+                   for (std::int64_t c = lo; c < hi; ++c) acc[c - lo] += row[c];
+                 }
+                 for (std::int64_t c = lo; c < hi; ++c) out[c] = static_cast<T>(acc[c - lo]);
+               });
+}
+
+// Sum of n contiguous values in float64 with 8 independent partial sums, so
+// the adds pipeline (and vectorise) without reassociating under -ffast-math.
+template <typename T>
+double sum_contiguous(const T* p, std::int64_t n) {
+  double partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) partial[j] += p[i + j];
+  double total = 0;
+  for (; i < n; ++i) total += p[i];
+  for (double v : partial) total += v;
+  return total;
+}
+
+template <typename T>
+void sum_cols_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  // out[r] = sum_c x[r, c]
+  parallel_for(0, rows, std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(cols, 1)),
+               [&](std::int64_t lo, std::int64_t hi) {
+                 for (std::int64_t r = lo; r < hi; ++r) out[r] = static_cast<T>(sum_contiguous(x + r * cols, cols));
+               });
+}
+
+// When x is contiguous and the reduced dims are exactly a leading or a
+// trailing run, returns true with the (rows, cols) split and which axis goes.
+bool as_matrix_reduction(const Tensor& x, const std::vector<int>& dims, std::int64_t& rows, std::int64_t& cols,
+                         bool& over_rows) {
+  if (!x.is_contiguous() || dims.empty()) return false;
+  std::vector<bool> reduced(x.dim(), false);
+  for (int d : dims) reduced[d] = true;
+  const int nd = static_cast<int>(x.dim());
+  int lead = 0;
+  while (lead < nd && reduced[lead]) ++lead;
+  int trail = 0;
+  while (trail < nd && reduced[nd - 1 - trail]) ++trail;
+  const int count = static_cast<int>(dims.size());
+  if (lead != count && trail != count) return false;
+  over_rows = lead == count;
+  const int split = over_rows ? count : nd - count;
+  rows = numel_of(Shape(x.sizes().begin(), x.sizes().begin() + split));
+  cols = numel_of(Shape(x.sizes().begin() + split, x.sizes().end()));
+  if (over_rows && cols == 1) {  // a full reduction: one long row
+    over_rows = false;
+    cols = rows;
+    rows = 1;
+  }
+  return true;
+}
+
+Tensor squeeze_dims(const Tensor& kept_result, const Shape& kept, const std::vector<int>& dims) {
+  Shape squeezed;
+  for (std::size_t d = 0; d < kept.size(); ++d)
+    if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) == dims.end()) squeezed.push_back(kept[d]);
+  return make_view(kept_result, squeezed, contiguous_strides(squeezed), 0);
+}
+
+}  // namespace
+
 Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   Shape kept = x.sizes();
   for (int d : dims) kept[d] = 1;
+  std::int64_t rows = 0, cols = 0;
+  bool over_rows = false;
+  if (as_matrix_reduction(x, dims, rows, cols, over_rows)) {
+    Tensor out = empty(kept, x.options());
+    AG_DISPATCH_FLOAT(x.dtype(), "sum", [&] {
+      if (over_rows)
+        sum_rows_of(x.data<scalar_t>(), rows, cols, out.data<scalar_t>());
+      else
+        sum_cols_of(x.data<scalar_t>(), rows, cols, out.data<scalar_t>());
+    });
+    return keepdim ? out : squeeze_dims(out, kept, dims);
+  }
   // Accumulate in float64: a float32 sum over a million elements would lose digits.
   Tensor acc = zeros(kept, {DType::f64, x.device()});
   Operands<2> ops;
@@ -38,11 +129,7 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   });
   Tensor out = empty(kept, x.options());
   copy_(out, acc);
-  if (keepdim) return out;
-  Shape squeezed;
-  for (std::size_t d = 0; d < kept.size(); ++d)
-    if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) == dims.end()) squeezed.push_back(kept[d]);
-  return make_view(out, squeezed, contiguous_strides(squeezed), 0);
+  return keepdim ? out : squeeze_dims(out, kept, dims);
 }
 
 kernels::MaxResult max(const Tensor& x, int dim, bool keepdim) {
