@@ -38,6 +38,10 @@ __device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int
   return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+__device__ __forceinline__ void unpack4(float4 v, float* out) {
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
 // How many of four consecutive indices from `start` are below `end` (0 to 4).
 __device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64_t end) {
   return end - start >= 4 ? 4 : (end > start ? end - start : 0);
@@ -118,10 +122,11 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) {
         float a[TM], b[TN];
+        // One shared-memory float4 read per four values; the register arrays are filled by component.
 #pragma unroll
-        for (int i = 0; i < TM; i += 4) *reinterpret_cast<float4*>(&a[i]) = *reinterpret_cast<const float4*>(&As[kk][ty * TM + i]);
+        for (int i = 0; i < TM; i += 4) unpack4(*reinterpret_cast<const float4*>(&As[kk][ty * TM + i]), &a[i]);
 #pragma unroll
-        for (int j = 0; j < TN; j += 4) *reinterpret_cast<float4*>(&b[j]) = *reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]);
+        for (int j = 0; j < TN; j += 4) unpack4(*reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]), &b[j]);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
