@@ -5,6 +5,8 @@
 // Conventions every case follows:
 //  - names are "<case>/<variant>/<shape>" (e.g. "attn_core_fwdbwd/fused/M",
 //    "matmul/1024"), stable across versions and parsed by bench/compare;
+//    Google Benchmark appends "/iterations:N" (fixed counts) and "/real_time",
+//    which bench/compare drops when pairing cases;
 //  - wall-clock time (UseRealTime), because the work runs on several threads
 //    and the calling thread's CPU time would undercount it;
 //  - counters "flops" and "bytes" are rates (benchmark::Counter::kIsRate): the
@@ -24,7 +26,7 @@
 
 namespace attograd::bench {
 
-// Attention shapes of /work/shared/DESIGN.md: batch, sequence, width, heads.
+// The design notes' attention shapes (B, T, C, H): batch, sequence, width, heads.
 struct AttentionShape {
   const char* name;
   std::int64_t B, T, C, H;
