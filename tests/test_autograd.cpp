@@ -6,7 +6,7 @@
 using namespace attograd;
 using namespace attograd::test;
 
-TEST_CASE("backward on a scalar fills leaf grads; they accumulate until zeroed", "[autograd]") {
+TEST_CASE("backward on a scalar fills leaf grads, they accumulate until zeroed", "[autograd]") {
   Tensor x = from<double>({1, 2, 3}, {3});
   x.set_requires_grad(true);
   Tensor y = sum(x * x);
@@ -28,7 +28,7 @@ TEST_CASE("a tensor used twice receives both contributions", "[autograd]") {
   CHECK(x.grad().item() == Approx(39));
 }
 
-TEST_CASE("backward with an explicit gradient; non-scalar needs one", "[autograd][errors]") {
+TEST_CASE("backward with an explicit gradient, non-scalar needs one", "[autograd][errors]") {
   Tensor x = leaf({2, 3});
   Tensor y = x * 2.0;
   REQUIRE_THROWS_WITH(backward(y), Catch::Contains("one-element"));
@@ -38,7 +38,7 @@ TEST_CASE("backward with an explicit gradient; non-scalar needs one", "[autograd
   REQUIRE_THROWS_WITH(backward(zeros({1})), Catch::Contains("does not require grad"));
 }
 
-TEST_CASE("requires_grad propagates; detach and NoGradGuard stop it", "[autograd]") {
+TEST_CASE("requires_grad propagates, detach and NoGradGuard stop it", "[autograd]") {
   Tensor x = leaf({3}), c = ones({3}, {DType::f64});
   CHECK((x + c).requires_grad());
   CHECK_FALSE((x + c).is_leaf());
@@ -55,7 +55,7 @@ TEST_CASE("requires_grad propagates; detach and NoGradGuard stop it", "[autograd
   REQUIRE_THROWS_WITH(y.set_requires_grad(false), Catch::Contains("leaf"));
 }
 
-TEST_CASE("the graph is freed after backward; a second backward is a clear error", "[autograd][errors]") {
+TEST_CASE("the graph is freed after backward, a second backward is a clear error", "[autograd][errors]") {
   Tensor x = leaf({3});
   Tensor y = sum(exp(x));
   backward(y);

@@ -189,7 +189,7 @@ TEST_CASE("layer_norm errors name the mismatch", "[functional][errors]") {
 
 // ---- embedding ----------------------------------------------------------------------------
 
-TEST_CASE("embedding gathers rows; repeated ids sum their gradients", "[functional]") {
+TEST_CASE("embedding gathers rows, repeated ids sum their gradients", "[functional]") {
   Tensor weight = from<double>({0, 1, 10, 11, 20, 21, 30, 31}, {4, 2});
   weight.set_requires_grad(true);
   const Tensor ids = ids_tensor({3, 1, 3, 3, 0, 1}, {2, 3});
@@ -239,7 +239,7 @@ TEST_CASE("cross_entropy hand-computed 2x3 case", "[functional]") {
   for (int i = 0; i < 6; ++i) CHECK(g[i] == Approx(expected[i]).epsilon(1e-6));
 }
 
-TEST_CASE("cross_entropy skips ignore_index rows; all rows ignored gives loss 0, grad 0", "[functional]") {
+TEST_CASE("cross_entropy skips ignore_index rows, all rows ignored gives loss 0, grad 0", "[functional]") {
   Tensor logits = leaf({5, 7}, 1);
   const Tensor targets = ids_tensor({3, -100, 6, -100, 0}, {5});
   const Tensor kept_rows = ids_tensor({0, 2, 4}, {3});
@@ -292,7 +292,7 @@ TEST_CASE("cross_entropy errors: bad targets and shapes", "[functional][errors]"
 
 // ---- dropout ------------------------------------------------------------------------------------
 
-TEST_CASE("dropout: eval mode and p = 0 are the identity; bad p is an error", "[functional]") {
+TEST_CASE("dropout: eval mode and p = 0 are the identity, bad p is an error", "[functional]") {
   Tensor x = leaf({5, 7}, 1);
   CHECK(dropout(x, 0.5, /*training=*/false).same(x));
   CHECK(dropout(x, 0.0, /*training=*/true).same(x));

@@ -39,7 +39,7 @@ double std_of(const Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("gpt: forward gives (B, T, vocab) logits; longer than the block size is an error", "[gpt]") {
+TEST_CASE("gpt: forward gives (B, T, vocab) logits, longer than the block size is an error", "[gpt]") {
   GPT model(small_config());
   CHECK(model(random_tokens({3, 12}, 13, 1)).sizes() == Shape{3, 12, 13});
   CHECK(model(random_tokens({1, 1}, 13, 1)).sizes() == Shape{1, 1, 13});

@@ -56,7 +56,7 @@ TEST_CASE("philox matches the Random123 known-answer vector", "[tensor][rng]") {
   CHECK(r.v[3] == 0x9b00dbd8u);
 }
 
-TEST_CASE("views share storage; contiguity is computed", "[tensor][views]") {
+TEST_CASE("views share storage, contiguity is computed", "[tensor][views]") {
   Tensor x = reshape(arange(12), {3, 4});
   Tensor t = transpose(x, 0, 1);
   CHECK(t.sizes() == Shape{4, 3});
@@ -89,7 +89,7 @@ TEST_CASE("views share storage; contiguity is computed", "[tensor][views]") {
   CHECK(x.at({1, 0}) == 4);
 }
 
-TEST_CASE("view refuses incompatible strides; reshape copies", "[tensor][views][errors]") {
+TEST_CASE("view refuses incompatible strides, reshape copies", "[tensor][views][errors]") {
   Tensor t = transpose(reshape(arange(12), {3, 4}), 0, 1);  // (4, 3), strides (1, 4)
   REQUIRE_THROWS_WITH(view(t, {12}), Catch::Contains("[view]") && Catch::Contains("incompatible"));
   Tensor r = reshape(t, {12});

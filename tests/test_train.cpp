@@ -531,7 +531,7 @@ TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]
   CHECK(ck.info.tokenizer.size() == 12);
 }
 
-TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary; bad checkpoints refused", "[train]") {
+TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary, bad checkpoints refused", "[train]") {
   TempDir tmp;
   TrainOptions o = tiny(tmp / "run");
   o.dropout = 0.1;
@@ -612,7 +612,7 @@ TEST_CASE("resume: N steps + N resumed steps give bitwise the parameters of 2N s
   CHECK_THAT(r.err, Catch::Contains("[--resume] --width cannot be changed"));
 }
 
-TEST_CASE("same seed and threads give the same loss curve; another seed does not", "[train]") {
+TEST_CASE("same seed and threads give the same loss curve, another seed does not", "[train]") {
   TempDir tmp;
   const auto losses = [&](const std::string& dir, std::uint64_t seed) {
     TrainOptions o = tiny(tmp / dir, "add");
