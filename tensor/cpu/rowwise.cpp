@@ -88,6 +88,8 @@ void for_each_row(std::int64_t rows, std::int64_t n, Fn fn) {
 struct RowShape {
   std::int64_t rows, n;
 };
+// Callers copy the fields into locals, not a structured binding: clang 14 (Debian 12's,
+// used by the sanitizer and fuzzing build) cannot capture those in lambdas.
 RowShape row_shape(const Tensor& x) {
   const std::int64_t n = x.size(-1);
   return {n == 0 ? 0 : x.numel() / n, n};
@@ -100,7 +102,8 @@ RowShape row_shape(const Tensor& x) {
 Tensor softmax_forward(const Tensor& x_in) {
   const Tensor x = kernels::contiguous(x_in);
   Tensor y = empty(x.sizes(), x.options());
-  const auto [rows, n] = row_shape(x);
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "softmax", [&] {
     const scalar_t* xs = x.data<scalar_t>();
     scalar_t* ys = y.data<scalar_t>();
@@ -121,7 +124,8 @@ Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
   // forward: y = softmax(x); so dx = y * (dy - sum(dy * y))
   const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
   Tensor dx = empty(y.sizes(), y.options());
-  const auto [rows, n] = row_shape(y);
+  const RowShape shape = row_shape(y);
+  const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(y.dtype(), "softmax backward", [&] {
     const scalar_t *ys = y.data<scalar_t>(), *dys = dy.data<scalar_t>();
     scalar_t* dxs = dx.data<scalar_t>();
@@ -138,7 +142,8 @@ Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
 Tensor log_softmax_forward(const Tensor& x_in) {
   const Tensor x = kernels::contiguous(x_in);
   Tensor y = empty(x.sizes(), x.options());
-  const auto [rows, n] = row_shape(x);
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "log_softmax", [&] {
     const scalar_t* xs = x.data<scalar_t>();
     scalar_t* ys = y.data<scalar_t>();
@@ -156,7 +161,8 @@ Tensor log_softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
   // forward: y = x - log(sum(exp(x))); so dx = dy - exp(y) * sum(dy)
   const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
   Tensor dx = empty(y.sizes(), y.options());
-  const auto [rows, n] = row_shape(y);
+  const RowShape shape = row_shape(y);
+  const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(y.dtype(), "log_softmax backward", [&] {
     const scalar_t *ys = y.data<scalar_t>(), *dys = dy.data<scalar_t>();
     scalar_t* dxs = dx.data<scalar_t>();
@@ -181,7 +187,8 @@ kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& we
   const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
   kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
                                empty(row_sizes, x.options())};
-  const auto [rows, n] = row_shape(x);
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
     const scalar_t* xs = x.data<scalar_t>();
     const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
@@ -219,7 +226,8 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x
   const Tensor dy = kernels::contiguous(dy_in), x = kernels::contiguous(x_in);
   const Tensor mean = kernels::contiguous(mean_in), rstd = kernels::contiguous(rstd_in);
   const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
-  const auto [rows, n] = row_shape(x);
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
   kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
   if (weight.defined()) grads.dweight = empty({n}, x.options());
 
