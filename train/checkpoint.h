@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "nn/gpt.h"
 #include "train/optimizer.h"
@@ -40,7 +41,13 @@ struct LoadedCheckpoint {
   std::int64_t optimizer_steps = 0;
 };
 
-// Every field is checked; a malformed file gives "[path] ..." naming what is wrong.
-LoadedCheckpoint load_checkpoint(const std::string& path);
+// A checkpoint is untrusted input: every field is checked, and a malformed
+// file gives "[path] ..." naming what is wrong. Nothing is allocated beyond the
+// file's own size before its tensors are known to fit the model its config
+// describes (dtype, vocabulary rows, parameter count, then names and shapes).
+// `flag` names the option the path came from when the file cannot be read.
+LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt");
+// The same from the file's bytes; `what` names it in errors.
+LoadedCheckpoint parse_checkpoint(std::string_view bytes, const std::string& what);
 
 }  // namespace attograd

@@ -2,16 +2,50 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <charconv>
 #include <functional>
+#include <limits>
+#include <new>
 #include <sstream>
+#include <type_traits>
 
 #include "tensor/error.h"
 #include "train/commands.h"
+#include "train/signals.h"
 #include "train/version.h"
 
 namespace attograd {
 
 namespace {
+
+// CLI11 turns "99999999999999999999" into INT64_MAX and "-1" into 2^64 - 1
+// without a word; this check reads the text before it is converted and
+// refuses anything that is not exactly an integer of the flag's type.
+template <typename T>
+CLI::Validator exact_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        T value{};
+        const char* end = text.data() + text.size();
+        const auto [stop, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc::result_out_of_range)
+          return fmt::format("{} is out of range [{}, {}]", text, std::numeric_limits<T>::min(),
+                             std::numeric_limits<T>::max());
+        if (ec != std::errc() || stop != end)
+          return fmt::format("{} is not {}", text, std::is_signed_v<T> ? "an integer" : "a non-negative integer");
+        return "";
+      },
+      "");  // no description: --help keeps showing "INT"
+}
+
+// An option whose integer values are checked by exact_integer.
+template <typename T>
+CLI::Option* add_number(CLI::App& cmd, const std::string& name, T& value, const std::string& help) {
+  CLI::Option* opt = cmd.add_option(name, value, help);
+  if constexpr (std::is_integral_v<T>) opt->check(exact_integer<T>());
+  return opt;
+}
 
 // A flag whose value comes from the task's preset unless the user gives it.
 struct PresetFlag {
@@ -23,7 +57,7 @@ struct PresetFlag {
 template <typename T>
 void add_preset_flag(CLI::App& cmd, std::vector<PresetFlag>& flags, TrainOptions& o, T TrainOptions::*field,
                      const std::string& name, const std::string& help, bool fixed_on_resume = true) {
-  CLI::Option* opt = cmd.add_option(name, o.*field, help);
+  CLI::Option* opt = add_number(cmd, name, o.*field, help);
   flags.push_back({opt, [&o, field](const TrainOptions& preset) { o.*field = preset.*field; }, fixed_on_resume});
 }
 
@@ -41,7 +75,9 @@ Tasks ("prompt=answer", loss on the answer only, one problem in ten held out):
 
 Writes to the run directory: ckpt.safetensors (safetensors layout: parameters,
 optimizer state, step, RNG state, config and vocabulary), metrics.jsonl, loss.svg.
-Ctrl-C finishes the current step, saves the checkpoint and stops: --resume it.)";
+Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves the checkpoint and
+exits with 130 or 143: --resume it. A loss that becomes NaN or infinite stops the
+run (exit 1) before the checkpoint is overwritten.)";
 
 }  // namespace
 
@@ -89,14 +125,14 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                     "Clip gradients to this global L2 norm (0: no clipping)");
     add_preset_flag(c, p, train, &TrainOptions::seed, "--seed",
                     "Seeds the data, the held-out split, the initial weights and dropout");
-    c.add_option("--threads", train.threads, "CPU threads (0: every core); same seed and threads, same run");
+    add_number(c, "--threads", train.threads, "CPU threads (0: every core); same seed and threads, same run");
     c.add_option("--device", train.device, "cpu or cuda");
     add_preset_flag(c, p, train, &TrainOptions::eval_interval, "--eval-interval",
                     "Steps between evaluations and checkpoints", /*fixed_on_resume=*/false);
     c.add_option("--out", train.out, "Run directory (default: runs/<task>, or runs/<file name> for --data)");
     c.add_option("--resume", train.resume,
                  "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
-    c.add_option("--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
+    add_number(c, "--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
     c.add_flag("--quiet", train.quiet, "No progress line (evaluations and the summary still print)");
   }
 
@@ -109,11 +145,11 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
       "--prompt", sample_prompt, "Text to continue (default: a held-out problem for tasks, the text's first character)");
   std::int64_t sample_tokens = 200;
   CLI::Option* tokens_opt =
-      sample_cmd->add_option("--tokens", sample_tokens, "Tokens to generate (tasks: the answer's length unless given)");
+      add_number(*sample_cmd, "--tokens", sample_tokens, "Tokens to generate (tasks: the answer's length unless given)");
   sample_cmd->add_option("--temperature", sample.temperature, "Softmax temperature (0: greedy)");
-  sample_cmd->add_option("--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)");
-  sample_cmd->add_option("--seed", sample.seed, "Sampling seed");
-  sample_cmd->add_option("--threads", sample.threads, "CPU threads (0: every core)");
+  add_number(*sample_cmd, "--top-k", sample.top_k, "Sample among the k likeliest tokens (0: all)");
+  add_number(*sample_cmd, "--seed", sample.seed, "Sampling seed");
+  add_number(*sample_cmd, "--threads", sample.threads, "CPU threads (0: every core)");
   sample_cmd->add_option("--device", sample.device, "cpu or cuda");
   bool no_cache = false;
   sample_cmd->add_flag("--no-cache", no_cache, "Recompute the whole context for every token (slower; same tokens)");
@@ -123,7 +159,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   CLI::App* eval_cmd = app.add_subcommand("eval", "Held-out loss and, for tasks, exact-match accuracy of a checkpoint");
   eval_cmd->add_option("--ckpt", eval.ckpt, "Checkpoint file")->required();
   eval_cmd->add_option("--data", eval.data, "Text runs: evaluate on this file instead of the one trained on");
-  eval_cmd->add_option("--threads", eval.threads, "CPU threads (0: every core)");
+  add_number(*eval_cmd, "--threads", eval.threads, "CPU threads (0: every core)");
   eval_cmd->add_option("--device", eval.device, "cpu or cuda");
 
   // ---- attention
@@ -133,9 +169,12 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   attention_cmd->add_option("--ckpt", attention.ckpt, "Checkpoint file")->required();
   attention_cmd->add_option("--text", attention.text, "Text to attend over (at most the block size)")->required();
   attention_cmd->add_option("--out", attention.out, "SVG file to write");
-  attention_cmd->add_option("--threads", attention.threads, "CPU threads (0: every core)");
+  add_number(*attention_cmd, "--threads", attention.threads, "CPU threads (0: every core)");
 
-  const auto error_line = [&](const std::string& message) {
+  const auto error_line = [&](std::string message) {
+    // One line, whatever the message quotes (a file's contents may hold newlines).
+    std::replace(message.begin(), message.end(), '\n', ' ');
+    std::replace(message.begin(), message.end(), '\r', ' ');
     std::fprintf(err, "attograd: error: %s\n", message.c_str());
     std::fflush(err);
   };
@@ -172,7 +211,15 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
         for (const PresetFlag& f : presets)
           if (f.option->count() == 0) f.take(preset);
       }
-      if (train_command(train, out).interrupted) return 130;  // the shell's code for SIGINT
+      const TrainSummary summary = train_command(train, out);
+      if (summary.stop_signal != 0) {
+        // Where the run stands, on stderr too: a job log keeps it apart from the progress lines.
+        std::fprintf(err, "attograd: stopped by %s after step %lld; checkpoint saved: continue with --resume %s\n",
+                     signal_name(summary.stop_signal), static_cast<long long>(summary.steps_done),
+                     summary.checkpoint.c_str());
+        std::fflush(err);
+        return 128 + summary.stop_signal;  // as a shell reports it: 130 for SIGINT, 143 for SIGTERM
+      }
     } else if (sample_cmd->parsed()) {
       if (prompt_opt->count() > 0) sample.prompt = sample_prompt;
       if (tokens_opt->count() > 0) sample.tokens = sample_tokens;
@@ -187,6 +234,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     }
   } catch (const Error& e) {
     error_line(e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    error_line("out of memory (try a smaller --batch, --block, --width or --layers)");
     return 1;
   } catch (const std::exception& e) {
     error_line(std::string("unexpected failure: ") + e.what());

@@ -9,7 +9,8 @@
 namespace attograd {
 
 // args excludes the program name; returns the process exit status
-// (0 ok, 1 a run failed, 2 a usage error, 130 training stopped by Ctrl-C).
+// (0 ok, 1 a run failed, 2 a usage error, 130 or 143 training stopped by SIGINT or SIGTERM
+// after saving a checkpoint).
 int run_cli(const std::vector<std::string>& args, std::FILE* out = stdout, std::FILE* err = stderr);
 
 }  // namespace attograd

@@ -98,6 +98,9 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out) {
 void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   set_threads(o.threads);
   AG_CHECK(!o.out.empty(), "--out", "must name a file");
+  const std::filesystem::path parent = std::filesystem::absolute(o.out).parent_path();
+  AG_CHECK(std::filesystem::is_directory(parent), "--out", "cannot write '{}': '{}' is not a directory", o.out,
+           parent.string());
   LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
   const Tokenizer& tok = ckpt.info.tokenizer;
   const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");

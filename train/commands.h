@@ -19,7 +19,7 @@ struct TrainSummary {
   std::optional<double> accuracy;    // held-out exact match (tasks)
   double unigram_entropy = 0;        // text: the loss of a context-free model, for comparison
   double seconds = 0;                // wall-clock, evaluations included
-  bool interrupted = false;          // stopped by Ctrl-C (after saving a checkpoint)
+  int stop_signal = 0;               // SIGINT or SIGTERM when one stopped the run (after saving a checkpoint)
 };
 // `options` must have its presets applied (the CLI does); validated here.
 TrainSummary train_command(TrainOptions options, std::FILE* out);

@@ -24,6 +24,17 @@ std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t v
   return std::make_unique<nn::GPT>(gpt_config(options, vocab_size));
 }
 
+std::int64_t parameter_count(const nn::GPTConfig& c) {
+  const std::int64_t C = c.n_embd, bias = c.bias ? 1 : 0;
+  const std::int64_t layer_norm = C + bias * C;
+  const std::int64_t block = layer_norm + (C * 3 * C + bias * 3 * C)  // ln_1, attn.qkv
+                             + (C * C + bias * C)                      // attn.out_proj
+                             + layer_norm + (C * 4 * C + bias * 4 * C)  // ln_2, mlp.fc
+                             + (4 * C * C + bias * C);                 // mlp.proj
+  const std::int64_t lm_head = c.tie_weights ? 0 : C * c.vocab_size;
+  return c.vocab_size * C + c.block_size * C + c.n_layer * block + layer_norm + lm_head;
+}
+
 std::vector<std::vector<std::vector<float>>> attention_weights(nn::GPT& model, const Tensor& tokens) {
   NoGradGuard no_grad;
   model.eval();

@@ -12,6 +12,10 @@ namespace attograd {
 
 nn::GPTConfig gpt_config(const TrainOptions& options, std::int64_t vocab_size);
 std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t vocab_size);
+// The number of parameters build_model would allocate, computed without
+// allocating: a checkpoint's config is checked against its tensors with it
+// before a model of attacker-chosen size is built.
+std::int64_t parameter_count(const nn::GPTConfig& config);
 
 // Runs `tokens` (1, T) through the model in eval mode and returns every
 // layer's and head's attention weights: weights[layer][head] is T x T.

@@ -1,6 +1,9 @@
 #include "train/options.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "cuda/runtime.h"
@@ -93,31 +96,58 @@ std::string config_to_json(const TrainOptions& o) {
   return j.dump();
 }
 
+namespace {
+// One field of a checkpoint's config, of exactly its type: an integer field
+// refuses 1e300 (whose conversion would overflow) and a string field refuses 3.
+template <typename T>
+void read_field(const nlohmann::json& j, const char* key, T& value) {
+  const nlohmann::json& v = j.at(key);
+  bool ok;
+  if constexpr (std::is_same_v<T, std::string>) ok = v.is_string();
+  else if constexpr (std::is_unsigned_v<T>) ok = v.is_number_unsigned();
+  else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+  else ok = v.is_number();
+  AG_CHECK(ok, "checkpoint", "config field '{}' has the wrong type: {}", key, v.dump());
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, std::uint64_t>) {
+    // Through int64 (or uint64) first, then range-checked into the field's own type.
+    const auto wide = v.is_number_unsigned() ? static_cast<std::int64_t>(std::min<std::uint64_t>(
+                                                    v.get<std::uint64_t>(), std::numeric_limits<std::int64_t>::max()))
+                                              : v.get<std::int64_t>();
+    AG_CHECK(wide >= std::numeric_limits<T>::min() && wide <= std::numeric_limits<T>::max(), "checkpoint",
+             "config field '{}' is out of range: {}", key, v.dump());
+    value = static_cast<T>(wide);
+  } else {
+    v.get_to(value);
+  }
+}
+}  // namespace
+
 TrainOptions config_from_json(const std::string& json) {
   TrainOptions o;
   try {
     const nlohmann::json j = nlohmann::json::parse(json);
-    j.at("task").get_to(o.task);
-    j.at("task_size").get_to(o.task_size);
-    j.at("heldout").get_to(o.heldout);
-    j.at("data").get_to(o.data);
-    j.at("layers").get_to(o.layers);
-    j.at("heads").get_to(o.heads);
-    j.at("width").get_to(o.width);
-    j.at("block").get_to(o.block);
-    j.at("dropout").get_to(o.dropout);
-    j.at("optimizer").get_to(o.optimizer);
-    j.at("batch").get_to(o.batch);
-    j.at("steps").get_to(o.steps);
-    j.at("lr").get_to(o.lr);
-    j.at("warmup").get_to(o.warmup);
-    j.at("min_lr_ratio").get_to(o.min_lr_ratio);
-    j.at("weight_decay").get_to(o.weight_decay);
-    j.at("beta1").get_to(o.beta1);
-    j.at("beta2").get_to(o.beta2);
-    j.at("momentum").get_to(o.momentum);
-    j.at("grad_clip").get_to(o.grad_clip);
-    j.at("seed").get_to(o.seed);
+    AG_CHECK(j.is_object(), "checkpoint", "config metadata must be a JSON object");
+    read_field(j, "task", o.task);
+    read_field(j, "task_size", o.task_size);
+    read_field(j, "heldout", o.heldout);
+    read_field(j, "data", o.data);
+    read_field(j, "layers", o.layers);
+    read_field(j, "heads", o.heads);
+    read_field(j, "width", o.width);
+    read_field(j, "block", o.block);
+    read_field(j, "dropout", o.dropout);
+    read_field(j, "optimizer", o.optimizer);
+    read_field(j, "batch", o.batch);
+    read_field(j, "steps", o.steps);
+    read_field(j, "lr", o.lr);
+    read_field(j, "warmup", o.warmup);
+    read_field(j, "min_lr_ratio", o.min_lr_ratio);
+    read_field(j, "weight_decay", o.weight_decay);
+    read_field(j, "beta1", o.beta1);
+    read_field(j, "beta2", o.beta2);
+    read_field(j, "momentum", o.momentum);
+    read_field(j, "grad_clip", o.grad_clip);
+    read_field(j, "seed", o.seed);
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint", "config metadata is malformed: {}", e.what());
   }

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
@@ -36,6 +38,17 @@ bool parse_dtype(const std::string& name, DType* t) {
   for (DType d : {DType::f32, DType::f64, DType::i64})
     if (name == safetensors_dtype(d)) return *t = d, true;
   return false;
+}
+
+// Tests only (tests/test_reliability.cpp): ATTOGRAD_TEST_WRITE_PAUSE_MS=N makes
+// every atomic write stop halfway for N ms, so a test can kill -9 the process
+// while a half-written temporary file exists.
+int test_write_pause_ms() {
+  static const int ms = [] {
+    const char* value = std::getenv("ATTOGRAD_TEST_WRITE_PAUSE_MS");
+    return value ? std::atoi(value) : 0;
+  }();
+  return ms;
 }
 
 struct Entry {
@@ -173,11 +186,14 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     ::unlink(temp.c_str());
     fail("checkpoint", "cannot write '{}' ({}): {}", path, step, std::strerror(err));
   };
+  const std::size_t pause_at = test_write_pause_ms() > 0 ? bytes.size() / 2 : bytes.size();
   for (std::size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const std::size_t until = done < pause_at ? pause_at : bytes.size();
+    const ssize_t n = ::write(fd, bytes.data() + done, until - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) fail_and_clean("write");
     done += static_cast<std::size_t>(n);
+    if (done == pause_at && pause_at < bytes.size()) ::usleep(static_cast<useconds_t>(test_write_pause_ms()) * 1000);
   }
   if (::fsync(fd) != 0) fail_and_clean("fsync");
   if (::fchmod(fd, 0644) != 0) fail_and_clean("chmod");
@@ -203,8 +219,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   write_file_atomically(path, serialize_safetensors(tensors, metadata));
 }
 
-Safetensors load_safetensors(const std::string& path) {
-  return parse_safetensors(read_text_file(path, "--ckpt"), path);
+Safetensors load_safetensors(const std::string& path, const char* flag) {
+  // Checkpoints are files we wrote: a device or a pipe (/dev/zero) is refused, not read without end.
+  std::error_code ec;
+  AG_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), flag,
+           "'{}' is not a regular file", path);
+  return parse_safetensors(read_text_file(path, flag, std::numeric_limits<std::uint64_t>::max()), path);
 }
 
 }  // namespace attograd

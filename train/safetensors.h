@@ -39,6 +39,7 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "s
 // never half of one.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
-Safetensors load_safetensors(const std::string& path);
+// `flag` names the option the path came from in errors about the file itself ("[--resume] ...").
+Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt");
 
 }  // namespace attograd

@@ -47,7 +47,9 @@ std::int64_t task_sequence_length(TaskKind kind, int size) {
 
 std::int64_t task_answer_length(TaskKind kind, int size) { return kind == TaskKind::add ? size + 1 : size; }
 
-Task::Task(TaskSpec spec) : spec_(spec), tokenizer_(Tokenizer::from_text("0123456789+=")) {
+Tokenizer Task::vocabulary() { return Tokenizer::from_text("0123456789+="); }
+
+Task::Task(TaskSpec spec) : spec_(spec), tokenizer_(vocabulary()) {
   AG_CHECK(spec_.size >= 1 && spec_.size <= kMaxSize, "--task-size", "must be in [1, {}], got {}", kMaxSize,
            spec_.size);
   AG_CHECK(spec_.heldout >= 1 && spec_.heldout <= 100000, "--heldout", "must be in [1, 100000], got {}",

@@ -47,6 +47,8 @@ class Task final : public Dataset {
   static constexpr std::uint32_t kHeldoutOneIn = 10;
 
   explicit Task(TaskSpec spec);
+  // Every task's vocabulary: the digits, '+' and '='.
+  static Tokenizer vocabulary();
   const TaskSpec& spec() const { return spec_; }
   // Tokens of a whole problem, prompt + answer; the model sees sequence_length() - 1 of them.
   std::int64_t sequence_length() const;

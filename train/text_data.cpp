@@ -12,15 +12,20 @@
 
 namespace attograd {
 
-std::string read_text_file(const std::string& path, const char* flag) {
+std::string read_text_file(const std::string& path, const char* flag, std::uint64_t max_bytes) {
   AG_CHECK(!std::filesystem::is_directory(path), flag, "'{}' is a directory, not a file", path);
   std::ifstream in(path, std::ios::binary);
   AG_CHECK(in.good(), flag, "cannot read '{}': {}", path, std::strerror(errno));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
+  // Read in chunks and stop one byte past the limit: never an endless or unbounded read.
+  std::string text;
+  char chunk[1 << 16];
+  while (in && text.size() <= max_bytes) {
+    in.read(chunk, sizeof chunk);
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  }
   // A directory opens but fails to read; so do unreadable devices.
   AG_CHECK(!in.bad(), flag, "cannot read '{}': {}", path, std::strerror(errno));
-  std::string text = bytes.str();
+  AG_CHECK(text.size() <= max_bytes, flag, "'{}' holds more than {} bytes, the limit", path, max_bytes);
   AG_CHECK(!text.empty(), flag, "'{}' is empty (or not a regular file)", path);
   return text;
 }
@@ -28,9 +33,13 @@ std::string read_text_file(const std::string& path, const char* flag) {
 TextData::TextData(const std::string& text, std::string path, std::uint64_t seed, std::optional<Tokenizer> tokenizer)
     : path_(std::move(path)), seed_(seed) {
   const std::string what = fmt::format("--data {}", path_);
+  // NUL is valid UTF-8 but never part of text: it marks a binary file.
+  const std::size_t nul = text.find('\0');
+  AG_CHECK(nul == std::string::npos, what, "a binary file, not text: NUL byte at byte {}", nul);
   // Both paths report invalid UTF-8 with its byte offset.
   tokenizer_ = tokenizer ? *tokenizer : Tokenizer::from_text(text, what);
   std::vector<std::int64_t> ids = tokenizer_.encode(text, what);
+  AG_CHECK(!ids.empty(), what, "is empty");
   const auto split = static_cast<std::size_t>(std::llround(ids.size() * (1.0 - kValidationFraction)));
   train_.assign(ids.begin(), ids.begin() + split);
   validation_.assign(ids.begin() + split, ids.end());
@@ -47,9 +56,10 @@ double TextData::unigram_entropy() const {
 
 void TextData::check_block(std::int64_t block) const {
   AG_CHECK(validation_tokens() >= block + 1, "--data",
-           "'{}' is too short: its validation split ({} of {} characters) needs at least block size + 1 = {}", path_,
-           validation_tokens(), validation_tokens() + train_tokens(), block + 1);
-  AG_CHECK(train_tokens() >= block + 1, "--data", "'{}' is too short for a block size of {}", path_, block);
+           "'{}' is too short for --block {}: its validation split ({} of {} characters) needs at least block + 1 = {}",
+           path_, block, validation_tokens(), validation_tokens() + train_tokens(), block + 1);
+  AG_CHECK(train_tokens() >= block + 1, "--data", "'{}' is too short for --block {}: its training split holds {}",
+           path_, block, train_tokens());
 }
 
 Batch TextData::train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const {

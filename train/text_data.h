@@ -3,6 +3,7 @@
 // the file's code points (or the checkpoint's, when resuming or evaluating),
 // the first 90% of the characters train and the last 10% validate, and a
 // training row is a random contiguous window of block + 1 characters.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,16 +12,23 @@
 
 namespace attograd {
 
-// The file's bytes; "[--data] cannot read 'f': No such file or directory", or "... is empty".
-std::string read_text_file(const std::string& path, const char* flag = "--data");
+// A character-level model holds its whole text in memory (8 bytes of token id
+// per character): larger files are refused rather than read.
+inline constexpr std::uint64_t kMaxTextBytes = std::uint64_t{256} << 20;
+
+// The file's bytes; "[--data] cannot read 'f': No such file or directory", "... is empty",
+// or "... holds more than N bytes" (read no further: /dev/zero or a pipe is no endless read).
+std::string read_text_file(const std::string& path, const char* flag = "--data",
+                           std::uint64_t max_bytes = kMaxTextBytes);
 
 class TextData final : public Dataset {
  public:
   static constexpr double kValidationFraction = 0.1;
   static constexpr std::int64_t kMaxEvalWindows = 256;
 
-  // `text` is the file's content; `path` names it in errors. With a tokenizer
-  // (from a checkpoint), every character of the text must be in it.
+  // `text` is the file's content; `path` names it in errors. It must be UTF-8
+  // (an error names the byte offset where it is not) without NUL bytes (a binary
+  // file). With a tokenizer (from a checkpoint), every character must be in it.
   TextData(const std::string& text, std::string path, std::uint64_t seed,
            std::optional<Tokenizer> tokenizer = std::nullopt);
 
@@ -37,9 +45,10 @@ class TextData final : public Dataset {
   std::vector<Batch> eval_batches(std::int64_t batch, std::int64_t block) const override;
   bool has_answers() const override { return false; }
   std::string default_prompt() const override;
+  // Throws "[--data] 'f' is too short for --block N ..." unless both splits hold a window.
+  void check_block(std::int64_t block) const;
 
  private:
-  void check_block(std::int64_t block) const;
   std::string path_;
   std::uint64_t seed_;
   Tokenizer tokenizer_;

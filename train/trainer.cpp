@@ -2,9 +2,6 @@
 // with periodic evaluation, checkpoints, metrics.jsonl and loss.svg.
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
-
 #include <chrono>
 #include <filesystem>
 #include <fmt/format.h>
@@ -20,8 +17,10 @@
 #include "train/metrics.h"
 #include "train/model.h"
 #include "train/progress.h"
+#include "train/run_directory.h"
 #include "train/safetensors.h"
 #include "train/schedule.h"
+#include "train/signals.h"
 #include "train/svg.h"
 #include "train/tasks.h"
 #include "train/text_data.h"
@@ -36,41 +35,17 @@ constexpr const char* kCheckpointName = "ckpt.safetensors";
 // Held-out problems per evaluation batch: large batches amortise the per-op overhead.
 constexpr std::int64_t kEvalBatch = 500;
 
-// Fails unless `dir` exists as a writable directory or can be created; creates nothing.
-void check_output_dir(const fs::path& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    AG_CHECK(fs::is_directory(dir, ec), "--out", "'{}' exists and is not a directory", dir.string());
-    AG_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "--out", "'{}' is not writable", dir.string());
-    return;
-  }
-  fs::path ancestor = fs::absolute(dir, ec).parent_path();
-  while (!ancestor.empty() && !fs::exists(ancestor, ec) && ancestor != ancestor.root_path())
-    ancestor = ancestor.parent_path();
-  AG_CHECK(fs::is_directory(ancestor, ec), "--out", "cannot create '{}': '{}' is not a directory", dir.string(),
-           ancestor.string());
-  AG_CHECK(::access(ancestor.c_str(), W_OK | X_OK) == 0, "--out", "cannot create '{}': '{}' is not writable",
-           dir.string(), ancestor.string());
+// A model whose weights, gradients and AdamW moments (4 floats per parameter)
+// do not fit in this machine's memory is refused before allocating any of it.
+void check_memory(const TrainOptions& o, std::int64_t vocab_size) {
+  const double parameters = static_cast<double>(parameter_count(gpt_config(o, vocab_size)));
+  const double needed = parameters * 4 * sizeof(float);
+  const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  AG_CHECK(available <= 0 || needed <= available, "--width",
+           "--layers {} --width {} with a vocabulary of {} make {:.3g} parameters: {:.1f} GiB of weights, "
+           "gradients and optimizer state, more than this machine's {:.1f} GiB",
+           o.layers, o.width, vocab_size, parameters, needed / (1 << 30), available / (1 << 30));
 }
-
-// Ctrl-C during training finishes the current step, saves a checkpoint and
-// stops, so the run can be continued with --resume; a second Ctrl-C kills.
-std::atomic<bool> interrupted{false};
-extern "C" void on_interrupt(int) {
-  interrupted = true;
-  std::signal(SIGINT, SIG_DFL);
-}
-
-class InterruptGuard {
- public:
-  InterruptGuard() : previous_(std::signal(SIGINT, on_interrupt)) { interrupted = false; }
-  ~InterruptGuard() { std::signal(SIGINT, previous_); }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  void (*previous_)(int);
-};
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
   if (o.optimizer == "sgd")
@@ -109,7 +84,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   // ---- 1. options: from a checkpoint when resuming, then every one validated
   LoadedCheckpoint resumed;
   if (!o.resume.empty()) {
-    resumed = load_checkpoint(o.resume);
+    resumed = load_checkpoint(o.resume, "--resume");
     TrainOptions c = resumed.info.config;
     c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
     c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
@@ -125,12 +100,15 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   validate(o);
   if (o.out.empty()) o.out = (fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
   std::unique_ptr<Dataset> data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
+  if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
   check_output_dir(o.out);
+  check_memory(o, data->tokenizer().size());
   std::unique_ptr<nn::GPT> model =
       o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
 
   // ---- 2. everything is valid: only now does the run directory appear
-  fs::create_directories(o.out);
+  RunDirectory run_directory(o.out);
+  remove_stale_temporaries(o.out, kCheckpointName);
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = o.device == "cuda" ? Device::cuda() : Device::cpu();
   if (!device.is_cpu()) model->to(device);
@@ -162,8 +140,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   TrainSummary summary;
   EvalResult last_eval;
   double train_seconds = 0, train_tokens = 0;  // the steps alone, for tokens per second
-  const InterruptGuard interrupt_guard;
+  // The last checkpoint known to be good: the one resumed from until this run writes its own.
+  std::string good_checkpoint = o.resume.empty() ? "" : o.resume;
+  std::int64_t good_step = first_step;
+  if (!o.resume.empty()) run_directory.keep();  // it was there before; never remove it
+  const StopSignalGuard stop_signal_guard;
   std::int64_t stopped_at = last_step;
+  int stopped_by = 0;
   for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = learning_rate(o, step);
@@ -173,10 +156,20 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     const Tensor loss = model->loss(to(batch.tokens, device), to(batch.targets, device), kIgnoreIndex);
     backward(loss);
     const double grad_norm = clip_grad_norm(params, o.grad_clip);
+    const double loss_value = loss.item();
+    // A non-finite loss or gradient would poison every weight: stop before the update,
+    // and before any checkpoint of this step replaces the last good one.
+    if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
+      const std::string kept = good_checkpoint.empty()
+                                   ? std::string("no checkpoint was saved")
+                                   : fmt::format("the last good checkpoint is {} (step {})", good_checkpoint, good_step);
+      const double bad = std::isfinite(loss_value) ? grad_norm : loss_value;
+      fail("train", "the {} became {} at step {} (try a lower --lr or --grad-clip); {}",
+           std::isfinite(loss_value) ? "gradient norm" : "loss", std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf",
+           step, kept);
+    }
     optimizer->step();
     optimizer->zero_grad();
-    const double loss_value = loss.item();
-    AG_CHECK(std::isfinite(loss_value), "train", "the loss became {} at step {}: try a lower --lr", loss_value, step);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_seconds += dt;
     train_tokens += static_cast<double>(batch.tokens.numel());
@@ -184,10 +177,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     metrics.log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
     progress.update(step, loss_value, lr, train_tokens / train_seconds);  // the run's average: a steadier figure
 
-    const bool stop_now = interrupted.load();
+    const int signo = StopSignalGuard::received();
+    const bool stop_now = signo != 0;
     if (stop_now) {
       stopped_at = step;
-      progress.message(fmt::format("interrupted: saving step {}; continue with --resume {}", step, ckpt_path));
+      stopped_by = signo;
+      progress.message(fmt::format("{}: saving step {}; continue with --resume {}", signal_name(signo), step,
+                                   ckpt_path));
     }
     if (step % o.eval_interval == 0 || step == last_step || stop_now) {
       last_eval = evaluate(*model, *data, kEvalBatch, device);
@@ -196,6 +192,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       CheckpointInfo at = info;
       at.step = step;
       save_checkpoint(ckpt_path, *model, optimizer.get(), at);
+      good_checkpoint = ckpt_path, good_step = step;
+      run_directory.keep();
       write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics.train(), metrics.eval(), title));
     }
     if (stop_now) break;
@@ -214,7 +212,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   summary.accuracy = last_eval.accuracy;
   if (!o.data.empty()) summary.unigram_entropy = dynamic_cast<const TextData&>(*data).unigram_entropy();
   summary.seconds = elapsed();
-  summary.interrupted = stopped_at < last_step;
+  summary.stop_signal = stopped_at < last_step ? stopped_by : 0;
   std::string line = fmt::format("done: step {} in {:.1f} s ({:.1f} s training); held-out loss {:.4f}",
                                  summary.steps_done, summary.seconds, train_seconds, summary.val_loss);
   if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
