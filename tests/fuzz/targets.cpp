@@ -1,0 +1,58 @@
+#include "targets.h"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensor/error.h"
+#include "train/checkpoint.h"
+#include "train/text_data.h"
+#include "train/tokenizer.h"
+
+namespace attograd::fuzz {
+
+int checkpoint(const std::uint8_t* data, std::size_t size) {
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  try {
+    const LoadedCheckpoint ckpt = parse_checkpoint(bytes, "fuzz.safetensors");
+    // A checkpoint that loads is used: its vocabulary decodes every id.
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(ckpt.info.tokenizer.size()));
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
+    (void)ckpt.info.tokenizer.decode(ids);
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+int text(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  std::string_view text = input;
+  std::optional<Tokenizer> vocabulary;
+  try {
+    if (const auto nul = input.find('\0'); nul != std::string_view::npos) {
+      vocabulary = Tokenizer::from_json(std::string(input.substr(0, nul)));
+      text = input.substr(nul + 1);
+    }
+    const TextData loaded(std::string(text), "fuzz.txt", 1, vocabulary);
+    // Whatever loads round-trips: the text through its ids, the vocabulary through its JSON.
+    const Tokenizer& tok = loaded.tokenizer();
+    if (tok.decode(tok.encode(text)) != text) __builtin_trap();
+    if (Tokenizer::from_json(tok.to_json()).to_json() != tok.to_json()) __builtin_trap();
+    (void)loaded.default_prompt();
+    (void)loaded.unigram_entropy();
+    for (const std::int64_t block : {1, 2, 5}) {
+      try {
+        loaded.check_block(block);
+      } catch (const Error&) {
+        continue;  // too short for this block: refused, as a run would be
+      }
+      (void)loaded.train_batch(3, 2, block);
+      (void)loaded.eval_batches(2, block);
+    }
+  } catch (const Error&) {
+  }
+  return 0;
+}
+
+}  // namespace attograd::fuzz

@@ -1,0 +1,692 @@
+// Reliability of the attograd program: bad flags and hostile files get one
+// clear error line and leave nothing behind; SIGINT and SIGTERM stop a run at
+// a step it can resume from exactly; kill -9 in the middle of writing a
+// checkpoint never damages the previous one; a NaN loss stops the run keeping
+// the last good checkpoint; and the fuzzers' seed corpus and saved crashes are
+// replayed through their targets. (test_train.cpp holds the first tables of bad
+// flags and malformed safetensors files; these extend them.)
+//
+// Interrupted runs are real processes: the built `attograd` binary (its path
+// comes from CMake as ATTOGRAD_BINARY) is started with posix_spawn, signalled
+// and waited for.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "fuzz/targets.h"
+#include "helpers.h"
+#include "train/checkpoint.h"
+#include "train/cli.h"
+#include "train/commands.h"
+#include "train/model.h"
+#include "train/run_directory.h"
+#include "train/safetensors.h"
+#include "train/tasks.h"
+#include "train/text_data.h"
+
+extern char** environ;
+
+using namespace attograd;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A fresh empty directory under the system temp dir, removed at scope exit.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int counter = 0;
+    path = fs::temp_directory_path() /
+           ("attograd_test_reliability_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+struct CliResult {
+  int code;
+  std::string out, err;
+};
+
+std::string read_all(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string s;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  std::fclose(f);
+  return s;
+}
+
+// The command line in this process (no signals involved).
+CliResult cli(const std::vector<std::string>& args) {
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  const int code = run_cli(args, out, err);
+  return {code, read_all(out), read_all(err)};
+}
+
+std::FILE* null_out() {
+  static std::FILE* f = std::fopen("/dev/null", "w");
+  return f;
+}
+
+std::int64_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+// ---- child processes -----------------------------------------------------------
+
+// The attograd binary as a child process, its stdout and stderr in files.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const fs::path& log_dir, const std::vector<std::string>& extra_env = {})
+      : out_((log_dir / ("child" + std::to_string(counter_) + ".out")).string()),
+        err_((log_dir / ("child" + std::to_string(counter_) + ".err")).string()) {
+    ++counter_;
+    std::vector<std::string> argv_s = {ATTOGRAD_BINARY};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s(extra_env);
+    for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&files, STDERR_FILENO, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // The child starts with default signal dispositions, whatever the test runner's are.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults, none;
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigemptyset(&none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    const int rc = ::posix_spawn(&pid_, ATTOGRAD_BINARY, &files, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&files);
+    posix_spawnattr_destroy(&attr);
+    REQUIRE(rc == 0);
+  }
+  ~Child() {
+    if (pid_ > 0) {  // a failed test: never leave a process behind
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  void signal(int signo) const { REQUIRE(::kill(pid_, signo) == 0); }
+
+  // Waits for the exit (at most `timeout`); the raw wait status.
+  int wait(std::chrono::seconds timeout = 120s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int status = 0;
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        pid_ = -1;
+        FAIL("the attograd child did not exit in time; stderr: " << err());
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    pid_ = -1;
+    return status;
+  }
+  int exit_code(std::chrono::seconds timeout = 120s) {
+    const int status = wait(timeout);
+    INFO("stderr: " << err());
+    REQUIRE(WIFEXITED(status));
+    return WEXITSTATUS(status);
+  }
+  std::string out() const { return file_text(out_); }
+  std::string err() const { return file_text(err_); }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  std::string out_, err_;
+};
+
+// Polls `ready` every few milliseconds until it holds (false after `timeout`).
+template <typename F>
+bool wait_until(F ready, std::chrono::seconds timeout = 120s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!ready()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(2ms);
+  }
+  return true;
+}
+
+// Every tensor (parameters and optimizer state) bit for bit, and the RNG state.
+void require_same_checkpoint(const std::string& a_path, const std::string& b_path) {
+  const Safetensors a = load_safetensors(a_path), b = load_safetensors(b_path);
+  REQUIRE(a.tensors.size() == b.tensors.size());
+  for (const auto& [name, t] : a.tensors) {
+    INFO(name);
+    REQUIRE(b.tensors.count(name) == 1);
+    const Tensor& u = b.tensors.at(name);
+    REQUIRE(t.sizes() == u.sizes());
+    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.numel() * dtype_size(t.dtype())) == 0);
+  }
+  CHECK(a.metadata.at("step") == b.metadata.at("step"));
+  CHECK(a.metadata.at("rng") == b.metadata.at("rng"));
+  CHECK(a.metadata.at("optimizer") == b.metadata.at("optimizer"));
+}
+
+// A tiny task run's flags: steps take milliseconds.
+std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps) {
+  return {"train",    "--task",    "sort", "--task-size", "4",   "--layers",        "1",
+          "--width",  "16",        "--heads", "2",         "--batch", "8",          "--dropout",
+          "0.1",      "--steps",   std::to_string(steps), "--heldout", "20",       "--threads",
+          "1",        "--out",     out,    "--quiet"};
+}
+
+// ---- checkpoints as bytes ------------------------------------------------------
+
+// A real checkpoint of a tiny sort run (AdamW state included), made once.
+const std::string& good_checkpoint() {
+  static const std::string bytes = [] {
+    TempDir tmp;
+    TrainOptions o;
+    o.task_size = 2, o.heldout = 20, o.layers = 1, o.heads = 2, o.width = 8, o.block = 4;
+    o.batch = 4, o.steps = 2, o.eval_interval = 2, o.out = tmp / "run", o.quiet = true, o.threads = 0;
+    train_command(o, null_out());
+    return file_text(tmp / "run/ckpt.safetensors");
+  }();
+  return bytes;
+}
+
+// The checkpoint with its header JSON edited in place (offsets and data untouched).
+std::string edit_header(const std::function<void(nlohmann::ordered_json&)>& edit) {
+  const std::string& bytes = good_checkpoint();
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(bytes.substr(8, n));
+  edit(header);
+  const std::string json = header.dump();
+  std::string out(8, '\0');
+  const std::uint64_t len = json.size();
+  std::memcpy(out.data(), &len, 8);
+  return out + json + bytes.substr(8 + n);
+}
+
+// The checkpoint with tensors or metadata changed, written again as valid safetensors.
+std::string edit_contents(const std::function<void(std::map<std::string, Tensor>&, Metadata&)>& edit) {
+  Safetensors file = parse_safetensors(good_checkpoint());
+  edit(file.tensors, file.metadata);
+  return serialize_safetensors(NamedTensors(file.tensors.begin(), file.tensors.end()), file.metadata);
+}
+
+std::string edit_config(const std::function<void(nlohmann::json&)>& edit) {
+  return edit_contents([&](auto&, Metadata& m) {
+    nlohmann::json config = nlohmann::json::parse(m.at("config"));
+    edit(config);
+    m["config"] = config.dump();
+  });
+}
+
+}  // namespace
+
+// ---- bad flags -------------------------------------------------------------------
+
+TEST_CASE("every train flag is validated: one line naming the flag and value, exit 1 or 2, no run directory",
+          "[reliability]") {
+  TempDir tmp;
+  const std::string out = tmp / "run";
+  write_text(tmp / "short.txt", "only a few characters of text here, for sure not enough.");
+  write_text(tmp / "binary.bin", std::string("GIF89a\x01\x00\x01\x00\x00\x00\x00", 13));
+  write_text(tmp / "a_file", "x");
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expect;  // substrings of the error line
+  };
+  // test_train.cpp covers --layers 0, --width -8, --batch 0, --steps 0, --block 0,
+  // --heads 3 --width 64, --lr nan/inf/-1, --dropout 1, --grad-clip -1, --task
+  // multiply, --task-size 0, --optimizer lion, --threads -2, --device tpu, a missing,
+  // empty, directory or invalid UTF-8 --data, a non-number and an unknown flag.
+  const std::vector<Case> cases = {
+      {{"--layers", "-3"}, {"[--layers]", "-3"}},
+      {{"--layers", "1000"}, {"[--layers]", "1000"}},
+      {{"--width", "0"}, {"[--width]", "0"}},
+      {{"--width", "100000"}, {"[--width]", "100000"}},
+      {{"--heads", "0"}, {"[--heads]", "0"}},
+      {{"--heads", "-4"}, {"[--heads]", "-4"}},
+      {{"--heads", "5", "--width", "16"}, {"[--heads]", "5", "16"}},
+      {{"--block", "-1"}, {"[--block]", "-1"}},
+      {{"--block", "100000"}, {"[--block]", "100000"}},
+      {{"--task", "add", "--block", "3"}, {"[--block]", "3"}},
+      {{"--batch", "-5"}, {"[--batch]", "-5"}},
+      {{"--batch", "2000000"}, {"[--batch]", "2000000"}},
+      {{"--steps", "-1"}, {"[--steps]", "-1"}},
+      {{"--steps", "99999999999999999999"}, {"--steps", "99999999999999999999"}},
+      {{"--lr", "0"}, {"[--lr]", "0"}},
+      {{"--lr", "-inf"}, {"[--lr]", "-inf"}},
+      {{"--lr", "fast"}, {"--lr", "fast"}},
+      {{"--dropout", "nan"}, {"[--dropout]", "nan"}},
+      {{"--dropout", "-0.1"}, {"[--dropout]", "-0.1"}},
+      {{"--warmup", "-1"}, {"[--warmup]", "-1"}},
+      {{"--min-lr-ratio", "2"}, {"[--min-lr-ratio]", "2"}},
+      {{"--weight-decay", "-0.5"}, {"[--weight-decay]", "-0.5"}},
+      {{"--weight-decay", "inf"}, {"[--weight-decay]", "inf"}},
+      {{"--beta1", "1"}, {"[--beta1]", "1"}},
+      {{"--beta2", "-0.5"}, {"[--beta2]", "-0.5"}},
+      {{"--momentum", "1.5"}, {"[--momentum]", "1.5"}},
+      {{"--grad-clip", "nan"}, {"[--grad-clip]", "nan"}},
+      {{"--task-size", "65"}, {"[--task-size]", "65"}},
+      {{"--heldout", "0"}, {"[--heldout]", "0"}},
+      {{"--eval-interval", "0"}, {"[--eval-interval]", "0"}},
+      {{"--stop-at", "-1"}, {"[--stop-at]", "-1"}},
+      {{"--threads", "5000"}, {"[--threads]", "5000"}},
+      {{"--seed", "-1"}, {"--seed", "-1"}},
+      {{"--task", ""}, {"[--task]", "''"}},
+      {{"--task", "sort", "--data", tmp / "short.txt"}, {"[--task]", "--data"}},
+      // Data: a block longer than the file allows, a binary file, a path through a file.
+      {{"--data", tmp / "short.txt", "--block", "64"}, {"[--data]", "short.txt", "--block 64"}},
+      {{"--data", tmp / "binary.bin"}, {"[--data", "binary.bin", "binary", "NUL byte at byte 7"}},
+      {{"--data", tmp / "a_file/book.txt"}, {"[--data]", "a_file/book.txt", "cannot read"}},
+      // Output: a file where the directory would be, a directory that cannot be created.
+      {{"--out", tmp / "a_file"}, {"[--out]", "a_file", "not a directory"}},
+      // Resuming: nothing there, not a checkpoint, a flag fixed by the checkpoint.
+      {{"--resume", tmp / "none.safetensors"}, {"[--resume]", "none.safetensors"}},
+      {{"--resume", tmp / "a_file"}, {"a_file", "truncated"}},
+      {{"--resume", tmp.path.string()}, {"[--resume]", "not a regular file"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"train", "--quiet"};
+    if (std::find(c.args.begin(), c.args.end(), "--out") == c.args.end()) args.insert(args.end(), {"--out", out});
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CliResult r = cli(args);
+    INFO(fmt::format("args {} -> {}", fmt::join(c.args, " "), r.err));
+    CHECK((r.code == 1 || r.code == 2));
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.rfind("attograd: error: ", 0) == 0);
+    for (const auto& e : c.expect) CHECK_THAT(r.err, Catch::Contains(e));
+    CHECK_FALSE(fs::exists(out));
+  }
+  CHECK(fs::exists(tmp / "a_file"));  // untouched
+}
+
+TEST_CASE("an output directory that cannot be written is refused before anything is made", "[reliability]") {
+  TempDir tmp;
+  if (::geteuid() != 0) {
+    fs::create_directories(tmp / "locked");
+    fs::permissions(tmp / "locked", fs::perms::owner_read | fs::perms::owner_exec);
+    const CliResult r = cli({"train", "--out", tmp / "locked/run", "--steps", "1", "--quiet"});
+    CHECK(r.code == 1);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("[--out]") && Catch::Contains("not writable"));
+    fs::permissions(tmp / "locked", fs::perms::owner_all);
+    CHECK(fs::is_empty(tmp / "locked"));
+  }
+  // root may write anywhere; /proc still refuses a new directory (the check passes, mkdir fails).
+  const CliResult r = cli({"train", "--out", "/proc/attograd_no_such_run", "--steps", "1", "--quiet"});
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("[--out]") && Catch::Contains("/proc/attograd_no_such_run"));
+  CHECK_FALSE(fs::exists("/proc/attograd_no_such_run"));
+}
+
+TEST_CASE("a run directory made for a run that fails before its first checkpoint is removed again",
+          "[reliability]") {
+  TempDir tmp;
+  {
+    RunDirectory made(tmp.path / "a/b/c");
+    CHECK(fs::is_directory(tmp.path / "a/b/c"));
+    write_text(tmp / "a/b/c/metrics.jsonl", "{}\n");
+  }
+  CHECK_FALSE(fs::exists(tmp.path / "a"));  // everything it created, and only that
+  CHECK(fs::exists(tmp.path));
+  {
+    RunDirectory made(tmp.path / "kept");
+    made.keep();
+  }
+  CHECK(fs::is_directory(tmp.path / "kept"));
+  fs::create_directories(tmp.path / "existing");
+  { RunDirectory made(tmp.path / "existing"); }
+  CHECK(fs::is_directory(tmp.path / "existing"));  // it was there before: never removed
+}
+
+TEST_CASE("sample, eval and attention validate their flags too", "[reliability]") {
+  TempDir tmp;
+  TrainOptions o;
+  o.task_size = 2, o.heldout = 20, o.layers = 1, o.heads = 2, o.width = 8, o.block = 4;
+  o.batch = 4, o.steps = 1, o.out = tmp / "run", o.quiet = true;
+  train_command(o, null_out());
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+  write_text(tmp / "binary.bin", std::string("\x7f" "ELF\x02\x01\x01\x00", 8));
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {{"sample", "--ckpt", ckpt, "--temperature", "-1"}, {"[--temperature]", "-1"}},
+      {{"sample", "--ckpt", ckpt, "--temperature", "nan"}, {"[--temperature]", "nan"}},
+      {{"sample", "--ckpt", ckpt, "--top-k", "-2"}, {"[--top-k]", "-2"}},
+      {{"sample", "--ckpt", ckpt, "--tokens", "-1"}, {"[--tokens]", "-1"}},
+      {{"sample", "--ckpt", ckpt, "--tokens", "2000000"}, {"[--tokens]", "2000000"}},
+      {{"sample", "--ckpt", ckpt, "--prompt", ""}, {"[--prompt]"}},
+      {{"sample", "--ckpt", ckpt, "--prompt", "12x"}, {"[--prompt]", "'x'"}},
+      {{"sample", "--ckpt", ckpt, "--prompt", std::string("1\xFF", 2)}, {"[--prompt]", "invalid UTF-8 at byte 1"}},
+      {{"sample", "--ckpt", ckpt, "--device", "gpu"}, {"[--device]", "gpu"}},
+      {{"sample", "--ckpt", ckpt, "--threads", "-1"}, {"[--threads]", "-1"}},
+      {{"sample", "--ckpt", "/dev/zero"}, {"[--ckpt]", "/dev/zero", "not a regular file"}},
+      {{"eval", "--ckpt", ckpt, "--data", tmp / "binary.bin"}, {"[--data]", "sort task"}},
+      {{"eval", "--ckpt", tmp / "missing.safetensors"}, {"[--ckpt]", "missing.safetensors"}},
+      {{"eval", "--ckpt", tmp / "binary.bin"}, {"binary.bin", "exceeds the limit"}},
+      {{"attention", "--ckpt", ckpt, "--text", ""}, {"[--text]"}},
+      {{"attention", "--ckpt", ckpt, "--text", "12", "--out", tmp / "no/such/dir/a.svg"}, {"[--out]", "a.svg"}},
+  };
+  for (const Case& c : cases) {
+    const CliResult r = cli(c.args);
+    INFO(fmt::format("args {} -> {}", fmt::join(c.args, " "), r.err));
+    CHECK(r.code == 1);
+    CHECK(lines(r.err) == 1);
+    for (const auto& e : c.expect) CHECK_THAT(r.err, Catch::Contains(e));
+  }
+}
+
+// ---- text data ---------------------------------------------------------------------
+
+TEST_CASE("text data: invalid UTF-8 deep in a file, binary files, endless files", "[reliability]") {
+  std::string text(5000, 'a');
+  text[1234] = '\xC3';  // a lead byte whose continuation is missing
+  REQUIRE_THROWS_WITH(TextData(text, "big.txt", 1),
+                      Catch::Contains("[--data big.txt]") && Catch::Contains("invalid UTF-8 at byte 1235"));
+  text = std::string(5000, 'a') + "\xE2\x82";  // truncated by the end of the file
+  REQUIRE_THROWS_WITH(TextData(text, "cut.txt", 1), Catch::Contains("at byte 5000") && Catch::Contains("truncated"));
+  REQUIRE_THROWS_WITH(TextData(std::string("text\0more", 9), "nul.txt", 1),
+                      Catch::Contains("binary") && Catch::Contains("NUL byte at byte 4"));
+  REQUIRE_THROWS_WITH(TextData("", "empty.txt", 1), Catch::Contains("empty"));
+  // With a checkpoint's vocabulary, a character outside it is named.
+  REQUIRE_THROWS_WITH(TextData("ab\xE2\x82\xAC", "euro.txt", 1, Tokenizer::from_text("ab")),
+                      Catch::Contains("'\xE2\x82\xAC' is not in the model's vocabulary"));
+  // Reads stop one byte past the limit: /dev/zero is refused, not read forever.
+  REQUIRE_THROWS_WITH(read_text_file("/dev/zero", "--data", 1000),
+                      Catch::Contains("[--data] '/dev/zero' holds more than 1000 bytes"));
+  TempDir tmp;
+  write_text(tmp / "exact.txt", std::string(1000, 'x'));
+  CHECK(read_text_file(tmp / "exact.txt", "--data", 1000).size() == 1000);
+}
+
+// ---- checkpoints are untrusted input --------------------------------------------------
+
+TEST_CASE("the checkpoint size check counts exactly the parameters a model allocates", "[reliability]") {
+  const std::tuple<int, int, int, int, int> configs[] = {{1, 8, 2, 4, 12}, {2, 16, 4, 9, 65}, {3, 48, 4, 26, 12},
+                                                        {1, 6, 3, 1, 1}};
+  for (const auto& [layers, width, heads, block, vocab] : configs) {
+    TrainOptions o;
+    o.layers = layers, o.width = width, o.heads = heads, o.block = block;
+    CHECK(parameter_count(gpt_config(o, vocab)) == build_model(o, vocab)->num_parameters());
+  }
+}
+
+TEST_CASE("hostile checkpoints: every malformed field is a clear error naming the file", "[reliability]") {
+  REQUIRE_NOTHROW(parse_checkpoint(good_checkpoint(), "good"));
+  const std::string& good = good_checkpoint();
+  std::uint64_t header_len;
+  std::memcpy(&header_len, good.data(), 8);
+  struct Case {
+    std::string name, bytes, expect;
+  };
+  const auto with_length = [&](std::uint64_t n) {
+    std::string s = good;
+    std::memcpy(s.data(), &n, 8);
+    return s;
+  };
+  const auto set_meta = [&](const std::string& key, const std::string& value) {
+    return edit_contents([&](auto&, Metadata& m) { m[key] = value; });
+  };
+  const std::vector<Case> cases = {
+      // The layout (test_train.cpp covers each safetensors rule on a small file).
+      {"empty", "", "truncated"},
+      {"header length beyond the file", with_length(good.size()), "truncated"},
+      {"header length 2^63", with_length(std::uint64_t{1} << 63), "exceeds the limit"},
+      {"header cut", good.substr(0, 8 + header_len / 2), "truncated"},
+      {"data cut", good.substr(0, good.size() - 100), "out of range"},
+      {"JSON broken", std::string(good).replace(8, 1, "#"), "not valid JSON"},
+      {"offsets past the data", edit_header([](auto& h) { h["wte.weight"]["data_offsets"][1] = 1u << 30; }),
+       "out of range"},
+      {"overlapping tensors", edit_header([](auto& h) {
+         // Slide ln_f.weight 16 bytes into the tensor before it.
+         const std::uint64_t begin = h["ln_f.weight"]["data_offsets"][0].template get<std::uint64_t>() - 16;
+         h["ln_f.weight"]["data_offsets"] = {begin, begin + 32};
+       }),
+       "'ln_f.weight' data [3984, 4016) overlaps"},
+      {"unknown dtype", edit_header([](auto& h) { h["wte.weight"]["dtype"] = "BF16"; }), "unknown dtype"},
+      {"shape disagrees with offsets", edit_header([](auto& h) { h["wte.weight"]["shape"] = {12, 9}; }), "needs"},
+      {"shape of 2^40 x 2^40", edit_header([](auto& h) { h["wte.weight"]["shape"] = {1ull << 40, 1ull << 40}; }),
+       "needs"},
+      // The metadata.
+      {"no metadata", edit_header([](auto& h) { h.erase("__metadata__"); }), "not an attograd checkpoint"},
+      {"another format", set_meta("format", "attograd.checkpoint.v0"), "unsupported checkpoint format"},
+      {"config not JSON", set_meta("config", "{"), "config metadata is malformed"},
+      {"config not an object", set_meta("config", "[1]"), "must be a JSON object"},
+      {"config field missing", edit_config([](auto& c) { c.erase("width"); }), "width"},
+      {"config float for an int", edit_config([](auto& c) { c["layers"] = 1e300; }), "'layers' has the wrong type"},
+      {"config string for an int", edit_config([](auto& c) { c["width"] = "8"; }), "'width' has the wrong type"},
+      {"config int out of range", edit_config([](auto& c) { c["task_size"] = 1ll << 40; }), "out of range"},
+      {"config negative seed", edit_config([](auto& c) { c["seed"] = -1; }), "'seed' has the wrong type"},
+      {"config invalid value", edit_config([](auto& c) { c["heads"] = 3; }), "[--heads] 3 heads do not divide"},
+      {"config unknown task", edit_config([](auto& c) { c["task"] = "divide"; }), "unknown task 'divide'"},
+      {"config nan lr", edit_config([](auto& c) { c["lr"] = nullptr; }), "'lr' has the wrong type"},
+      {"vocab not JSON", set_meta("vocab", "[\"a\""), "vocabulary is not valid JSON"},
+      {"vocab empty", set_meta("vocab", "[]"), "non-empty"},
+      {"vocab entry two characters", set_meta("vocab", R"(["ab"])"), "not one code point"},
+      {"vocab duplicates", set_meta("vocab", R"(["a","a"])"), "duplicate"},
+      {"vocab not the task's", set_meta("vocab", R"(["0","1","2","3","4","5","6","7","8","9","+","-"])"),
+       "not the sort task's"},
+      {"step negative", set_meta("step", "-1"), "step '-1' is not a count"},
+      {"step not a number", set_meta("step", "12abc"), "is not a count"},
+      {"step too large", set_meta("step", "99999999999999999999"), "is not a count"},
+      {"rng not JSON", set_meta("rng", "x"), "malformed checkpoint metadata"},
+      {"rng seed a string", set_meta("rng", R"({"dropout_seed": "1", "dropout_offset": 0})"), "dropout_seed"},
+      {"optimizer unknown", set_meta("optimizer", R"({"name": "adam", "step_count": 1})"), "unknown optimizer 'adam'"},
+      {"optimizer negative steps", set_meta("optimizer", R"({"name": "adamw", "step_count": -1})"), "negative"},
+      {"optimizer fractional steps", set_meta("optimizer", R"({"name": "adamw", "step_count": 1.5})"),
+       "integer step_count"},
+      // The tensors against the model the config describes.
+      {"tensor missing", edit_contents([](auto& t, auto&) { t.erase("ln_f.bias"); }), "missing (1): ln_f.bias"},
+      {"tensor unexpected", edit_contents([](auto& t, auto&) { t["extra"] = zeros({2}); }), "unexpected (1): extra"},
+      {"tensor mis-shaped",
+       edit_contents([](auto& t, auto&) { t["blocks.0.attn.qkv.weight"] = transpose(t["blocks.0.attn.qkv.weight"], 0, 1); }),
+       "blocks.0.attn.qkv.weight is"},
+      {"tensor float64", edit_contents([](auto& t, auto&) { t["ln_f.weight"] = to(t["ln_f.weight"], DType::f64); }),
+       "'ln_f.weight' is float64, expected float32"},
+      {"optimizer state int64",
+       edit_contents([](auto& t, auto&) { t["optim.exp_avg.ln_f.bias"] = zeros({8}, {DType::i64}); }),
+       "optimizer state 'optim.exp_avg.ln_f.bias' is int64"},
+      {"vocabulary larger than the model",
+       edit_contents([](auto&, Metadata& m) {
+         nlohmann::json config = nlohmann::json::parse(m["config"]);
+         config["data"] = "book.txt";
+         m["config"] = config.dump();
+         m["vocab"] = R"(["0","1","2","3","4","5","6","7","8","9","+","=","x"])";
+       }),
+       "the vocabulary holds 13 symbols but wte.weight has 12 rows"},
+      // A config that asks for a huge model is refused before allocating it.
+      {"config of 256 layers x 65536 wide",
+       edit_config([](auto& c) { c["layers"] = 256, c["width"] = 65536, c["heads"] = 1, c["block"] = 65536; }),
+       "describes 13198653521920 parameters, but its tensors hold 1016"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    REQUIRE_THROWS_WITH(parse_checkpoint(c.bytes, "hostile.safetensors"),
+                        Catch::StartsWith("[hostile.safetensors]") && Catch::Contains(c.expect));
+  }
+  // Every truncation: refused, never read past the end.
+  for (std::size_t n = 0; n < good.size(); n += 13) {
+    INFO("truncated to " << n << " bytes");
+    REQUIRE_THROWS_AS(parse_checkpoint(good.substr(0, n), "cut.safetensors"), Error);
+  }
+  // Through the program: one line on stderr, exit 1.
+  TempDir tmp;
+  write_text(tmp / "huge.safetensors", cases.back().bytes);
+  for (const char* command : {"sample", "eval"}) {
+    const CliResult r = cli({command, "--ckpt", tmp / "huge.safetensors"});
+    CHECK(r.code == 1);
+    CHECK(lines(r.err) == 1);
+    CHECK_THAT(r.err, Catch::Contains("huge.safetensors") && Catch::Contains("parameters"));
+  }
+  const CliResult r = cli({"train", "--resume", tmp / "huge.safetensors", "--out", tmp / "run"});
+  CHECK(r.code == 1);
+  CHECK_FALSE(fs::exists(tmp / "run"));
+}
+
+// ---- interrupted runs ------------------------------------------------------------------
+
+TEST_CASE("SIGINT and SIGTERM finish the step, save, exit 130 or 143, and --resume continues exactly",
+          "[reliability]") {
+  for (const int signo : {SIGINT, SIGTERM}) {
+    const std::string name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+    INFO(name);
+    TempDir tmp;
+    const std::string ckpt = tmp / "a/ckpt.safetensors";
+    // A long run (no evaluation before the signal), stopped once it is a few steps in.
+    std::vector<std::string> args = tiny_run(tmp / "a", 1000000);
+    args.insert(args.end(), {"--eval-interval", "1000000"});
+    Child run(args, tmp.path);
+    REQUIRE(wait_until([&] { return lines(file_text(tmp / "a/metrics.jsonl")) >= 3; }));
+    run.signal(signo);
+    CHECK(run.exit_code() == 128 + signo);
+    const std::string err = run.err();
+    INFO("stderr: " << err);
+    std::smatch m;
+    REQUIRE(std::regex_search(err, m, std::regex("stopped by " + name + " after step ([0-9]+)")));
+    const std::int64_t stopped = std::stoll(m[1]);
+    CHECK(stopped >= 3);
+    CHECK_THAT(err, Catch::Contains("--resume " + ckpt));
+    CHECK(lines(err) == 1);
+    CHECK_THAT(run.out(), Catch::Contains(name + ": saving step " + std::to_string(stopped)));
+    REQUIRE(load_checkpoint(ckpt).info.step == stopped);
+
+    // Resumed to a few steps further, it equals one run straight there.
+    const std::string until = std::to_string(stopped + 3);
+    Child resumed({"train", "--resume", ckpt, "--stop-at", until, "--threads", "1", "--quiet"}, tmp.path);
+    CHECK(resumed.exit_code() == 0);
+    args = tiny_run(tmp / "b", 1000000);
+    args.insert(args.end(), {"--eval-interval", "1000000", "--stop-at", until});
+    Child straight(args, tmp.path);
+    CHECK(straight.exit_code() == 0);
+    require_same_checkpoint(ckpt, tmp / "b/ckpt.safetensors");
+  }
+}
+
+TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous checkpoint intact", "[reliability]") {
+  TempDir tmp;
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+  Child first(tiny_run(tmp / "run", 10), tmp.path);  // steps 1-10; saves at 10
+  REQUIRE(first.exit_code() == 0);
+  const std::string before = file_text(ckpt);
+  REQUIRE(load_checkpoint(ckpt).info.step == 10);
+
+  // The next run writes every step; each write pauses halfway (a test-only hook) and is killed there.
+  Child next({"train", "--resume", ckpt, "--steps", "20", "--eval-interval", "1", "--threads", "1", "--quiet"},
+             tmp.path, {"ATTOGRAD_TEST_WRITE_PAUSE_MS=60000"});
+  fs::path temporary;
+  REQUIRE(wait_until([&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(tmp.path / "run", ec))
+      if (e.path().filename().string().rfind(".ckpt.safetensors.tmp", 0) == 0 && fs::file_size(e.path(), ec) > 0)
+        return temporary = e.path(), true;
+    return false;
+  }));
+  next.signal(SIGKILL);
+  const int status = next.wait();
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+
+  // Killed mid-write: the temporary holds half a checkpoint, the checkpoint is the old one, whole.
+  const std::string half = file_text(temporary.string());
+  CHECK(half.size() < before.size());
+  CHECK_THROWS_AS(parse_checkpoint(half, "half"), Error);
+  CHECK(file_text(ckpt) == before);
+  CHECK(load_checkpoint(ckpt).info.step == 10);
+
+  // Resuming from it works, and clears the litter.
+  Child again({"train", "--resume", ckpt, "--steps", "12", "--threads", "1", "--quiet"}, tmp.path);
+  CHECK(again.exit_code() == 0);
+  CHECK(load_checkpoint(ckpt).info.step == 12);
+  CHECK_FALSE(fs::exists(temporary));
+}
+
+TEST_CASE("a loss that becomes NaN or infinite stops the run naming the step, keeping the last good checkpoint",
+          "[reliability]") {
+  TempDir tmp;
+  // A learning rate of 1e30 blows the weights up after the first update.
+  std::vector<std::string> args = tiny_run(tmp / "run", 50);
+  args.insert(args.end(), {"--lr", "1e30", "--eval-interval", "1", "--grad-clip", "0"});
+  const CliResult r = cli(args);
+  INFO(r.err);
+  CHECK(r.code == 1);
+  CHECK(lines(r.err) == 1);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex("\\[train\\] the (loss|gradient norm) became (NaN|\\+inf|-inf) at step ([0-9]+)")));
+  const std::int64_t bad_step = std::stoll(m[3]);
+  CHECK(bad_step >= 2);
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+  CHECK_THAT(r.err, Catch::Contains("the last good checkpoint is " + ckpt + " (step " + std::to_string(bad_step - 1) +
+                                    ")"));
+  const LoadedCheckpoint kept = load_checkpoint(ckpt);
+  CHECK(kept.info.step == bad_step - 1);
+  for (const auto& p : kept.model->named_parameters())
+    for (float v : contiguous(p.tensor).to_vector<float>()) REQUIRE(std::isfinite(v));
+}
+
+// ---- the fuzzers' inputs --------------------------------------------------------------------
+
+TEST_CASE("fuzz seed corpus and saved crashes run cleanly through their targets", "[reliability]") {
+  const fs::path root(ATTOGRAD_FUZZ_DIR);
+  for (const auto& [name, target] : {std::pair{std::string("checkpoint"), &fuzz::checkpoint},
+                                     std::pair{std::string("text"), &fuzz::text}}) {
+    std::int64_t inputs = 0;
+    for (const char* kind : {"corpus", "regressions"}) {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(root / kind / name, ec)) {
+        if (!e.is_regular_file() || e.path().filename().string()[0] == '.') continue;
+        INFO(e.path().string());
+        const std::string bytes = file_text(e.path().string());
+        CHECK(target(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()) == 0);
+        ++inputs;
+      }
+    }
+    INFO(name);
+    CHECK(inputs >= 5);  // the seed corpus is there
+  }
+}
