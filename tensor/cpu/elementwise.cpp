@@ -2,6 +2,7 @@
 // an inner loop handed to cpu::strided_loop; the contiguous case (all strides
 // equal to the element size) is written out separately so the compiler
 // vectorises it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -226,7 +227,17 @@ void fill_(const Tensor& dst, double value) {
   visit_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T v = static_cast<T>(value);
-    map1<T, T>(dst, dst, [v](T) { return v; });
+    // One operand: a fill never reads what it overwrites. (It did, through map1, and
+    // empty() storage holds arbitrary bytes: loading one as a bool is undefined; UBSan.)
+    Operands<1> ops;
+    set_operand(ops, 0, dst, dst.sizes());
+    strided_loop<1>(dst.sizes(), ops, [&](std::array<char*, 1> p, std::array<std::int64_t, 1> s, std::int64_t n) {
+      if (s[0] == sizeof(T)) {
+        std::fill_n(reinterpret_cast<T*>(p[0]), n, v);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
+      }
+    });
   });
 }
 

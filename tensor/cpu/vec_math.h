@@ -19,7 +19,10 @@ inline float exp_fast(float x) {
   // trick simple (softmax of masked -inf entries must give exactly 0).
   constexpr float kMin = -87.33654f, kMax = 88.72283f;
   const bool underflow = x < kMin, overflow = x > kMax;
-  const float xc = x < kMin ? kMin : (x > kMax ? kMax : x);
+  // Written so NaN clamps to kMin (every comparison with NaN is false): converting
+  // a NaN n to int below would be undefined behaviour (UBSan); the NaN itself is
+  // returned at the end.
+  const float xc = x > kMin ? (x < kMax ? x : kMax) : kMin;
   // Round to nearest by the 1.5 * 2^23 trick: SSE2 has no vector floor, and a
   // floor call would stop the loop from vectorising.
   constexpr float kRound = 12582912.0f;
