@@ -1,19 +1,25 @@
 // Fused attention on the CPU, flash-attention style (Dao et al. 2022, 2023):
-// queries and keys are processed in blocks with an online softmax, so no
+// queries and keys are processed in tiles with an online softmax, so no
 // (Tq, Tk) score matrix is ever kept; the forward saves one log-sum-exp per
 // query row and the backward recomputes the probabilities from it.
 //
 // Work is split over (batch, head, query block) in the forward and over
 // (batch, head) in the backward, with parallel_for. Every product is a small
-// GEMM on tiles packed once per block into zero-padded scratch buffers, done
-// by one register-blocked micro-kernel (as BLIS and OpenBLAS do): an MR x NR
-// tile of C stays in vector registers while it accumulates over the shared
-// dimension, one vector load of B and MR broadcasts of A feeding MR x NR/lanes
-// multiply-adds per step. The five products of the backward and the two of
-// the forward differ only in the strides the micro-kernel reads A with.
+// GEMM done by one register-blocked micro-kernel (as BLIS and OpenBLAS do):
+// an MR x NR tile of C stays in vector registers while it accumulates over
+// the shared dimension, each step one vector load of B and MR broadcasts of
+// A feeding MR x NR/lanes multiply-adds. The two products of the forward and
+// the five of the backward differ only in the strides A is read with.
+//
+// Score tiles are kept transposed, (keys, queries): S^T = k (scale q)^T needs
+// only the queries transposed (once per query block, D x 64 values), reads
+// k and v rows where they lie, and puts queries along the vector lanes, so
+// the online softmax's per-query max, sum and rescaling are plain vector
+// operations down the rows, with no horizontal reductions.
 // Tiles, micro-tiles and key ranges wholly hidden by the causal flag are
 // skipped. The exponentials are tensor/cpu/vec_math.h's polynomial for
-// float32 (libm's for float64, which serves gradcheck).
+// float32, trimmed to the softmax's arguments (libm's for float64, which
+// serves gradcheck).
 //
 // Masking: a key is hidden by the causal flag (j > i, top-left aligned as
 // torch's is_causal) or by the boolean mask (true = hidden). A row whose keys
@@ -28,6 +34,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
@@ -36,7 +44,7 @@
 #include "tensor/rng.h"
 
 // Everything below the per-instruction-set entry points is forced inline into
-// them, so it is compiled for their target (see "Instruction sets" below).
+// them, so it is compiled for their target (see "instruction sets" below).
 #if defined(__GNUC__)
 #define AG_ALWAYS_INLINE inline __attribute__((always_inline))
 #else
@@ -46,13 +54,39 @@
 namespace attograd::cpu {
 namespace {
 
-constexpr std::int64_t kBlockQ = 64;  // query rows per tile
-constexpr std::int64_t kBlockK = 64;  // keys per tile; a multiple of every micro-tile width
-constexpr std::int64_t kLanes = 16;   // partial sums, so float reductions vectorise without -ffast-math
+constexpr std::int64_t kBlockQ = 64;  // queries per tile; a multiple of every vector width
+constexpr std::int64_t kBlockK = 64;  // keys per tile; a multiple of every micro-tile height
 // A diagonal offset no index reaches: "no causal limit" in the tile loops below.
 constexpr std::int64_t kNoDiagonal = std::int64_t(1) << 40;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// ---- the exponential of the softmax ----------------------------------------------
+// exp(x) for the softmax's arguments s - max <= 0 (-inf gives 0, NaN stays
+// NaN): the range reduction and polynomial of exp_fast (tensor/cpu/vec_math.h),
+// with its values, but without the overflow handling arbitrary arguments
+// need, which was half of its instructions. Valid for x <= 88.
+inline float exp_softmax(float x) {
+  constexpr float kMin = -87.33654f, kMax = 88.0f;
+  // NaN clamps to kMin (comparisons with NaN are false): converting a NaN to int is undefined.
+  const float xc = x > kMin ? (x < kMax ? x : kMax) : kMin;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * r * r + r + 1.0f;
+  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;  // 2^n, n in [-126, 127]
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return x >= kMin ? er * two_n : (x < kMin ? 0.0f : x);
+}
+inline double exp_softmax(double x) { return std::exp(x); }
 
 // ---- instruction sets ------------------------------------------------------------
 // The micro-kernel's best register tile depends on the register file: AVX-512
@@ -64,18 +98,20 @@ std::int64_t round_up(std::int64_t n, std::int64_t multiple) { return (n + multi
 template <typename T>
 struct Simd {
   typedef T Vec __attribute__((vector_size(64)));  // GCC's portable vectors, lowered per target
+  using Lane = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+  typedef Lane Index __attribute__((vector_size(64)));  // lane indices of a shuffle
   static constexpr std::int64_t kLanes = 64 / sizeof(T);
 };
 
-// MR rows x kVecs 64-byte vectors of C held in registers.
+// kRows rows x kVecs 64-byte vectors of C held in registers.
 struct TileAvx512 {
-  static constexpr int kRows = 8, kVecs = 2;  // 16 accumulators of 32
+  static constexpr int kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
 };
 struct TileAvx2 {
-  static constexpr int kRows = 4, kVecs = 1;  // 8 ymm accumulators of 16
+  static constexpr int kRows = 4, kVecs = 1;  // 8 of 16
 };
 struct TileBaseline {
-  static constexpr int kRows = 2, kVecs = 1;  // 8 xmm accumulators of 16
+  static constexpr int kRows = 2, kVecs = 1;  // 8 of 16
 };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -106,14 +142,17 @@ Isa cpu_isa() {
 
 // ---- the micro-kernel and the three tile products made of it ----------------------
 
-// C[i][j] = (accumulate ? C[i][j] : 0) + sum_{k0 <= k < k1} A(i, k) B[k][j]
-// for i < MR, j < NV lanes-wide vectors, with A(i, k) = a[i * a_rs + k * a_ks]
-// and rows of B and C ldb and ldc apart. The MR x NV accumulators are
-// compile-time indexed once the loops unroll, so they live in registers.
+// C[i][j] = C0[i][j] + sum_{k0 <= k < k1} A(i, k) B[k][j] for i < MR and j < NV
+// vectors, with A(i, k) = a[i * a_rs + k * a_ks], rows of B and C ldb and ldc
+// apart, and C0 = 0 (overwrite), C (accumulate) or C scaled by row_scale[i].
+// The MR x NV accumulators are compile-time indexed once the loops unroll,
+// so they live in registers.
+enum class Into { overwrite, accumulate, rescale_and_accumulate };
+
 template <typename T, int MR, int NV>
 AG_ALWAYS_INLINE void micro_kernel(const T* __restrict a, std::int64_t a_rs, std::int64_t a_ks,
                                    const T* __restrict b, std::int64_t ldb, std::int64_t k0, std::int64_t k1,
-                                   T* __restrict c, std::int64_t ldc, bool accumulate) {
+                                   T* __restrict c, std::int64_t ldc, Into into, const T* __restrict row_scale) {
   using Vec = typename Simd<T>::Vec;
   constexpr std::int64_t W = Simd<T>::kLanes;
   Vec acc[MR][NV];
@@ -122,7 +161,8 @@ AG_ALWAYS_INLINE void micro_kernel(const T* __restrict a, std::int64_t a_rs, std
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
       acc[i][v] = Vec{};
-      if (accumulate) std::memcpy(&acc[i][v], c + i * ldc + v * W, sizeof(Vec));
+      if (into != Into::overwrite) std::memcpy(&acc[i][v], c + i * ldc + v * W, sizeof(Vec));
+      if (into == Into::rescale_and_accumulate) acc[i][v] *= row_scale[i];
     }
   for (std::int64_t k = k0; k < k1; ++k) {
     Vec bk[NV];
@@ -146,58 +186,61 @@ AG_ALWAYS_INLINE void micro_kernel(const T* __restrict a, std::int64_t a_rs, std
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
                                 std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c, std::int64_t ldc,
-                                bool accumulate) {
+                                Into into, const T* row_scale = nullptr) {
   constexpr std::int64_t W = Simd<T>::kLanes, NR = Tile::kVecs * W;
   std::int64_t j = 0;
   for (; j + NR <= n; j += NR)
-    micro_kernel<T, Tile::kRows, Tile::kVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, accumulate);
-  for (; j < n; j += W) micro_kernel<T, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, accumulate);
+    micro_kernel<T, Tile::kRows, Tile::kVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+  for (; j < n; j += W)
+    micro_kernel<T, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
 }
 
-// In all three products rows and columns stand for queries r and keys c of
-// one tile, and query r sees key c only when c <= r + diag (diag = i0 - j0
-// when causal, kNoDiagonal otherwise). m and the column counts are multiples
-// of the micro-tile; the buffers are zero-padded to them.
+// In the three products below, a score tile (S^T, P^T or dS^T) has keys c
+// for rows and queries r for columns, and key c is visible to query r only
+// when c <= r + diag (diag = i0 - j0 for a causal tile at (i0, j0),
+// kNoDiagonal otherwise). Row and column counts are multiples of the
+// micro-tile; buffers are zero-padded to them.
 
-// Scores: C (m, n) = A (m, K) Bt (K, n), C's rows queries and its columns
-// keys, A(r, k) = a[r * lda + k]. Micro-tiles whose keys no query of the row
-// group sees are left unwritten: the caller never reads past a row's last
-// visible key.
+// Scores: C (m keys, n queries) = A (m, K) Bt (K, n), A(c, k) = a[c * lda + k].
+// Columns of a row group that none of its keys is visible to are left
+// unwritten; the caller hides them.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_t K, const T* a, std::int64_t lda,
                                      const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
   constexpr std::int64_t MR = Tile::kRows, W = Simd<T>::kLanes;
-  for (std::int64_t r = 0; r < m; r += MR) {
-    const std::int64_t visible = std::clamp<std::int64_t>(r + MR + diag, 0, n);  // keys some row of the group sees
-    row_group<T, Tile>(round_up(visible, W), a + r * lda, lda, 1, bt, ldb, 0, K, c + r * ldc, ldc, false);
+  for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
+    const std::int64_t first = std::clamp<std::int64_t>(c0 - diag, 0, n) / W * W;  // first query key c0 is visible to
+    row_group<T, Tile>(n - first, a + c0 * lda, lda, 1, bt + first, ldb, 0, K, c + c0 * ldc + first, ldc,
+                       Into::overwrite);
   }
 }
 
-// Query-side accumulation: C (m, n) += A (m, kk) B (kk, n), A's rows queries
-// and its columns keys (A(r, c) = a[r * lda + c], zero where hidden), so row
-// group r stops at the last key it sees. For out += P v and dq += dS k.
+// Query-side accumulation: C (m queries, n) (+)= A^T B for the score tile A
+// (kk keys, m queries) with rows lda apart, zero where hidden, so row group r
+// stops at the last key it sees. For out += P v (each row first rescaled by
+// row_scale) and dq += dS k.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a,
                                          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
-                                         std::int64_t diag) {
+                                         std::int64_t diag, const T* row_scale = nullptr) {
   constexpr std::int64_t MR = Tile::kRows;
+  const Into into = row_scale ? Into::rescale_and_accumulate : Into::accumulate;
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
-    row_group<T, Tile>(n, a + r * lda, lda, 1, b, ldb, 0, end, c + r * ldc, ldc, true);
+    row_group<T, Tile>(n, a + r, 1, lda, b, ldb, 0, end, c + r * ldc, ldc, into, row_scale ? row_scale + r : nullptr);
   }
 }
 
-// Key-side accumulation: C (m, n) += A^T B with A (kk, m) read transposed,
-// A's rows queries and its columns keys (A(r, c) = a[r * lda + c], zero where
-// hidden), so row group c of C starts at the first query that sees it.
-// For dv += P^T do and dk += dS^T q.
+// Key-side accumulation: C (m keys, n) += A B for the score tile A (m keys,
+// kk queries) with rows lda apart, zero where hidden, so row group c starts
+// at the first query that sees it. For dv += P^T do and dk += dS^T q.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_keys(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a, std::int64_t lda,
                                       const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
   constexpr std::int64_t MR = Tile::kRows;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t begin = std::clamp<std::int64_t>(c0 - diag, 0, kk);
-    row_group<T, Tile>(n, a + c0, 1, lda, b, ldb, begin, kk, c + c0 * ldc, ldc, true);
+    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, Into::accumulate);
   }
 }
 
@@ -231,10 +274,10 @@ struct Problem {
 
   // Keys [0, visible_end(i)) can be visible to query i.
   std::int64_t visible_end(std::int64_t i) const { return causal ? std::min(Tk, i + 1) : Tk; }
-  // Query r of a tile at (i0, j0) sees tile key c only when c <= r + diagonal(i0, j0).
+  // Key c of a tile at (i0, j0) is visible to its query r only when c <= r + diagonal(i0, j0).
   std::int64_t diagonal(std::int64_t i0, std::int64_t j0) const { return causal ? i0 - j0 : kNoDiagonal; }
   const bool* mask_row(std::int64_t b, std::int64_t h, std::int64_t i) const {
-    return mask ? mask + b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] : nullptr;
+    return mask + b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2];
   }
 };
 
@@ -257,74 +300,131 @@ AG_ALWAYS_INLINE void dropout_factors(const Problem<T>& P, std::int64_t b, std::
 
 // ---- packing ---------------------------------------------------------------------------
 
-// out (rows_padded, ld) = factor * x rows [t0, t0 + rows) of (b, h), zero in
-// padding rows and in columns [D, ld).
+// A block of rows of an operand as the micro-kernel reads it: rows ld apart,
+// each at least Dp long (D rounded up to the vector width).
 template <typename T>
-AG_ALWAYS_INLINE void pack_rows(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t rows,
-                                std::int64_t rows_padded, std::int64_t D, std::int64_t ld, T factor,
-                                T* __restrict out) {
-  for (std::int64_t r = 0; r < rows; ++r) {
+struct Panel {
+  const T* data;
+  std::int64_t ld;
+};
+
+// Rows [t0, t0 + n) of (b, h), readable as n_padded rows of Dp values: the
+// tensor itself when that is already so (D a multiple of the vector width,
+// no padding rows), else a copy in `scratch`, zero-padded.
+template <typename T>
+AG_ALWAYS_INLINE Panel<T> rows_panel(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
+                                     std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t Dp,
+                                     T* __restrict scratch) {
+  if (D == Dp && n == n_padded) return {x.row(b, h, t0), x.st};
+  for (std::int64_t r = 0; r < n; ++r) {
     const T* __restrict src = x.row(b, h, t0 + r);
-    T* __restrict dst = out + r * ld;
-    for (std::int64_t d = 0; d < D; ++d) dst[d] = factor * src[d];
-    std::fill(dst + D, dst + ld, T(0));
+    std::copy(src, src + D, scratch + r * Dp);
+    std::fill(scratch + r * Dp + D, scratch + (r + 1) * Dp, T(0));
   }
-  std::fill(out + rows * ld, out + rows_padded * ld, T(0));
+  std::fill(scratch + n * Dp, scratch + n_padded * Dp, T(0));
+  return {scratch, Dp};
 }
 
-// out (D, ld) = rows [t0, t0 + n) of (b, h) transposed, zero in columns [n, n_padded).
-template <typename T>
+// A W x W transpose in registers (W = lanes per vector), as log2(W) rounds of
+// a butterfly: round B pairs vectors B apart and interleaves their lanes in
+// blocks of B. With AVX-512 each shuffle is one two-source permute, so a
+// 16 x 16 block costs about 100 instructions instead of 256 scattered stores;
+// elsewhere GCC lowers the shuffles poorly and pack_transposed stores lanes.
+template <int W, int B, bool kUpper>
+constexpr int interleave_lane(int k) {  // lane k of the shuffle of round B
+  const int segment = k / (2 * B) * (2 * B), offset = k % (2 * B), half = kUpper ? B : 0;
+  return offset < B ? segment + half + offset : W + segment + half + offset - B;
+}
+template <typename T, int B, bool kUpper, typename Lanes = std::make_index_sequence<Simd<T>::kLanes>>
+struct Interleave;
+template <typename T, int B, bool kUpper, std::size_t... K>
+struct Interleave<T, B, kUpper, std::index_sequence<K...>> {
+  static constexpr typename Simd<T>::Index mask{interleave_lane<Simd<T>::kLanes, B, kUpper>(K)...};
+};
+template <typename T, int B>
+AG_ALWAYS_INLINE void butterfly(typename Simd<T>::Vec* v) {
+  constexpr int W = Simd<T>::kLanes;
+  if constexpr (B < W) {
+    for (int i = 0; i < W; i += 2 * B)
+      for (int j = i; j < i + B; ++j) {
+        const auto x = v[j], y = v[j + B];
+        v[j] = __builtin_shuffle(x, y, Interleave<T, B, false>::mask);
+        v[j + B] = __builtin_shuffle(x, y, Interleave<T, B, true>::mask);
+      }
+    butterfly<T, 2 * B>(v);
+  }
+}
+
+// out (D, ld) = factor * rows [t0, t0 + n) of (b, h) transposed, zero in columns [n, n_padded).
+template <typename T, typename Tile>
 AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
                                       std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t ld,
-                                      T* __restrict out) {
-  for (std::int64_t j = 0; j < n; ++j) {
+                                      T factor, T* __restrict out) {
+  using Vec = typename Simd<T>::Vec;
+  constexpr std::int64_t W = Simd<T>::kLanes;
+  std::int64_t j = 0, d_blocks = 0;
+  if constexpr (std::is_same_v<Tile, TileAvx512>) {
+    d_blocks = D / W * W;
+    for (; j + W <= n; j += W)
+      for (std::int64_t d = 0; d < d_blocks; d += W) {
+        Vec v[W];
+        for (std::int64_t i = 0; i < W; ++i) {
+          std::memcpy(&v[i], x.row(b, h, t0 + j + i) + d, sizeof(Vec));
+          v[i] *= factor;
+        }
+        butterfly<T, 1>(v);
+        for (std::int64_t i = 0; i < W; ++i) std::memcpy(out + (d + i) * ld + j, &v[i], sizeof(Vec));
+      }
+    for (std::int64_t r = 0; r < j; ++r) {  // the columns past the last whole block
+      const T* __restrict src = x.row(b, h, t0 + r);
+      for (std::int64_t d = d_blocks; d < D; ++d) out[d * ld + r] = factor * src[d];
+    }
+  }
+  for (; j < n; ++j) {
     const T* __restrict src = x.row(b, h, t0 + j);
-    for (std::int64_t d = 0; d < D; ++d) out[d * ld + j] = src[d];
+    for (std::int64_t d = 0; d < D; ++d) out[d * ld + j] = factor * src[d];
   }
   for (std::int64_t d = 0; d < D; ++d) std::fill(out + d * ld + n, out + d * ld + n_padded, T(0));
 }
 
-// ---- row helpers of the softmax ---------------------------------------------------------
+// ---- hiding keys in a score tile ------------------------------------------------------
 
-// s[j] = -inf where the mask hides key j0 + j, j < n.
+// s (keys, queries), rows ld apart: sets hidden[c][r] entries to `hidden` for
+// the causally hidden queries r < c - diag of each row c < m (the columns
+// product_scores may have left unwritten among them) and for whole rows
+// c >= nk (padding keys), over columns [0, n).
 template <typename T>
-AG_ALWAYS_INLINE void apply_mask(const bool* mask_row, std::int64_t mask_stride, std::int64_t j0, std::int64_t n,
-                                 T* __restrict s) {
-  if (!mask_row) return;
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  for (std::int64_t j = 0; j < n; ++j) s[j] = mask_row[(j0 + j) * mask_stride] ? neg_inf : s[j];
-}
-
-template <typename T>
-AG_ALWAYS_INLINE T row_max(const T* __restrict s, std::int64_t n) {
-  T lanes[kLanes];
-  for (auto& l : lanes) l = -std::numeric_limits<T>::infinity();
-  std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] = s[j + l] > lanes[l] ? s[j + l] : lanes[l];
-  for (std::int64_t l = 0; j < n; ++j, ++l) lanes[l] = s[j] > lanes[l] ? s[j] : lanes[l];
-  T mx = lanes[0];
-  for (T l : lanes) mx = l > mx ? l : mx;
-  return mx;
-}
-
-// s[j] = exp(s[j] - shift) for j < n (hidden -inf entries become 0); returns their sum.
-template <typename T>
-AG_ALWAYS_INLINE T exp_shifted(T* __restrict s, std::int64_t n, T shift) {
-  T lanes[kLanes] = {};
-  std::int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (std::int64_t l = 0; l < kLanes; ++l) {
-      s[j + l] = exp_of(s[j + l] - shift);
-      lanes[l] += s[j + l];
-    }
-  for (std::int64_t l = 0; j < n; ++j, ++l) {
-    s[j] = exp_of(s[j] - shift);
-    lanes[l] += s[j];
+AG_ALWAYS_INLINE void hide_causal(T* __restrict s, std::int64_t ld, std::int64_t m, std::int64_t nk, std::int64_t n,
+                                  std::int64_t diag, T hidden) {
+  for (std::int64_t c = 0; c < m; ++c) {
+    const std::int64_t end = c >= nk ? n : std::clamp<std::int64_t>(c - diag, 0, n);
+    std::fill(s + c * ld, s + c * ld + end, hidden);
   }
-  T total = 0;
-  for (T l : lanes) total += l;
-  return total;
+}
+
+// s[c][r] = -inf where the mask hides key j0 + c from query i0 + r, c < nk, r < nq.
+template <typename T>
+AG_ALWAYS_INLINE void hide_masked(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
+                                  std::int64_t nq, std::int64_t j0, std::int64_t nk, T* __restrict s, std::int64_t ld) {
+  if (!P.mask) return;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const std::int64_t ms = P.mask_strides[3];
+  for (std::int64_t r = 0; r < nq; ++r) {
+    const bool* m = P.mask_row(b, h, i0 + r) + j0 * ms;
+    for (std::int64_t c = 0; c < nk; ++c)
+      if (m[c * ms]) s[c * ld + r] = neg_inf;
+  }
+}
+
+// z (nk, ld): z[c][r] = dropout factor of weight (i0 + r, j0 + c), r < nq.
+template <typename T>
+AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
+                                   std::int64_t nq, std::int64_t j0, std::int64_t nk, T* __restrict row,
+                                   T* __restrict z, std::int64_t ld) {
+  for (std::int64_t r = 0; r < nq; ++r) {
+    dropout_factors(P, b, h, i0 + r, j0, nk, row);
+    for (std::int64_t c = 0; c < nk; ++c) z[c * ld + r] = row[c];
+  }
 }
 
 // ---- forward ------------------------------------------------------------------------------
@@ -336,76 +436,78 @@ struct ForwardOutputs {
   T* weights;  // (B, H, Tq, Tk), or nullptr
 };
 
-// Scratch of one thread, zero-padded: Dp is D rounded up to the vector width.
+// Scratch of one thread. Dp is D rounded up to the vector width.
 template <typename T>
 struct ForwardScratch {
-  std::vector<T> q;      // (kBlockQ, Dp) scale * queries of the tile
-  std::vector<T> kt;     // (D, kBlockK) keys of the tile, transposed
-  std::vector<T> v;      // (kBlockK, Dp) values of the tile
-  std::vector<T> s;      // (kBlockQ, kBlockK) scores, then probabilities
-  std::vector<T> acc;    // (kBlockQ, Dp) unnormalised output
-  std::vector<T> m, l;   // (kBlockQ) running max and sum of exp(s - m)
-  std::vector<T> z;      // (kBlockK) dropout factors of one row
+  std::vector<T> qt;              // (D, kBlockQ) scale * queries of the block, transposed
+  std::vector<T> k, v;            // (kBlockK, Dp) keys and values of a tile, when they need padding
+  std::vector<T> s;               // (kBlockK, kBlockQ) S^T, then P^T
+  std::vector<T> z;               // (kBlockK, kBlockQ) dropout factors
+  std::vector<T> acc;             // (kBlockQ, Dp) unnormalised output
+  std::vector<T> m, l, rescale;   // (kBlockQ) running max and sum of exp(s - m); exp(m_old - m_new)
+  std::vector<T> shift, z_row;    // (kBlockQ), (kBlockK)
   ForwardScratch(std::int64_t D, std::int64_t Dp)
-      : q(kBlockQ * Dp), kt(D * kBlockK), v(kBlockK * Dp), s(kBlockQ * kBlockK), acc(kBlockQ * Dp), m(kBlockQ),
-        l(kBlockQ), z(kBlockK) {}
+      : qt(D * kBlockQ), k(kBlockK * Dp), v(kBlockK * Dp), s(kBlockK * kBlockQ), z(kBlockK * kBlockQ),
+        acc(kBlockQ * Dp), m(kBlockQ), l(kBlockQ), rescale(kBlockQ), shift(kBlockQ), z_row(kBlockK) {}
 };
 
-// Forward over queries [i0, i0 + nq) of (b, h). Per row it keeps a running
+// Forward over queries [i0, i0 + nq) of (b, h). Per query it keeps a running
 // max m, a running sum l of exp(s - m) and an accumulator of the (dropped)
 // weights times v, rescaled whenever m grows. With weights asked for, a
 // second pass writes the rows' softmax (before dropout) from the final
 // log-sum-exp.
 template <typename T, typename Tile>
-AG_ALWAYS_INLINE void forward_tile_rows(const Problem<T>& P, const ForwardOutputs<T>& O, ForwardScratch<T>& w,
-                                        std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq) {
-  const std::int64_t D = P.D, Dp = round_up(D, Simd<T>::kLanes), NR = Tile::kVecs * Simd<T>::kLanes;
-  const std::int64_t nq_padded = round_up(nq, Tile::kRows);
+AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutputs<T>& O, ForwardScratch<T>& w,
+                                          std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq) {
+  constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
+  const std::int64_t D = P.D, Dp = round_up(D, W), nqp = round_up(nq, W);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::int64_t mask_stride = P.mask_strides[3];
   T* __restrict s = w.s.data();
   T* __restrict acc = w.acc.data();
   T* __restrict m = w.m.data();
   T* __restrict l = w.l.data();
-  pack_rows(P.q, b, h, i0, nq, nq_padded, D, Dp, P.scale, w.q.data());
-  std::fill(acc, acc + nq_padded * Dp, T(0));
-  std::fill(m, m + nq, neg_inf);
-  std::fill(l, l + nq, T(0));
-  // Causal: keys past the block's last query are hidden from every row, so those key blocks are skipped.
+  T* __restrict rescale = w.rescale.data();
+  T* __restrict shift = w.shift.data();
+  pack_transposed<T, Tile>(P.q, b, h, i0, nq, nqp, D, kBlockQ, P.scale, w.qt.data());
+  std::fill(acc, acc + nqp * Dp, T(0));
+  std::fill(m, m + nqp, neg_inf);
+  std::fill(l, l + nqp, T(0));
+  // Causal: keys past the block's last query are hidden from every query, so those key tiles are skipped.
   const std::int64_t key_end = P.visible_end(i0 + nq - 1);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, key_end - j0), nk_padded = round_up(nk, NR);
+    const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
-    pack_transposed(P.k, b, h, j0, nk, nk_padded, D, kBlockK, w.kt.data());
-    pack_rows(P.v, b, h, j0, nk, nk, D, Dp, T(1), w.v.data());
-    product_scores<T, Tile>(nq_padded, nk_padded, D, w.q.data(), Dp, w.kt.data(), kBlockK, s, kBlockK, diag);
-    for (std::int64_t r = 0; r < nq_padded; ++r) {
-      T* __restrict sr = s + r * kBlockK;
-      // Keys [end, nk) of the tile are causally hidden from this row; their probabilities are 0.
-      const std::int64_t end = r < nq ? std::clamp<std::int64_t>(r + diag + 1, 0, nk) : 0;
-      std::fill(sr + end, sr + nk_padded, T(0));
-      if (end == 0) continue;
-      apply_mask(P.mask_row(b, h, i0 + r), mask_stride, j0, end, sr);
-      const T m_new = std::max(m[r], row_max(sr, end));
-      if (m_new == neg_inf) {  // nothing visible to this row yet
-        std::fill(sr, sr + end, T(0));
-        continue;
-      }
-      if (m[r] != m_new) {
-        const T correction = exp_of(m[r] - m_new);  // 0 when m was -inf
-        l[r] *= correction;
-        T* __restrict ar = acc + r * Dp;
-        for (std::int64_t d = 0; d < Dp; ++d) ar[d] *= correction;
-        m[r] = m_new;
-      }
-      l[r] += exp_shifted(sr, end, m_new);
-      if (P.dropout_p > 0) {
-        T* __restrict z = w.z.data();
-        dropout_factors(P, b, h, i0 + r, j0, end, z);
-        for (std::int64_t j = 0; j < end; ++j) sr[j] *= z[j];
+    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
+    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
+    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);  // S^T
+    hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    // m_new = max(m, max_c s[c]); rescale = exp(m - m_new); P^T = exp(s - m_new), summed into l.
+    std::fill(rescale, rescale + nqp, neg_inf);
+    for (std::int64_t c = 0; c < nkp; ++c)
+      for (std::int64_t r = 0; r < nqp; ++r) rescale[r] = std::max(rescale[r], s[c * kBlockQ + r]);
+    for (std::int64_t r = 0; r < nqp; ++r) {
+      const T m_new = std::max(m[r], rescale[r]);
+      const bool none = m_new == neg_inf;  // nothing visible to this query yet: keep everything at 0
+      shift[r] = none ? T(0) : m_new;
+      rescale[r] = none ? T(1) : exp_softmax(m[r] - m_new);
+      l[r] *= rescale[r];
+      m[r] = m_new;
+    }
+    for (std::int64_t c = 0; c < nkp; ++c) {
+      T* __restrict sc = s + c * kBlockQ;
+      for (std::int64_t r = 0; r < nqp; ++r) {
+        sc[r] = exp_softmax(sc[r] - shift[r]);
+        l[r] += sc[r];
       }
     }
-    accumulate_queries<T, Tile>(nq_padded, Dp, nk, s, kBlockK, w.v.data(), Dp, acc, Dp, diag);  // acc += P v
+    if (P.dropout_p > 0) {
+      T* __restrict z = w.z.data();
+      dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+      for (std::int64_t c = 0; c < nk; ++c)
+        for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
+    }
+    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, rescale);  // acc += P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -424,19 +526,16 @@ AG_ALWAYS_INLINE void forward_tile_rows(const Problem<T>& P, const ForwardOutput
   const std::int64_t Tk = P.Tk;
   T* weights = O.weights + ((b * P.H + h) * P.Tq + i0) * Tk;
   std::fill(weights, weights + nq * Tk, T(0));
+  for (std::int64_t r = 0; r < nqp; ++r) shift[r] = r < nq && lse[r] != neg_inf ? lse[r] : -neg_inf;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, key_end - j0), nk_padded = round_up(nk, NR);
+    const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
-    pack_transposed(P.k, b, h, j0, nk, nk_padded, D, kBlockK, w.kt.data());
-    product_scores<T, Tile>(nq_padded, nk_padded, D, w.q.data(), Dp, w.kt.data(), kBlockK, s, kBlockK, diag);
-    for (std::int64_t r = 0; r < nq; ++r) {
-      const std::int64_t end = std::clamp<std::int64_t>(r + diag + 1, 0, nk);
-      if (lse[r] == neg_inf || end == 0) continue;
-      T* __restrict sr = s + r * kBlockK;
-      apply_mask(P.mask_row(b, h, i0 + r), mask_stride, j0, end, sr);
-      exp_shifted(sr, end, lse[r]);
-      std::copy(sr, sr + end, weights + r * Tk + j0);
-    }
+    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
+    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
+    hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    for (std::int64_t c = 0; c < nk; ++c)
+      for (std::int64_t r = 0; r < nq; ++r) weights[r * Tk + j0 + c] = exp_softmax(s[c * kBlockQ + r] - shift[r]);
   }
 }
 
@@ -453,7 +552,7 @@ AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>
     const std::int64_t bh = task / blocks, n = task % blocks;
     const std::int64_t block = n % 2 == 0 ? n / 2 : blocks - 1 - n / 2;
     const std::int64_t i0 = block * kBlockQ;
-    forward_tile_rows<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0));
+    forward_query_block<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0));
   }
 }
 
@@ -466,119 +565,138 @@ struct BackwardIo {
   T *dq, *dk, *dv;    // contiguous (B, H, T, D)
 };
 
-// Scratch of one thread, zero-padded: Dp is D rounded up to the vector
-// width, Tp is Tq rounded up to the micro-tile's rows.
+// Scratch of one thread. Dp is D rounded up to the vector width, Tp is Tq
+// rounded up to whole query blocks.
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> q;       // (Tp, Dp) scale * q of the head
-  std::vector<T> dout;    // (Tp, Dp)
-  std::vector<T> dq;      // (Tp, Dp) sum over keys of dS k; dq is scale times this
-  std::vector<T> delta;   // (Tq) do_i . o_i
-  std::vector<T> kt, vt;  // (D, kBlockK) keys and values of the tile, transposed
-  std::vector<T> k;       // (kBlockK, Dp)
-  std::vector<T> dk, dv;  // (kBlockK, Dp) accumulated over the query tiles
-  std::vector<T> p, ds;   // (kBlockQ, kBlockK) P Z and dS tiles
-  std::vector<T> z;       // (kBlockK) dropout factors of one row
-  BackwardScratch(std::int64_t Tp, std::int64_t Tq, std::int64_t D, std::int64_t Dp)
-      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tq), kt(D * kBlockK), vt(D * kBlockK), k(kBlockK * Dp),
-        dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), z(kBlockK) {}
+  std::vector<T> qt, dout_t;    // (Tp / kBlockQ) blocks of (D, kBlockQ): scale * q and do, transposed
+  std::vector<T> q, dout;       // (Tp, Dp) rows of q and do, when they need padding
+  std::vector<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
+  std::vector<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
+  std::vector<T> k, v;          // (kBlockK, Dp) keys and values of a tile, when they need padding
+  std::vector<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
+  std::vector<T> p, ds, z;      // (kBlockK, kBlockQ) P^T Z^T, dS^T, Z^T
+  std::vector<T> z_row;         // (kBlockK)
+  BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp)
+      : qt(Tp * D), dout_t(Tp * D), q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp),
+        k(kBlockK * Dp), v(kBlockK * Dp), dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockK * kBlockQ),
+        ds(kBlockK * kBlockQ), z(kBlockK * kBlockQ), z_row(kBlockK) {}
 };
 
 // Backward of (b, h), FlashAttention-2's order: for each key tile, for each
 // query tile that can see it, P = exp(S - lse) (recomputed) and dS are
-// built, then folded into dq, dk, dv. With Z the dropout factors and q
-// pre-scaled (S = (scale q) k^T):
+// built, then folded into dq, dk, dv. With Z the dropout factors and
+// S = (scale q) k^T:
 //   forward: o_i = sum_j P_ij Z_ij v_j
 //   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
 //       dS_ij = P_ij (dP_ij - delta_i) with delta_i = sum_j P_ij dP_ij = do_i . o_i;
-//       dq_i += scale dS_ij k_j;  dk_j += dS_ij (scale q_i).
+//       dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
+// The tiles hold scale dS, so dq and dk need no scaling afterwards.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
                                     std::int64_t b, std::int64_t h) {
-  const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, Simd<T>::kLanes);
-  const std::int64_t NR = Tile::kVecs * Simd<T>::kLanes, Tp = round_up(Tq, Tile::kRows);
+  constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
+  const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::int64_t mask_stride = P.mask_strides[3];
   const std::int64_t bh = b * P.H + h;
-  const T* lse = io.lse + bh * Tq;
   T* __restrict p = w.p.data();
   T* __restrict ds = w.ds.data();
-  T* __restrict dq = w.dq.data();
   T* __restrict delta = w.delta.data();
-  pack_rows(P.q, b, h, 0, Tq, Tp, D, Dp, P.scale, w.q.data());
-  pack_rows(io.dout, b, h, 0, Tq, Tp, D, Dp, T(1), w.dout.data());
-  for (std::int64_t i = 0; i < Tq; ++i) {
+  T* __restrict shift = w.shift.data();
+  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ) {
+    const std::int64_t nq = std::min(kBlockQ, Tq - i0);
+    pack_transposed<T, Tile>(P.q, b, h, i0, nq, kBlockQ, D, kBlockQ, P.scale, w.qt.data() + i0 * D);
+    pack_transposed<T, Tile>(io.dout, b, h, i0, nq, kBlockQ, D, kBlockQ, T(1), w.dout_t.data() + i0 * D);
+  }
+  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tq, D, Dp, w.q.data());
+  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tq, D, Dp, w.dout.data());
+  const T* lse = io.lse + bh * Tq;
+  for (std::int64_t i = 0; i < Tp; ++i) {
+    if (i >= Tq || lse[i] == neg_inf) {  // padding, or every key hidden: P = exp(s - inf) = 0
+      delta[i] = 0;
+      shift[i] = -neg_inf;
+      continue;
+    }
     const T* __restrict o = io.out.row(b, h, i);
-    const T* __restrict g = w.dout.data() + i * Dp;
-    T lanes[kLanes] = {};
+    const T* __restrict g = io.dout.row(b, h, i);
+    T lanes[W] = {};  // partial sums, so the dot product vectorises without -ffast-math
     std::int64_t d = 0;
-    for (; d + kLanes <= D; d += kLanes)
-      for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += g[d + l] * o[d + l];
+    for (; d + W <= D; d += W)
+      for (std::int64_t l = 0; l < W; ++l) lanes[l] += g[d + l] * o[d + l];
     for (std::int64_t l = 0; d < D; ++d, ++l) lanes[l] += g[d] * o[d];
     T acc = 0;
     for (T l : lanes) acc += l;
     delta[i] = acc;
+    shift[i] = lse[i];
   }
-  std::fill(dq, dq + Tp * Dp, T(0));
+  // dq goes straight into the output when its rows are as the micro-kernel writes them.
+  const bool dq_direct = D == Dp && Tq % W == 0;
+  T* dq = dq_direct ? io.dq + bh * Tq * D : w.dq.data();
+  std::fill(dq, dq + round_up(Tq, W) * Dp, T(0));
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, Tk - j0), nk_padded = round_up(nk, NR);
-    pack_transposed(P.k, b, h, j0, nk, nk_padded, D, kBlockK, w.kt.data());
-    pack_transposed(P.v, b, h, j0, nk, nk_padded, D, kBlockK, w.vt.data());
-    pack_rows(P.k, b, h, j0, nk, nk_padded, D, Dp, T(1), w.k.data());
-    std::fill(w.dk.begin(), w.dk.begin() + nk_padded * Dp, T(0));
-    std::fill(w.dv.begin(), w.dv.begin() + nk_padded * Dp, T(0));
+    const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
+    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
+    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, w.v.data());
+    const bool dkv_direct = D == Dp && nk == nkp;
+    T* dk = dkv_direct ? io.dk + (bh * Tk + j0) * D : w.dk.data();
+    T* dv = dkv_direct ? io.dv + (bh * Tk + j0) * D : w.dv.data();
+    std::fill(dk, dk + nkp * Dp, T(0));
+    std::fill(dv, dv + nkp * Dp, T(0));
     // Causal: query tiles wholly before j0 see none of these keys.
     for (std::int64_t i0 = P.causal ? j0 / kBlockQ * kBlockQ : 0; i0 < Tq; i0 += kBlockQ) {
-      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nq_padded = round_up(nq, Tile::kRows);
+      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, W);
       const std::int64_t diag = P.diagonal(i0, j0);
-      const T* q_tile = w.q.data() + i0 * Dp;
-      const T* dout_tile = w.dout.data() + i0 * Dp;
-      product_scores<T, Tile>(nq_padded, nk_padded, D, q_tile, Dp, w.kt.data(), kBlockK, p, kBlockK, diag);
-      product_scores<T, Tile>(nq_padded, nk_padded, D, dout_tile, Dp, w.vt.data(), kBlockK, ds, kBlockK, diag);
-      for (std::int64_t r = 0; r < nq_padded; ++r) {
-        const std::int64_t i = i0 + r;
-        T* __restrict pr = p + r * kBlockK;
-        T* __restrict dsr = ds + r * kBlockK;
-        // Keys [end, nk) are causally hidden from this row, and all are on a row with every key hidden.
-        const std::int64_t end =
-            r < nq && lse[i] != neg_inf ? std::clamp<std::int64_t>(r + diag + 1, 0, nk) : 0;
-        std::fill(pr + end, pr + nk_padded, T(0));
-        std::fill(dsr + end, dsr + nk_padded, T(0));
-        if (end == 0) continue;
-        apply_mask(P.mask_row(b, h, i), mask_stride, j0, end, pr);
-        exp_shifted(pr, end, lse[i]);  // P_ij, 0 where hidden
-        const T di = delta[i];
-        if (P.dropout_p > 0) {
-          T* __restrict z = w.z.data();
-          dropout_factors(P, b, h, i, j0, end, z);
-          for (std::int64_t j = 0; j < end; ++j) {
-            dsr[j] = pr[j] * (dsr[j] * z[j] - di);  // dS_ij
-            pr[j] *= z[j];                          // P_ij Z_ij
+      product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data() + i0 * D, kBlockQ, p, kBlockQ, diag);  // S^T
+      product_scores<T, Tile>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
+                              diag);  // (do v^T)^T
+      hide_causal(p, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+      hide_causal(ds, kBlockQ, nkp, nk, nqp, diag, T(0));
+      hide_masked(P, b, h, i0, nq, j0, nk, p, kBlockQ);
+      const T* __restrict sh = shift + i0;
+      const T* __restrict de = delta + i0;
+      if (P.dropout_p > 0) {
+        T* __restrict z = w.z.data();
+        std::fill(z, z + nkp * kBlockQ, T(0));
+        dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+        for (std::int64_t c = 0; c < nkp; ++c) {
+          T* __restrict pc = p + c * kBlockQ;
+          T* __restrict dc = ds + c * kBlockQ;
+          const T* __restrict zc = z + c * kBlockQ;
+          for (std::int64_t r = 0; r < nqp; ++r) {
+            const T pr = exp_softmax(pc[r] - sh[r]);
+            dc[r] = P.scale * pr * (dc[r] * zc[r] - de[r]);
+            pc[r] = pr * zc[r];
           }
-        } else {
-          for (std::int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - di);
+        }
+      } else {
+        for (std::int64_t c = 0; c < nkp; ++c) {
+          T* __restrict pc = p + c * kBlockQ;
+          T* __restrict dc = ds + c * kBlockQ;
+          for (std::int64_t r = 0; r < nqp; ++r) {
+            const T pr = exp_softmax(pc[r] - sh[r]);
+            dc[r] = P.scale * pr * (dc[r] - de[r]);
+            pc[r] = pr;
+          }
         }
       }
-      accumulate_keys<T, Tile>(nk_padded, Dp, nq_padded, p, kBlockK, dout_tile, Dp, w.dv.data(), Dp, diag);
-      accumulate_keys<T, Tile>(nk_padded, Dp, nq_padded, ds, kBlockK, q_tile, Dp, w.dk.data(), Dp, diag);
-      accumulate_queries<T, Tile>(nq_padded, Dp, nk, ds, kBlockK, w.k.data(), Dp, dq + i0 * Dp, Dp, diag);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag);
+      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag);
     }
-    T* dk = io.dk + (bh * Tk + j0) * D;
-    T* dv = io.dv + (bh * Tk + j0) * D;
-    for (std::int64_t j = 0; j < nk; ++j) {
-      std::copy(w.dk.data() + j * Dp, w.dk.data() + j * Dp + D, dk + j * D);
-      std::copy(w.dv.data() + j * Dp, w.dv.data() + j * Dp + D, dv + j * D);
-    }
+    if (!dkv_direct)
+      for (std::int64_t j = 0; j < nk; ++j) {
+        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk + (bh * Tk + j0 + j) * D);
+        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv + (bh * Tk + j0 + j) * D);
+      }
   }
-  T* dq_out = io.dq + bh * Tq * D;
-  for (std::int64_t i = 0; i < Tq; ++i)
-    for (std::int64_t d = 0; d < D; ++d) dq_out[i * D + d] = P.scale * dq[i * Dp + d];
+  if (!dq_direct)
+    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq + (bh * Tq + i) * D);
 }
 
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
                                      std::int64_t end) {
-  BackwardScratch<T> scratch(round_up(P.Tq, Tile::kRows), P.Tq, P.D, round_up(P.D, Simd<T>::kLanes));
+  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T>::kLanes));
   for (std::int64_t bh = begin; bh < end; ++bh) backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H);
 }
 
