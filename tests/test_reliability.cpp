@@ -567,6 +567,19 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
   const CliResult r = cli({"train", "--resume", tmp / "huge.safetensors", "--out", tmp / "run"});
   CHECK(r.code == 1);
   CHECK_FALSE(fs::exists(tmp / "run"));
+  // Optimizer state is checked when a run resumes from it, before its directory is made.
+  write_text(tmp / "optim.safetensors",
+             edit_contents([](auto& t, auto&) { t["optim.exp_avg_sq.ln_f.bias"] = zeros({9}); }));
+  write_text(tmp / "no_optim.safetensors", edit_contents([](auto& t, auto&) { t.erase("optim.exp_avg.wpe.weight"); }));
+  for (const auto& [file, expect] : {std::pair{"optim.safetensors", "'exp_avg_sq.ln_f.bias' is [9]"},
+                                     std::pair{"no_optim.safetensors", "no entry 'exp_avg.wpe.weight'"}}) {
+    const CliResult resumed = cli({"train", "--resume", tmp / file, "--out", tmp / "resumed", "--steps", "4"});
+    INFO(resumed.err);
+    CHECK(resumed.code == 1);
+    CHECK(lines(resumed.err) == 1);
+    CHECK_THAT(resumed.err, Catch::Contains(expect));
+    CHECK_FALSE(fs::exists(tmp / "resumed"));
+  }
 }
 
 // ---- interrupted runs ------------------------------------------------------------------

@@ -106,9 +106,6 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   std::unique_ptr<nn::GPT> model =
       o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
 
-  // ---- 2. everything is valid: only now does the run directory appear
-  RunDirectory run_directory(o.out);
-  remove_stale_temporaries(o.out, kCheckpointName);
   if (o.threads > 0) set_num_threads(o.threads);
   const Device device = o.device == "cuda" ? Device::cuda() : Device::cpu();
   if (!device.is_cpu()) model->to(device);
@@ -116,6 +113,10 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   const std::int64_t first_step = o.resume.empty() ? 0 : resumed.info.step;
   if (!o.resume.empty()) optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
   const std::int64_t last_step = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+
+  // ---- 2. everything is valid: only now does the run directory appear
+  RunDirectory run_directory(o.out);
+  remove_stale_temporaries(o.out, kCheckpointName);
 
   const fs::path run_dir(o.out);
   const std::string ckpt_path = (run_dir / kCheckpointName).string();
@@ -143,7 +144,6 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   // The last checkpoint known to be good: the one resumed from until this run writes its own.
   std::string good_checkpoint = o.resume.empty() ? "" : o.resume;
   std::int64_t good_step = first_step;
-  if (!o.resume.empty()) run_directory.keep();  // it was there before; never remove it
   const StopSignalGuard stop_signal_guard;
   std::int64_t stopped_at = last_step;
   int stopped_by = 0;
