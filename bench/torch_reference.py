@@ -18,6 +18,13 @@ torch < 2.0 lacks: the fused cases are then not run (and the script says so).
 "_fwd" cases run under torch.no_grad(); "_fwdbwd" run forward with grad and a
 backward from a fixed random dout, producing every input and parameter gradient.
 
+On a shared machine, run it with OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers
+spin while waiting, and when other processes hold the cores a spinning worker
+burns the time slice its partner needs (here, on 2 cores at load ~4, torch at
+2 threads ran 5-60x slower than at 1 thread by default, and normally with
+PASSIVE). attograd's own pool always sleeps (tensor/parallel.cpp). The script
+warns when the load exceeds the cores and the policy is unset.
+
 Timing follows Google Benchmark: wall-clock mean over a run of at least
 --benchmark_min_time seconds (or a fixed iteration count for the L cases and
 gpt_step, as the C++ suite), after one checked, untimed run. Stdlib + torch only.
@@ -421,6 +428,10 @@ def main():
     if args.benchmark_list_tests:
         print("\n".join(name for name, _ in selected))
         return 0
+    if os.getloadavg()[0] > (os.cpu_count() or 1) and "OMP_WAIT_POLICY" not in os.environ:
+        print(f"warning: load average {os.getloadavg()[0]:.1f} exceeds the {os.cpu_count()} cores and "
+              "OMP_WAIT_POLICY is unset: torch's spinning OpenMP threads may be much slower than they should "
+              "(set OMP_WAIT_POLICY=PASSIVE)", file=sys.stderr)
     if not HAS_SDPA:
         print(f"note: torch {torch.__version__} has no scaled_dot_product_attention: only the composed attention "
               "cases are run, and gpt_step uses the composed attention", file=sys.stderr)
@@ -430,6 +441,7 @@ def main():
         "host_name": platform.node(), "executable": " ".join(sys.argv), "num_cpus": os.cpu_count(),
         "load_avg": list(os.getloadavg()), "library_build_type": "release",
         "framework": f"torch {torch.__version__}", "threads": str(torch.get_num_threads()),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
     }
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {context['load_avg']}")
     print(f"{'Benchmark':<52}{'Time':>14}{'Iterations':>12}  Counters")
