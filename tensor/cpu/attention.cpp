@@ -341,6 +341,17 @@ template <typename T, int B, bool kUpper, std::size_t... K>
 struct Interleave<T, B, kUpper, std::index_sequence<K...>> {
   static constexpr typename Simd<T>::Index mask{interleave_lane<Simd<T>::kLanes, B, kUpper>(K)...};
 };
+// *out = lanes mask[k] of (x, y), mask = Interleave<T, B, kUpper>::mask. Clang (the sanitizer
+// and fuzzing build) has no __builtin_shuffle; its __builtin_shufflevector takes constant lanes.
+template <typename T, int B, bool kUpper, std::size_t... K>
+AG_ALWAYS_INLINE void interleave(const typename Simd<T>::Vec& x, const typename Simd<T>::Vec& y,
+                                 typename Simd<T>::Vec* out, std::index_sequence<K...>) {
+#if defined(__clang__)
+  *out = __builtin_shufflevector(x, y, interleave_lane<Simd<T>::kLanes, B, kUpper>(K)...);
+#else
+  *out = __builtin_shuffle(x, y, Interleave<T, B, kUpper>::mask);
+#endif
+}
 template <typename T, int B>
 AG_ALWAYS_INLINE void butterfly(typename Simd<T>::Vec* v) {
   constexpr int W = Simd<T>::kLanes;
@@ -348,8 +359,8 @@ AG_ALWAYS_INLINE void butterfly(typename Simd<T>::Vec* v) {
     for (int i = 0; i < W; i += 2 * B)
       for (int j = i; j < i + B; ++j) {
         const auto x = v[j], y = v[j + B];
-        v[j] = __builtin_shuffle(x, y, Interleave<T, B, false>::mask);
-        v[j + B] = __builtin_shuffle(x, y, Interleave<T, B, true>::mask);
+        interleave<T, B, false>(x, y, &v[j], std::make_index_sequence<W>());
+        interleave<T, B, true>(x, y, &v[j + B], std::make_index_sequence<W>());
       }
     butterfly<T, 2 * B>(v);
   }
