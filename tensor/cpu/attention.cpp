@@ -222,25 +222,25 @@ AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a,
                                          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
-                                         std::int64_t diag, const T* row_scale = nullptr) {
+                                         std::int64_t diag, Into into, const T* row_scale = nullptr) {
   constexpr std::int64_t MR = Tile::kRows;
-  const Into into = row_scale ? Into::rescale_and_accumulate : Into::accumulate;
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
     row_group<T, Tile>(n, a + r, 1, lda, b, ldb, 0, end, c + r * ldc, ldc, into, row_scale ? row_scale + r : nullptr);
   }
 }
 
-// Key-side accumulation: C (m keys, n) += A B for the score tile A (m keys,
+// Key-side accumulation: C (m keys, n) (+)= A B for the score tile A (m keys,
 // kk queries) with rows lda apart, zero where hidden, so row group c starts
 // at the first query that sees it. For dv += P^T do and dk += dS^T q.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_keys(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a, std::int64_t lda,
-                                      const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
+                                      const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
+                                      Into into) {
   constexpr std::int64_t MR = Tile::kRows;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t begin = std::clamp<std::int64_t>(c0 - diag, 0, kk);
-    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, Into::accumulate);
+    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, into);
   }
 }
 
@@ -398,6 +398,66 @@ AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int
   for (std::int64_t d = 0; d < D; ++d) std::fill(out + d * ld + n, out + d * ld + n_padded, T(0));
 }
 
+// ---- software prefetch -----------------------------------------------------------------
+// The hardware prefetchers follow long sequential runs, but a head's rows are
+// short runs (and strided ones when q, k, v are views of one packed
+// projection): without help the kernels waited on memory for a quarter of
+// their time at the GPT shape. So each task queues the rows its successor
+// starts with and requests a slice of them after each of its own tiles, and
+// each key tile requests the next tile's keys and values.
+
+// Requests the lines of rows [t0, t0 + n) of (b, h).
+template <typename T, int kLocality = 3>
+AG_ALWAYS_INLINE void prefetch_rows(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
+                                    std::int64_t D) {
+  const std::int64_t bytes = D * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t t = t0; t < t0 + n; ++t) {
+    const char* row = reinterpret_cast<const char*>(x.row(b, h, t));
+    for (std::int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte, 0, kLocality);
+    __builtin_prefetch(row + bytes - 1, 0, kLocality);
+  }
+}
+
+// Rows queued for prefetching, requested a few at a time.
+template <typename T>
+class PrefetchQueue {
+ public:
+  explicit PrefetchQueue(std::int64_t D) : D_(D) {}
+  // Queues rows [t0, t0 + n) of (b, h).
+  void add(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n) {
+    if (n <= 0 || count_ == kMaxRuns) return;
+    runs_[count_++] = {x, b, h, t0, n};
+    rows_ += n;
+  }
+  std::int64_t rows() const { return rows_; }
+  // Requests the next n queued rows.
+  void request(std::int64_t n) {
+    while (n > 0 && current_ < count_) {
+      const Run& run = runs_[current_];
+      const std::int64_t take = std::min(n, run.n - done_);
+      prefetch_rows<T, 1>(run.x, run.b, run.h, run.t0 + done_, take, D_);
+      n -= take;
+      done_ += take;
+      if (done_ == run.n) ++current_, done_ = 0;
+    }
+  }
+
+ private:
+  static constexpr int kMaxRuns = 8;
+  struct Run {
+    Rows<T> x;
+    std::int64_t b, h, t0, n;
+  };
+  std::int64_t D_;
+  Run runs_[kMaxRuns] = {};
+  int count_ = 0, current_ = 0;
+  std::int64_t rows_ = 0, done_ = 0;
+};
+
+// A task's successor is prefetched only when what it reads first is this
+// small; bigger ones would push the current task's data out of L2.
+constexpr std::int64_t kPrefetchBytes = 256 << 10;
+
 // ---- hiding keys in a score tile ------------------------------------------------------
 
 // s (keys, queries), rows ld apart: sets hidden[c][r] entries to `hidden` for
@@ -469,7 +529,8 @@ struct ForwardScratch {
 // log-sum-exp.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutputs<T>& O, ForwardScratch<T>& w,
-                                          std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq) {
+                                          std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
+                                          PrefetchQueue<T>& successor) {
   constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
   const std::int64_t D = P.D, Dp = round_up(D, W), nqp = round_up(nq, W);
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -485,9 +546,14 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   std::fill(l, l + nqp, T(0));
   // Causal: keys past the block's last query are hidden from every query, so those key tiles are skipped.
   const std::int64_t key_end = P.visible_end(i0 + nq - 1);
+  const std::int64_t tiles = (key_end + kBlockK - 1) / kBlockK;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
+    const std::int64_t next_nk = std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
+    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
+    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
+    successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
     product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);  // S^T
@@ -518,7 +584,8 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
       for (std::int64_t c = 0; c < nk; ++c)
         for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
     }
-    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, rescale);  // acc += P v
+    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
+                                rescale);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -559,11 +626,21 @@ AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>
                                     std::int64_t end) {
   ForwardScratch<T> scratch(P.D, round_up(P.D, Simd<T>::kLanes));
   const std::int64_t blocks = (P.Tq + kBlockQ - 1) / kBlockQ;
+  auto first_query = [&](std::int64_t task) {
+    const std::int64_t n = task % blocks;
+    return (n % 2 == 0 ? n / 2 : blocks - 1 - n / 2) * kBlockQ;
+  };
   for (std::int64_t task = begin; task < end; ++task) {
-    const std::int64_t bh = task / blocks, n = task % blocks;
-    const std::int64_t block = n % 2 == 0 ? n / 2 : blocks - 1 - n / 2;
-    const std::int64_t i0 = block * kBlockQ;
-    forward_query_block<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0));
+    const std::int64_t bh = task / blocks, i0 = first_query(task);
+    PrefetchQueue<T> successor(P.D);  // the next task's queries and first keys and values
+    if (task + 1 < end) {
+      const std::int64_t next_b = (task + 1) / blocks / P.H, next_h = (task + 1) / blocks % P.H;
+      const std::int64_t next_i0 = first_query(task + 1), keys = std::min(kBlockK, P.Tk);
+      successor.add(P.q, next_b, next_h, next_i0, std::min(kBlockQ, P.Tq - next_i0));
+      successor.add(P.k, next_b, next_h, 0, keys);
+      successor.add(P.v, next_b, next_h, 0, keys);
+    }
+    forward_query_block<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0), successor);
   }
 }
 
@@ -605,7 +682,7 @@ struct BackwardScratch {
 // The tiles hold scale dS, so dq and dk need no scaling afterwards.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
-                                    std::int64_t b, std::int64_t h) {
+                                    std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
   constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -643,20 +720,35 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   // dq goes straight into the output when its rows are as the micro-kernel writes them.
   const bool dq_direct = D == Dp && Tq % W == 0;
   T* dq = dq_direct ? io.dq + bh * Tq * D : w.dq.data();
-  std::fill(dq, dq + round_up(Tq, W) * Dp, T(0));
+  // dq, dk and dv are written, not accumulated, by the first tile that reaches them (trimmed row groups
+  // write zeros), so they need no zeroing first, except where no tile reaches.
+  if (Tk == 0) std::fill(dq, dq + round_up(Tq, W) * Dp, T(0));
+  // Causal: query tiles wholly before j0 see none of its keys.
+  auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
+  std::int64_t tiles = 0;
+  for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK)
+    tiles += std::max<std::int64_t>(0, Tq - first_query_tile(j0) + kBlockQ - 1) / kBlockQ;
+  const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / std::max<std::int64_t>(tiles, 1);
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
+    const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
+    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
+    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, w.v.data());
     const bool dkv_direct = D == Dp && nk == nkp;
     T* dk = dkv_direct ? io.dk + (bh * Tk + j0) * D : w.dk.data();
     T* dv = dkv_direct ? io.dv + (bh * Tk + j0) * D : w.dv.data();
-    std::fill(dk, dk + nkp * Dp, T(0));
-    std::fill(dv, dv + nkp * Dp, T(0));
-    // Causal: query tiles wholly before j0 see none of these keys.
-    for (std::int64_t i0 = P.causal ? j0 / kBlockQ * kBlockQ : 0; i0 < Tq; i0 += kBlockQ) {
+    if (first_query_tile(j0) >= Tq) {
+      std::fill(dk, dk + nkp * Dp, T(0));
+      std::fill(dv, dv + nkp * Dp, T(0));
+    }
+    for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
       const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, W);
       const std::int64_t diag = P.diagonal(i0, j0);
+      const Into into_dkv = i0 == first_query_tile(j0) ? Into::overwrite : Into::accumulate;
+      const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
+      successor.request(successor_rows_per_tile);
       product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data() + i0 * D, kBlockQ, p, kBlockQ, diag);  // S^T
       product_scores<T, Tile>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
                               diag);  // (do v^T)^T
@@ -690,9 +782,9 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
           }
         }
       }
-      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag);
-      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag);
-      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag, into_dkv);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag, into_dkv);
+      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag, into_dq);
     }
     if (!dkv_direct)
       for (std::int64_t j = 0; j < nk; ++j) {
@@ -708,7 +800,21 @@ template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
                                      std::int64_t end) {
   BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T>::kLanes));
-  for (std::int64_t bh = begin; bh < end; ++bh) backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H);
+  const std::int64_t first_keys = std::min(kBlockK, P.Tk);
+  const bool prefetch_successor =
+      (3 * P.Tq + 2 * first_keys) * P.D * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBytes;
+  for (std::int64_t bh = begin; bh < end; ++bh) {
+    PrefetchQueue<T> successor(P.D);  // what the next head reads first: its q, do, o and first k, v rows
+    if (bh + 1 < end && prefetch_successor) {
+      const std::int64_t b = (bh + 1) / P.H, h = (bh + 1) % P.H;
+      successor.add(P.q, b, h, 0, P.Tq);
+      successor.add(io.dout, b, h, 0, P.Tq);
+      successor.add(io.out, b, h, 0, P.Tq);
+      successor.add(P.k, b, h, 0, first_keys);
+      successor.add(P.v, b, h, 0, first_keys);
+    }
+    backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+  }
 }
 
 // ---- entry points per instruction set ---------------------------------------------------
