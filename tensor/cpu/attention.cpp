@@ -54,64 +54,39 @@
 namespace attograd::cpu {
 namespace {
 
-constexpr std::int64_t kBlockQ = 64;  // queries per tile; a multiple of every vector width
+constexpr std::int64_t kBlockQ = 64;  // queries per tile; a multiple of every vector width and micro-tile height
 constexpr std::int64_t kBlockK = 64;  // keys per tile; a multiple of every micro-tile height
 // A diagonal offset no index reaches: "no causal limit" in the tile loops below.
 constexpr std::int64_t kNoDiagonal = std::int64_t(1) << 40;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
-// ---- the exponential of the softmax ----------------------------------------------
-// exp(x) for the softmax's arguments s - max <= 0 (-inf gives 0, NaN stays
-// NaN): the range reduction and polynomial of exp_fast (tensor/cpu/vec_math.h),
-// with its values, but without the overflow handling arbitrary arguments
-// need, which was half of its instructions. Valid for x <= 88.
-inline float exp_softmax(float x) {
-  constexpr float kMin = -87.33654f, kMax = 88.0f;
-  // NaN clamps to kMin (comparisons with NaN are false): converting a NaN to int is undefined.
-  const float xc = x > kMin ? (x < kMax ? x : kMax) : kMin;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;  // 2^n, n in [-126, 127]
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  return x >= kMin ? er * two_n : (x < kMin ? 0.0f : x);
-}
-inline double exp_softmax(double x) { return std::exp(x); }
-
 // ---- instruction sets ------------------------------------------------------------
-// The micro-kernel's best register tile depends on the register file: AVX-512
-// has 32 registers of 64 bytes, AVX2 16 of 32 bytes (a 64-byte vector takes
-// two), SSE2 16 of 16. Function multi-versioning (AG_SIMD_CLONES) compiles one
-// body per target, so it cannot change the tile; instead each tile is its own
-// template instance, compiled under its target attribute and picked once at
-// run time from the CPU's features.
-template <typename T>
+// The vector width and the micro-kernel's register tile depend on the
+// register file: AVX-512 has 32 registers of 64 bytes, AVX2 16 of 32, SSE2 16
+// of 16. Function multi-versioning (AG_SIMD_CLONES) compiles one body per
+// target, so it cannot change them; instead each is its own template
+// instance, compiled under its target attribute and picked once at run time
+// from the CPU's features.
+
+// GCC's portable vectors of kBytes (one register of the target).
+template <typename T, int kBytes>
 struct Simd {
-  typedef T Vec __attribute__((vector_size(64)));  // GCC's portable vectors, lowered per target
+  typedef T Vec __attribute__((vector_size(kBytes)));
   using Lane = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
-  typedef Lane Index __attribute__((vector_size(64)));  // lane indices of a shuffle
-  static constexpr std::int64_t kLanes = 64 / sizeof(T);
+  typedef Lane Index __attribute__((vector_size(kBytes)));  // lane indices of a shuffle
+  static constexpr std::int64_t kLanes = kBytes / static_cast<int>(sizeof(T));
 };
 
-// kRows rows x kVecs 64-byte vectors of C held in registers.
+// Vectors of kBytes; the micro-kernel holds kRows x kVecs of them of C in registers.
 struct TileAvx512 {
-  static constexpr int kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
+  static constexpr int kBytes = 64, kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
 };
 struct TileAvx2 {
-  static constexpr int kRows = 4, kVecs = 1;  // 8 of 16
+  static constexpr int kBytes = 32, kRows = 4, kVecs = 2;  // 8 of 16
 };
 struct TileBaseline {
-  static constexpr int kRows = 2, kVecs = 1;  // 8 of 16
+  static constexpr int kBytes = 16, kRows = 4, kVecs = 2;  // 8 of 16
 };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -140,6 +115,54 @@ Isa cpu_isa() {
 #endif
 }
 
+// ---- vectors and the exponential of the softmax ------------------------------------
+
+template <typename Vec, typename T>
+AG_ALWAYS_INLINE void load(Vec& v, const T* p) {
+  std::memcpy(&v, p, sizeof v);
+}
+template <typename T, typename Vec>
+AG_ALWAYS_INLINE void store(T* p, const Vec& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// x = exp(x) lane by lane, for the softmax's arguments s - max <= 0 (-inf
+// gives 0, NaN stays NaN): the range reduction and polynomial of exp_fast
+// (tensor/cpu/vec_math.h), with its values, written on vectors and without
+// the overflow handling arbitrary arguments need; about half the
+// instructions of the auto-vectorised exp_fast. Valid for x <= 88. float64
+// serves gradcheck: it takes libm's exp, lane by lane.
+template <typename Vec>
+AG_ALWAYS_INLINE void exp_softmax(Vec& x) {
+  using T = std::remove_cvref_t<decltype(x[0])>;
+  using Index = typename Simd<T, sizeof(Vec)>::Index;
+  constexpr std::int64_t kLanes = Simd<T, sizeof(Vec)>::kLanes;
+  if constexpr (std::is_same_v<T, double>) {
+    for (std::int64_t l = 0; l < kLanes; ++l) x[l] = std::exp(x[l]);
+  } else {
+    const Vec lo = Vec{} + -87.33654f, hi = Vec{} + 88.0f;
+    // NaN clamps to lo (comparisons with NaN are false): converting a NaN to int is undefined.
+    Vec xc = x > lo ? x : lo;
+    xc = xc < hi ? xc : hi;
+    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+    const Vec n = (xc * 1.44269504088896341f + kRound) - kRound;
+    Vec r = xc - n * 0.693359375f;  // ln 2 split in two for an exact product
+    r = r - n * -2.12194440e-4f;
+    Vec p = Vec{} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const Vec er = p * r * r + r + 1.0f;
+    // 2^n from its exponent bits, n in [-126, 127].
+    const Index bits = (__builtin_convertvector(n, Index) + 127) << 23;
+    Vec two_n;
+    std::memcpy(&two_n, &bits, sizeof two_n);
+    x = x >= lo ? er * two_n : (x < lo ? Vec{} : x);
+  }
+}
+
 // ---- the micro-kernel and the three tile products made of it ----------------------
 
 // C[i][j] = C0[i][j] + sum_{k0 <= k < k1} A(i, k) B[k][j] for i < MR and j < NV
@@ -149,12 +172,12 @@ Isa cpu_isa() {
 // so they live in registers.
 enum class Into { overwrite, accumulate, rescale_and_accumulate };
 
-template <typename T, int MR, int NV>
+template <typename T, int kBytes, int MR, int NV>
 AG_ALWAYS_INLINE void micro_kernel(const T* __restrict a, std::int64_t a_rs, std::int64_t a_ks,
                                    const T* __restrict b, std::int64_t ldb, std::int64_t k0, std::int64_t k1,
                                    T* __restrict c, std::int64_t ldc, Into into, const T* __restrict row_scale) {
-  using Vec = typename Simd<T>::Vec;
-  constexpr std::int64_t W = Simd<T>::kLanes;
+  using Vec = typename Simd<T, kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, kBytes>::kLanes;
   Vec acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -187,12 +210,13 @@ template <typename T, typename Tile>
 AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
                                 std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c, std::int64_t ldc,
                                 Into into, const T* row_scale = nullptr) {
-  constexpr std::int64_t W = Simd<T>::kLanes, NR = Tile::kVecs * W;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, NR = Tile::kVecs * W;
   std::int64_t j = 0;
   for (; j + NR <= n; j += NR)
-    micro_kernel<T, Tile::kRows, Tile::kVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+    micro_kernel<T, Tile::kBytes, Tile::kRows, Tile::kVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into,
+                                                            row_scale);
   for (; j < n; j += W)
-    micro_kernel<T, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+    micro_kernel<T, Tile::kBytes, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
 }
 
 // In the three products below, a score tile (S^T, P^T or dS^T) has keys c
@@ -207,7 +231,7 @@ AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, s
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_t K, const T* a, std::int64_t lda,
                                      const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
-  constexpr std::int64_t MR = Tile::kRows, W = Simd<T>::kLanes;
+  constexpr std::int64_t MR = Tile::kRows, W = Simd<T, Tile::kBytes>::kLanes;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t first = std::clamp<std::int64_t>(c0 - diag, 0, n) / W * W;  // first query key c0 is visible to
     row_group<T, Tile>(n - first, a + c0 * lda, lda, 1, bt + first, ldb, 0, K, c + c0 * ldc + first, ldc,
@@ -222,25 +246,25 @@ AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a,
                                          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
-                                         std::int64_t diag, const T* row_scale = nullptr) {
+                                         std::int64_t diag, Into into, const T* row_scale = nullptr) {
   constexpr std::int64_t MR = Tile::kRows;
-  const Into into = row_scale ? Into::rescale_and_accumulate : Into::accumulate;
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
     row_group<T, Tile>(n, a + r, 1, lda, b, ldb, 0, end, c + r * ldc, ldc, into, row_scale ? row_scale + r : nullptr);
   }
 }
 
-// Key-side accumulation: C (m keys, n) += A B for the score tile A (m keys,
+// Key-side accumulation: C (m keys, n) (+)= A B for the score tile A (m keys,
 // kk queries) with rows lda apart, zero where hidden, so row group c starts
 // at the first query that sees it. For dv += P^T do and dk += dS^T q.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void accumulate_keys(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a, std::int64_t lda,
-                                      const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
+                                      const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
+                                      Into into) {
   constexpr std::int64_t MR = Tile::kRows;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t begin = std::clamp<std::int64_t>(c0 - diag, 0, kk);
-    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, Into::accumulate);
+    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, into);
   }
 }
 
@@ -335,34 +359,34 @@ constexpr int interleave_lane(int k) {  // lane k of the shuffle of round B
   const int segment = k / (2 * B) * (2 * B), offset = k % (2 * B), half = kUpper ? B : 0;
   return offset < B ? segment + half + offset : W + segment + half + offset - B;
 }
-template <typename T, int B, bool kUpper, typename Lanes = std::make_index_sequence<Simd<T>::kLanes>>
+template <typename S, int B, bool kUpper, typename Lanes = std::make_index_sequence<S::kLanes>>
 struct Interleave;
-template <typename T, int B, bool kUpper, std::size_t... K>
-struct Interleave<T, B, kUpper, std::index_sequence<K...>> {
-  static constexpr typename Simd<T>::Index mask{interleave_lane<Simd<T>::kLanes, B, kUpper>(K)...};
+template <typename S, int B, bool kUpper, std::size_t... K>
+struct Interleave<S, B, kUpper, std::index_sequence<K...>> {
+  static constexpr typename S::Index mask{interleave_lane<S::kLanes, B, kUpper>(K)...};
 };
-// *out = lanes mask[k] of (x, y), mask = Interleave<T, B, kUpper>::mask. Clang (the sanitizer
+// *out = lanes mask[k] of (x, y), mask = Interleave<S, B, kUpper>::mask. Clang (the sanitizer
 // and fuzzing build) has no __builtin_shuffle; its __builtin_shufflevector takes constant lanes.
-template <typename T, int B, bool kUpper, std::size_t... K>
-AG_ALWAYS_INLINE void interleave(const typename Simd<T>::Vec& x, const typename Simd<T>::Vec& y,
-                                 typename Simd<T>::Vec* out, std::index_sequence<K...>) {
+template <typename S, int B, bool kUpper, std::size_t... K>
+AG_ALWAYS_INLINE void interleave(const typename S::Vec& x, const typename S::Vec& y, typename S::Vec* out,
+                                 std::index_sequence<K...>) {
 #if defined(__clang__)
-  *out = __builtin_shufflevector(x, y, interleave_lane<Simd<T>::kLanes, B, kUpper>(K)...);
+  *out = __builtin_shufflevector(x, y, interleave_lane<S::kLanes, B, kUpper>(K)...);
 #else
-  *out = __builtin_shuffle(x, y, Interleave<T, B, kUpper>::mask);
+  *out = __builtin_shuffle(x, y, Interleave<S, B, kUpper>::mask);
 #endif
 }
-template <typename T, int B>
-AG_ALWAYS_INLINE void butterfly(typename Simd<T>::Vec* v) {
-  constexpr int W = Simd<T>::kLanes;
+template <typename S, int B>
+AG_ALWAYS_INLINE void butterfly(typename S::Vec* v) {
+  constexpr int W = S::kLanes;
   if constexpr (B < W) {
     for (int i = 0; i < W; i += 2 * B)
       for (int j = i; j < i + B; ++j) {
         const auto x = v[j], y = v[j + B];
-        interleave<T, B, false>(x, y, &v[j], std::make_index_sequence<W>());
-        interleave<T, B, true>(x, y, &v[j + B], std::make_index_sequence<W>());
+        interleave<S, B, false>(x, y, &v[j], std::make_index_sequence<W>());
+        interleave<S, B, true>(x, y, &v[j + B], std::make_index_sequence<W>());
       }
-    butterfly<T, 2 * B>(v);
+    butterfly<S, 2 * B>(v);
   }
 }
 
@@ -371,8 +395,9 @@ template <typename T, typename Tile>
 AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
                                       std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t ld,
                                       T factor, T* __restrict out) {
-  using Vec = typename Simd<T>::Vec;
-  constexpr std::int64_t W = Simd<T>::kLanes;
+  using S = Simd<T, Tile::kBytes>;
+  using Vec = typename S::Vec;
+  constexpr std::int64_t W = S::kLanes;
   std::int64_t j = 0, d_blocks = 0;
   if constexpr (std::is_same_v<Tile, TileAvx512>) {
     d_blocks = D / W * W;
@@ -383,7 +408,7 @@ AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int
           std::memcpy(&v[i], x.row(b, h, t0 + j + i) + d, sizeof(Vec));
           v[i] *= factor;
         }
-        butterfly<T, 1>(v);
+        butterfly<S, 1>(v);
         for (std::int64_t i = 0; i < W; ++i) std::memcpy(out + (d + i) * ld + j, &v[i], sizeof(Vec));
       }
     for (std::int64_t r = 0; r < j; ++r) {  // the columns past the last whole block
@@ -397,6 +422,66 @@ AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int
   }
   for (std::int64_t d = 0; d < D; ++d) std::fill(out + d * ld + n, out + d * ld + n_padded, T(0));
 }
+
+// ---- software prefetch -----------------------------------------------------------------
+// The hardware prefetchers follow long sequential runs, but a head's rows are
+// short runs (and strided ones when q, k, v are views of one packed
+// projection): without help the kernels waited on memory for a quarter of
+// their time at the GPT shape. So each task queues the rows its successor
+// starts with and requests a slice of them after each of its own tiles, and
+// each key tile requests the next tile's keys and values.
+
+// Requests the lines of rows [t0, t0 + n) of (b, h).
+template <typename T, int kLocality = 3>
+AG_ALWAYS_INLINE void prefetch_rows(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
+                                    std::int64_t D) {
+  const std::int64_t bytes = D * static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t t = t0; t < t0 + n; ++t) {
+    const char* row = reinterpret_cast<const char*>(x.row(b, h, t));
+    for (std::int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte, 0, kLocality);
+    __builtin_prefetch(row + bytes - 1, 0, kLocality);
+  }
+}
+
+// Rows queued for prefetching, requested a few at a time.
+template <typename T>
+class PrefetchQueue {
+ public:
+  explicit PrefetchQueue(std::int64_t D) : D_(D) {}
+  // Queues rows [t0, t0 + n) of (b, h).
+  void add(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n) {
+    if (n <= 0 || count_ == kMaxRuns) return;
+    runs_[count_++] = {x, b, h, t0, n};
+    rows_ += n;
+  }
+  std::int64_t rows() const { return rows_; }
+  // Requests the next n queued rows.
+  void request(std::int64_t n) {
+    while (n > 0 && current_ < count_) {
+      const Run& run = runs_[current_];
+      const std::int64_t take = std::min(n, run.n - done_);
+      prefetch_rows<T, 1>(run.x, run.b, run.h, run.t0 + done_, take, D_);
+      n -= take;
+      done_ += take;
+      if (done_ == run.n) ++current_, done_ = 0;
+    }
+  }
+
+ private:
+  static constexpr int kMaxRuns = 8;
+  struct Run {
+    Rows<T> x;
+    std::int64_t b, h, t0, n;
+  };
+  std::int64_t D_;
+  Run runs_[kMaxRuns] = {};
+  int count_ = 0, current_ = 0;
+  std::int64_t rows_ = 0, done_ = 0;
+};
+
+// A task's successor is prefetched only when what it reads first is this
+// small; bigger ones would push the current task's data out of L2.
+constexpr std::int64_t kPrefetchBytes = 256 << 10;
 
 // ---- hiding keys in a score tile ------------------------------------------------------
 
@@ -469,9 +554,13 @@ struct ForwardScratch {
 // log-sum-exp.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutputs<T>& O, ForwardScratch<T>& w,
-                                          std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq) {
-  constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
-  const std::int64_t D = P.D, Dp = round_up(D, W), nqp = round_up(nq, W);
+                                          std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq,
+                                          PrefetchQueue<T>& successor) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
+  // Queries are padded to whole vectors (score columns) and whole row groups (rows of the output).
+  constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);
+  const std::int64_t D = P.D, Dp = round_up(D, W), nqp = round_up(nq, QP);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   T* __restrict s = w.s.data();
   T* __restrict acc = w.acc.data();
@@ -485,9 +574,14 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   std::fill(l, l + nqp, T(0));
   // Causal: keys past the block's last query are hidden from every query, so those key tiles are skipped.
   const std::int64_t key_end = P.visible_end(i0 + nq - 1);
+  const std::int64_t tiles = (key_end + kBlockK - 1) / kBlockK;
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
+    const std::int64_t next_nk = std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
+    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
+    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
+    successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
     product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);  // S^T
@@ -497,19 +591,32 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     std::fill(rescale, rescale + nqp, neg_inf);
     for (std::int64_t c = 0; c < nkp; ++c)
       for (std::int64_t r = 0; r < nqp; ++r) rescale[r] = std::max(rescale[r], s[c * kBlockQ + r]);
-    for (std::int64_t r = 0; r < nqp; ++r) {
-      const T m_new = std::max(m[r], rescale[r]);
-      const bool none = m_new == neg_inf;  // nothing visible to this query yet: keep everything at 0
-      shift[r] = none ? T(0) : m_new;
-      rescale[r] = none ? T(1) : exp_softmax(m[r] - m_new);
-      l[r] *= rescale[r];
-      m[r] = m_new;
+    for (std::int64_t r = 0; r < nqp; r += W) {
+      Vec m_old, m_new, l_r;
+      load(m_old, m + r);
+      load(m_new, rescale + r);
+      load(l_r, l + r);
+      m_new = m_new > m_old ? m_new : m_old;
+      const auto none = m_new == neg_inf;  // nothing visible to this query yet: keep everything at 0
+      Vec factor = m_old - m_new;
+      exp_softmax(factor);
+      factor = none ? Vec{} + T(1) : factor;
+      store(shift + r, none ? Vec{} : m_new);
+      store(rescale + r, factor);
+      store(l + r, l_r * factor);
+      store(m + r, m_new);
     }
     for (std::int64_t c = 0; c < nkp; ++c) {
       T* __restrict sc = s + c * kBlockQ;
-      for (std::int64_t r = 0; r < nqp; ++r) {
-        sc[r] = exp_softmax(sc[r] - shift[r]);
-        l[r] += sc[r];
+      for (std::int64_t r = 0; r < nqp; r += W) {
+        Vec x, shift_r, l_r;
+        load(x, sc + r);
+        load(shift_r, shift + r);
+        load(l_r, l + r);
+        x -= shift_r;
+        exp_softmax(x);
+        store(sc + r, x);
+        store(l + r, l_r + x);
       }
     }
     if (P.dropout_p > 0) {
@@ -518,7 +625,8 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
       for (std::int64_t c = 0; c < nk; ++c)
         for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
     }
-    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, rescale);  // acc += P v
+    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
+                                rescale);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -545,8 +653,18 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
     hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
-    for (std::int64_t c = 0; c < nk; ++c)
-      for (std::int64_t r = 0; r < nq; ++r) weights[r * Tk + j0 + c] = exp_softmax(s[c * kBlockQ + r] - shift[r]);
+    for (std::int64_t c = 0; c < nk; ++c) {
+      T* __restrict sc = s + c * kBlockQ;
+      for (std::int64_t r = 0; r < nqp; r += W) {
+        Vec x, shift_r;
+        load(x, sc + r);
+        load(shift_r, shift + r);
+        x -= shift_r;
+        exp_softmax(x);
+        store(sc + r, x);
+      }
+      for (std::int64_t r = 0; r < nq; ++r) weights[r * Tk + j0 + c] = sc[r];
+    }
   }
 }
 
@@ -557,13 +675,23 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin,
                                     std::int64_t end) {
-  ForwardScratch<T> scratch(P.D, round_up(P.D, Simd<T>::kLanes));
+  ForwardScratch<T> scratch(P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
   const std::int64_t blocks = (P.Tq + kBlockQ - 1) / kBlockQ;
+  auto first_query = [&](std::int64_t task) {
+    const std::int64_t n = task % blocks;
+    return (n % 2 == 0 ? n / 2 : blocks - 1 - n / 2) * kBlockQ;
+  };
   for (std::int64_t task = begin; task < end; ++task) {
-    const std::int64_t bh = task / blocks, n = task % blocks;
-    const std::int64_t block = n % 2 == 0 ? n / 2 : blocks - 1 - n / 2;
-    const std::int64_t i0 = block * kBlockQ;
-    forward_query_block<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0));
+    const std::int64_t bh = task / blocks, i0 = first_query(task);
+    PrefetchQueue<T> successor(P.D);  // the next task's queries and first keys and values
+    if (task + 1 < end) {
+      const std::int64_t next_b = (task + 1) / blocks / P.H, next_h = (task + 1) / blocks % P.H;
+      const std::int64_t next_i0 = first_query(task + 1), keys = std::min(kBlockK, P.Tk);
+      successor.add(P.q, next_b, next_h, next_i0, std::min(kBlockQ, P.Tq - next_i0));
+      successor.add(P.k, next_b, next_h, 0, keys);
+      successor.add(P.v, next_b, next_h, 0, keys);
+    }
+    forward_query_block<T, Tile>(P, O, scratch, bh / P.H, bh % P.H, i0, std::min(kBlockQ, P.Tq - i0), successor);
   }
 }
 
@@ -605,8 +733,10 @@ struct BackwardScratch {
 // The tiles hold scale dS, so dq and dk need no scaling afterwards.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
-                                    std::int64_t b, std::int64_t h) {
-  constexpr std::int64_t W = Simd<T>::kLanes, MR = Tile::kRows;
+                                    std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
+  constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);  // padding of queries, as in the forward
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t bh = b * P.H + h;
@@ -641,22 +771,37 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     shift[i] = lse[i];
   }
   // dq goes straight into the output when its rows are as the micro-kernel writes them.
-  const bool dq_direct = D == Dp && Tq % W == 0;
+  const bool dq_direct = D == Dp && Tq % QP == 0;
   T* dq = dq_direct ? io.dq + bh * Tq * D : w.dq.data();
-  std::fill(dq, dq + round_up(Tq, W) * Dp, T(0));
+  // dq, dk and dv are written, not accumulated, by the first tile that reaches them (trimmed row groups
+  // write zeros), so they need no zeroing first, except where no tile reaches.
+  if (Tk == 0) std::fill(dq, dq + round_up(Tq, QP) * Dp, T(0));
+  // Causal: query tiles wholly before j0 see none of its keys.
+  auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
+  std::int64_t tiles = 0;
+  for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK)
+    tiles += std::max<std::int64_t>(0, Tq - first_query_tile(j0) + kBlockQ - 1) / kBlockQ;
+  const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / std::max<std::int64_t>(tiles, 1);
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
+    const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
+    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
+    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, w.v.data());
     const bool dkv_direct = D == Dp && nk == nkp;
     T* dk = dkv_direct ? io.dk + (bh * Tk + j0) * D : w.dk.data();
     T* dv = dkv_direct ? io.dv + (bh * Tk + j0) * D : w.dv.data();
-    std::fill(dk, dk + nkp * Dp, T(0));
-    std::fill(dv, dv + nkp * Dp, T(0));
-    // Causal: query tiles wholly before j0 see none of these keys.
-    for (std::int64_t i0 = P.causal ? j0 / kBlockQ * kBlockQ : 0; i0 < Tq; i0 += kBlockQ) {
-      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, W);
+    if (first_query_tile(j0) >= Tq) {
+      std::fill(dk, dk + nkp * Dp, T(0));
+      std::fill(dv, dv + nkp * Dp, T(0));
+    }
+    for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
+      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
       const std::int64_t diag = P.diagonal(i0, j0);
+      const Into into_dkv = i0 == first_query_tile(j0) ? Into::overwrite : Into::accumulate;
+      const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
+      successor.request(successor_rows_per_tile);
       product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data() + i0 * D, kBlockQ, p, kBlockQ, diag);  // S^T
       product_scores<T, Tile>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
                               diag);  // (do v^T)^T
@@ -669,30 +814,33 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
         T* __restrict z = w.z.data();
         std::fill(z, z + nkp * kBlockQ, T(0));
         dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
-        for (std::int64_t c = 0; c < nkp; ++c) {
-          T* __restrict pc = p + c * kBlockQ;
-          T* __restrict dc = ds + c * kBlockQ;
-          const T* __restrict zc = z + c * kBlockQ;
-          for (std::int64_t r = 0; r < nqp; ++r) {
-            const T pr = exp_softmax(pc[r] - sh[r]);
-            dc[r] = P.scale * pr * (dc[r] * zc[r] - de[r]);
-            pc[r] = pr * zc[r];
-          }
-        }
-      } else {
-        for (std::int64_t c = 0; c < nkp; ++c) {
-          T* __restrict pc = p + c * kBlockQ;
-          T* __restrict dc = ds + c * kBlockQ;
-          for (std::int64_t r = 0; r < nqp; ++r) {
-            const T pr = exp_softmax(pc[r] - sh[r]);
-            dc[r] = P.scale * pr * (dc[r] - de[r]);
-            pc[r] = pr;
+      }
+      for (std::int64_t c = 0; c < nkp; ++c) {
+        T* __restrict pc = p + c * kBlockQ;
+        T* __restrict dc = ds + c * kBlockQ;
+        const T* __restrict zc = w.z.data() + c * kBlockQ;
+        for (std::int64_t r = 0; r < nqp; r += W) {
+          Vec pr, shift_r, dp, delta_r;
+          load(pr, pc + r);
+          load(shift_r, sh + r);
+          load(dp, dc + r);
+          load(delta_r, de + r);
+          pr -= shift_r;
+          exp_softmax(pr);  // P_ij
+          if (P.dropout_p > 0) {
+            Vec z;
+            load(z, zc + r);
+            store(dc + r, P.scale * pr * (dp * z - delta_r));
+            store(pc + r, pr * z);
+          } else {
+            store(dc + r, P.scale * pr * (dp - delta_r));
+            store(pc + r, pr);
           }
         }
       }
-      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag);
-      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag);
-      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag, into_dkv);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag, into_dkv);
+      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag, into_dq);
     }
     if (!dkv_direct)
       for (std::int64_t j = 0; j < nk; ++j) {
@@ -707,8 +855,22 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
                                      std::int64_t end) {
-  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T>::kLanes));
-  for (std::int64_t bh = begin; bh < end; ++bh) backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H);
+  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
+  const std::int64_t first_keys = std::min(kBlockK, P.Tk);
+  const bool prefetch_successor =
+      (3 * P.Tq + 2 * first_keys) * P.D * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBytes;
+  for (std::int64_t bh = begin; bh < end; ++bh) {
+    PrefetchQueue<T> successor(P.D);  // what the next head reads first: its q, do, o and first k, v rows
+    if (bh + 1 < end && prefetch_successor) {
+      const std::int64_t b = (bh + 1) / P.H, h = (bh + 1) % P.H;
+      successor.add(P.q, b, h, 0, P.Tq);
+      successor.add(io.dout, b, h, 0, P.Tq);
+      successor.add(io.out, b, h, 0, P.Tq);
+      successor.add(P.k, b, h, 0, first_keys);
+      successor.add(P.v, b, h, 0, first_keys);
+    }
+    backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+  }
 }
 
 // ---- entry points per instruction set ---------------------------------------------------
