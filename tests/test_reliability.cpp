@@ -26,6 +26,7 @@
 
 #include "fuzz/targets.h"
 #include "helpers.h"
+#include "program_helpers.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/commands.h"
@@ -38,65 +39,11 @@
 extern char** environ;
 
 using namespace attograd;
+using namespace attograd::test;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A fresh empty directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("attograd_test_reliability_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-
-std::string read_all(std::FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
-// The command line in this process (no signals involved).
-CliResult cli(const std::vector<std::string>& args) {
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  const int code = run_cli(args, out, err);
-  return {code, read_all(out), read_all(err)};
-}
-
-std::FILE* null_out() {
-  static std::FILE* f = std::fopen("/dev/null", "w");
-  return f;
-}
 
 std::int64_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
 

@@ -14,6 +14,7 @@
 
 #include "cuda/runtime.h"
 #include "helpers.h"
+#include "program_helpers.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/commands.h"
@@ -29,60 +30,10 @@
 #include "train/utf8.h"
 
 using namespace attograd;
+using namespace attograd::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A fresh empty directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() / ("attograd_test_train_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-struct CliResult {
-  int code;
-  std::string out, err;
-};
-
-std::string read_all(std::FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  std::fclose(f);
-  return s;
-}
-
-CliResult cli(const std::vector<std::string>& args) {
-  std::FILE* out = std::tmpfile();
-  std::FILE* err = std::tmpfile();
-  const int code = run_cli(args, out, err);
-  return {code, read_all(out), read_all(err)};
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 // A tiny run: one layer, width 16, a few steps, quiet, into `dir`.
 TrainOptions tiny(const std::string& dir, const std::string& task = "sort") {
@@ -97,11 +48,6 @@ TrainOptions tiny(const std::string& dir, const std::string& task = "sort") {
   o.out = dir;
   o.quiet = true;
   return o;
-}
-
-std::FILE* null_out() {
-  static std::FILE* f = std::fopen("/dev/null", "w");
-  return f;
 }
 
 // Bitwise equality of two tensors' bytes.
