@@ -51,4 +51,12 @@ struct AttentionOutput {
 
 AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// Self-attention on one packed projection, as MultiHeadAttention's qkv Linear
+// makes it: qkv (B, T, 3 * num_heads * D) holds q, k, v side by side, each
+// (num_heads, D) per token. Equal to attention() on the three (B, H, T, D)
+// views of it, but the fused path is one op whose backward writes the packed
+// gradient d(qkv) directly, where three separate views would each need a
+// zero-filled qkv-sized gradient and two additions to combine them.
+AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, const AttentionOptions& options = {});
+
 }  // namespace attograd

@@ -107,9 +107,25 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
            shape_str(value.sizes()), shape_str(query.sizes()));
 
   const bool self = query.same(key) && key.same(value);
+  AttentionOptions attend{.causal = config_.causal,
+                          .mask = options.mask,
+                          .dropout_p = config_.dropout,
+                          .training = is_training(),
+                          .generator = config_.dropout_generator,
+                          .return_weights = options.return_weights,
+                          .impl = config_.impl};
+  // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C): free when the fused kernel
+  // already laid the output out as (B, Tq, H, D).
+  auto project_out = [&](const AttentionOutput& a) -> AttendResult {
+    const Tensor merged = reshape(transpose(a.out, 1, 2), {query.size(0), query.size(1), C});
+    return {out_proj(merged), a.weights};
+  };
+  // One (B*T, C) x (C, 3C) matmul, attended as it lies.
+  if (self && !options.cache) return project_out(attention_packed(qkv(query), H, attend));
+
   Tensor q, k, v;  // (B, H, T, D)
   if (self) {
-    const auto heads = split_packed_heads(qkv(query), 3, H, D);  // one (B*T, C) x (C, 3C) matmul
+    const auto heads = split_packed_heads(qkv(query), 3, H, D);
     q = heads[0], k = heads[1], v = heads[2];
   } else {
     q = split_heads(linear(query, w_q(), b_q()));
@@ -124,13 +140,6 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
     }
   }
 
-  AttentionOptions attend{.causal = config_.causal,
-                          .mask = options.mask,
-                          .dropout_p = config_.dropout,
-                          .training = is_training(),
-                          .generator = config_.dropout_generator,
-                          .return_weights = options.return_weights,
-                          .impl = config_.impl};
   if (options.cache) {
     AG_CHECK(self, op, "a KV cache needs self-attention (query, key and value the same tensor)");
     AG_CHECK(!options.mask.defined(), op, "a mask together with a KV cache is not supported");
@@ -149,11 +158,7 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
     }
     attend.causal = false;
   }
-  AttentionOutput a = attention(q, k, v, attend);
-  // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C): free when the fused kernel
-  // already laid the output out as (B, Tq, H, D).
-  const Tensor merged = reshape(transpose(a.out, 1, 2), {query.size(0), query.size(1), C});
-  return {out_proj(merged), a.weights};
+  return project_out(attention(q, k, v, attend));
 }
 
 Tensor key_padding_mask(const std::vector<std::int64_t>& lengths, std::int64_t t) {

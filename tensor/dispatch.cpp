@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "cuda/runtime.h"
 #include "tensor/cpu/cpu_kernels.h"
@@ -437,7 +438,7 @@ AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in,
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                  const AttentionKernelOptions& options) {
+                                  const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
   check_same_dtype(op, dout, q);
   AG_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), op, "dout {} and out {} must match q {}",
@@ -446,12 +447,28 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
            "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
   for (const Tensor* t : {&dout, &k, &v, &out, &lse}) check_same_device(op, q, *t);
   if (mask.defined()) check_same_device(op, q, mask);
+  const std::pair<const Tensor*, const Tensor*> outputs[] = {{&into.dq, &q}, {&into.dk, &k}, {&into.dv, &v}};
+  for (const auto& [grad, input] : outputs) {
+    if (!grad->defined()) continue;
+    check_same_dtype(op, q, *grad);
+    check_same_device(op, q, *grad);
+    AG_CHECK(grad->sizes() == input->sizes() && (grad->size(-1) <= 1 || grad->stride(-1) == 1), op,
+             "gradient output {} must have its input's shape {} and contiguous rows", grad->str(),
+             shape_str(input->sizes()));
+  }
   auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
-  return q.device().is_cuda()
-             ? gpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
-                                       rows_contiguous(v), mask, rows_contiguous(out), lse, options)
-             : cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
-                                       rows_contiguous(v), mask, rows_contiguous(out), lse, options);
+  if (!q.device().is_cuda())
+    return cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
+                                   rows_contiguous(v), mask, rows_contiguous(out), lse, options, into);
+  // The CUDA kernels write contiguous gradients; outputs asked for get a copy.
+  AttentionGrads g = gpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
+                                             rows_contiguous(v), mask, rows_contiguous(out), lse, options);
+  for (auto [grad, computed] : {std::pair{&into.dq, &g.dq}, std::pair{&into.dk, &g.dk}, std::pair{&into.dv, &g.dv}})
+    if (grad->defined()) {
+      copy_(*grad, *computed);
+      *computed = *grad;
+    }
+  return g;
 }
 
 }  // namespace attograd::kernels

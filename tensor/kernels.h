@@ -137,9 +137,12 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
+// The gradients are written into `into`'s tensors where defined (each shaped as
+// its input, last dim contiguous: e.g. views of one packed (B, T, 3, H, D)
+// gradient, see autograd's attention_packed), else into new contiguous ones.
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                  const AttentionKernelOptions& options);
+                                  const AttentionKernelOptions& options, const AttentionGrads& into = {});
 
 // ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
 struct AdamWStep {

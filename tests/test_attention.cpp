@@ -266,6 +266,103 @@ TEST_CASE("attention: gradcheck of the op on odd and transposed shapes", "[atten
   }
 }
 
+// ---- attention_packed: q, k, v side by side in one (B, T, 3 H D) projection ------------------
+
+namespace {
+// The three heads of a packed qkv as differentiable views, the way a user would split it.
+std::vector<Tensor> split_views(const Tensor& qkv, std::int64_t heads) {
+  const Tensor x =
+      permute(view(qkv, {qkv.size(0), qkv.size(1), 3, heads, qkv.size(2) / (3 * heads)}), {2, 0, 3, 1, 4});
+  return {select(x, 0, 0), select(x, 0, 1), select(x, 0, 2)};
+}
+
+// A packed qkv of (B, T, 3 H D) as a leaf; a non-contiguous view when asked.
+Tensor packed_leaf(std::int64_t B, std::int64_t T, std::int64_t width, std::uint64_t seed, DType dtype,
+                   bool transposed) {
+  Generator gen(seed);
+  Tensor x = transposed ? transpose(randn({B, width, T}, {dtype}, gen), 1, 2) : randn({B, T, width}, {dtype}, gen);
+  x.set_requires_grad(true);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("attention: attention_packed equals attention on the views of qkv, forward and backward", "[attention]") {
+  struct Case {
+    const char* name;
+    std::int64_t B, T, H, D;
+    bool causal;
+    bool mask;
+    double dropout;
+    bool transposed;
+  };
+  // D = 16 or 32 with T a multiple of 16 write the gradient rows in place (every
+  // instruction set's vector width divides them); the others go through scratch rows.
+  const Case cases[] = {
+      {"in place, causal", 2, 64, 2, 32, true, false, 0, false},
+      {"in place, two blocks", 1, 144, 3, 16, true, false, 0, false},
+      {"odd T and D", 2, 13, 3, 5, true, false, 0, false},
+      {"key padding, dropout", 3, 20, 2, 8, false, true, 0.25, false},
+      {"non-contiguous qkv", 2, 9, 2, 4, true, true, 0, true},
+  };
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f64, DType::f32})
+      for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+        DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << " impl " << int(impl)) {
+          AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .impl = impl};
+          if (c.mask) {
+            std::vector<std::int64_t> lengths;
+            for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<std::int64_t>(1, c.T - 4 * b));
+            o.mask = nn::key_padding_mask(lengths, c.T);
+          }
+          const Tensor qkv = packed_leaf(c.B, c.T, 3 * c.H * c.D, 6, dtype, c.transposed);
+          Tensor ref = qkv.detach();  // the same values and strides, its own gradient
+          ref.set_requires_grad(true);
+          Generator gen_a(17), gen_b(17);
+          o.generator = &gen_a;
+          const AttentionOutput packed = attention_packed(qkv, c.H, o);
+          o.generator = &gen_b;
+          const auto views = split_views(ref, c.H);
+          const AttentionOutput reference = attention(views[0], views[1], views[2], o);
+          Generator rg(8);
+          const Tensor g = randn(packed.out.sizes(), packed.out.options(), rg);
+          backward(packed.out, g);
+          backward(reference.out, g);
+          INFO("out diff " << max_abs_diff(packed.out, reference.out) << ", d(qkv) diff "
+                           << max_abs_diff(qkv.grad(), ref.grad()));
+          CHECK(all_close(packed.out, reference.out, atol_for(dtype), rtol_for(dtype)));
+          REQUIRE(qkv.grad().sizes() == qkv.sizes());
+          CHECK(all_close(qkv.grad(), ref.grad(), atol_for(dtype), rtol_for(dtype)));
+          CHECK(max_abs_diff(qkv.grad(), zeros(qkv.sizes(), qkv.options())) > 1e-3);  // every part got a gradient
+        }
+      }
+}
+
+TEST_CASE("attention: gradcheck of attention_packed", "[attention][gradcheck]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
+    for (bool transposed : {false, true}) {
+      Generator gen(3);
+      Fn fn = [&](const std::vector<Tensor>& x) {
+        gen.set_state(3, 0);
+        return attention_packed(x[0], 2,
+                                {.causal = true,
+                                 .mask = random_mask({6, 6}, 0.3, 4),
+                                 .dropout_p = 0.2,
+                                 .generator = &gen,
+                                 .impl = impl})
+            .out;
+      };
+      const Tensor qkv = transposed ? transposed_leaf({2, 6, 18}, 5) : leaf({2, 6, 18}, 5);
+      REQUIRE_GRADCHECK("attention_packed", fn, {qkv});
+    }
+}
+
+TEST_CASE("attention: attention_packed names a qkv that does not split into heads", "[attention][errors]") {
+  CHECK_THROWS_WITH(attention_packed(zeros({2, 5, 10}), 2),
+                    Catch::Contains("attention_packed") && Catch::Contains("[2,5,10]") &&
+                        Catch::Contains("num_heads = 2"));
+  CHECK_THROWS_WITH(attention_packed(zeros({10, 6}), 1), Catch::Contains("attention_packed"));
+}
+
 // ---- MultiHeadAttention ------------------------------------------------------------------------
 
 TEST_CASE("attention: gradcheck of MHA over inputs and every parameter", "[attention][gradcheck]") {

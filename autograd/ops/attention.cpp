@@ -4,6 +4,7 @@
 // weights are dropped.
 #include "autograd/attention.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -79,9 +80,42 @@ AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& 
   return result;
 }
 
-}  // namespace
+// The three (B, H, T, D) views of a packed (B, T, 3 H D) projection, made
+// without recording (the packed op's node stands for them).
+std::array<Tensor, 3> packed_heads(const Tensor& qkv, std::int64_t heads) {
+  const std::int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
+  const std::int64_t s0 = qkv.stride(0), s1 = qkv.stride(1), s2 = qkv.stride(2);
+  std::array<Tensor, 3> views;
+  for (std::int64_t i = 0; i < 3; ++i)
+    views[i] = make_view(qkv, {B, heads, T, D}, {s0, D * s2, s1, s2}, qkv.offset() + i * C * s2);
+  return views;
+}
 
-AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, const AttentionOptions& o,
+                                       const kernels::AttentionKernelOptions& ko) {
+  const auto [q, k, v] = packed_heads(qkv.detach(), heads);
+  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, ko);
+  AttentionOutput result;
+  result.weights = r.weights;
+  kernels::AttentionKernelOptions backward_options = ko;
+  backward_options.return_weights = false;
+  result.out = record("attention", r.out, {qkv}, {qkv, o.mask, r.out, r.lse},
+                      [backward_options, heads](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                        // attention_fused's backward, with the three gradients written into
+                        // their places in one packed d(qkv).
+                        const Tensor d_qkv = empty(s[0].sizes(), s[0].options());
+                        const auto [q, k, v] = packed_heads(s[0], heads);
+                        const auto [dq, dk, dv] = packed_heads(d_qkv, heads);
+                        kernels::attention_backward(g, q, k, v, s[1], s[2], s[3], backward_options, {dq, dk, dv});
+                        return {d_qkv};
+                      });
+  return result;
+}
+
+// Checks shared by both entry points; the kernel options, with dropout's
+// offset reserved from the generator when dropout is on.
+kernels::AttentionKernelOptions checked_kernel_options(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                       const AttentionOptions& options) {
   const char* op = "attention";
   AG_CHECK(q.defined() && k.defined() && v.defined(), op, "q, k or v is an undefined tensor");
   AG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k, v must be (B, H, T, D), got {}, {}, {}",
@@ -111,9 +145,30 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
     ko.seed = gen.seed();
     ko.offset = gen.reserve(static_cast<std::uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)));
   }
+  return ko;
+}
+
+}  // namespace
+
+AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
+  const kernels::AttentionKernelOptions ko = checked_kernel_options(q, k, v, options);
   if (options.impl == AttentionImpl::composed)
-    return attention_composed(q, k, v, options, ko.scale, dropout_on, ko.seed, ko.offset);
+    return attention_composed(q, k, v, options, ko.scale, ko.dropout_p > 0, ko.seed, ko.offset);
   return attention_fused(q, k, v, options, ko);
+}
+
+AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, const AttentionOptions& options) {
+  AG_CHECK(qkv.defined(), "attention_packed", "qkv is an undefined tensor");
+  AG_CHECK(qkv.dim() == 3 && num_heads > 0 && qkv.size(2) % (3 * num_heads) == 0, "attention_packed",
+           "qkv must be (B, T, 3 * num_heads * D), got {} with num_heads = {}", shape_str(qkv.sizes()), num_heads);
+  if (options.impl == AttentionImpl::composed) {
+    // The three heads as differentiable views: (B, T, 3, H, D) -> (3, B, H, T, D).
+    const Tensor x = permute(view(qkv, {qkv.size(0), qkv.size(1), 3, num_heads, qkv.size(2) / (3 * num_heads)}),
+                             {2, 0, 3, 1, 4});
+    return attention(select(x, 0, 0), select(x, 0, 1), select(x, 0, 2), options);
+  }
+  const auto [q, k, v] = packed_heads(qkv, num_heads);
+  return attention_fused_packed(qkv, num_heads, options, checked_kernel_options(q, k, v, options));
 }
 
 }  // namespace attograd

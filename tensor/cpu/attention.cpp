@@ -283,6 +283,19 @@ Rows<T> rows_of(const Tensor& x) {
   return {x.data<T>(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
+// A (B, H, T, D) output written through its strides; the last dim is contiguous.
+template <typename T>
+struct OutRows {
+  T* base;
+  std::int64_t sb, sh, st;
+  T* row(std::int64_t b, std::int64_t h, std::int64_t t) const { return base + b * sb + h * sh + t * st; }
+};
+
+template <typename T>
+OutRows<T> out_rows_of(const Tensor& x) {
+  return {x.data<T>(), x.stride(0), x.stride(1), x.stride(2)};
+}
+
 // Everything one attention problem needs, shared read-only by all threads.
 template <typename T>
 struct Problem {
@@ -701,7 +714,7 @@ template <typename T>
 struct BackwardIo {
   Rows<T> dout, out;  // (B, H, Tq, D)
   const T* lse;       // (B, H, Tq)
-  T *dq, *dk, *dv;    // contiguous (B, H, T, D)
+  OutRows<T> dq, dk, dv;  // (B, H, T, D): contiguous, or views of one packed (B, T, 3, H, D) gradient
 };
 
 // Scratch of one thread. Dp is D rounded up to the vector width, Tp is Tq
@@ -770,12 +783,17 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     delta[i] = acc;
     shift[i] = lse[i];
   }
-  // dq goes straight into the output when its rows are as the micro-kernel writes them.
+  // dq goes straight into the output when its rows are as the micro-kernel
+  // writes them (Dp wide, no padding rows), ld_dq apart.
   const bool dq_direct = D == Dp && Tq % QP == 0;
-  T* dq = dq_direct ? io.dq + bh * Tq * D : w.dq.data();
+  T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
+  const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
   // dq, dk and dv are written, not accumulated, by the first tile that reaches them (trimmed row groups
   // write zeros), so they need no zeroing first, except where no tile reaches.
-  if (Tk == 0) std::fill(dq, dq + round_up(Tq, QP) * Dp, T(0));
+  auto zero_rows = [Dp](T* x, std::int64_t rows, std::int64_t ld) {
+    for (std::int64_t r = 0; r < rows; ++r) std::fill(x + r * ld, x + r * ld + Dp, T(0));
+  };
+  if (Tk == 0) zero_rows(dq, dq_direct ? Tq : round_up(Tq, QP), ld_dq);
   // Causal: query tiles wholly before j0 see none of its keys.
   auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
   std::int64_t tiles = 0;
@@ -790,11 +808,12 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, w.v.data());
     const bool dkv_direct = D == Dp && nk == nkp;
-    T* dk = dkv_direct ? io.dk + (bh * Tk + j0) * D : w.dk.data();
-    T* dv = dkv_direct ? io.dv + (bh * Tk + j0) * D : w.dv.data();
+    T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
+    T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
+    const std::int64_t ld_dk = dkv_direct ? io.dk.st : Dp, ld_dv = dkv_direct ? io.dv.st : Dp;
     if (first_query_tile(j0) >= Tq) {
-      std::fill(dk, dk + nkp * Dp, T(0));
-      std::fill(dv, dv + nkp * Dp, T(0));
+      zero_rows(dk, nkp, ld_dk);
+      zero_rows(dv, nkp, ld_dv);
     }
     for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
       const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
@@ -838,18 +857,19 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
           }
         }
       }
-      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, Dp, diag, into_dkv);
-      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, Dp, diag, into_dkv);
-      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * Dp, Dp, diag, into_dq);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, ld_dv, diag,
+                               into_dkv);
+      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, ld_dk, diag, into_dkv);
+      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * ld_dq, ld_dq, diag, into_dq);
     }
     if (!dkv_direct)
       for (std::int64_t j = 0; j < nk; ++j) {
-        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk + (bh * Tk + j0 + j) * D);
-        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv + (bh * Tk + j0 + j) * D);
+        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk.row(b, h, j0 + j));
+        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv.row(b, h, j0 + j));
       }
   }
   if (!dq_direct)
-    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq + (bh * Tq + i) * D);
+    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
 }
 
 template <typename T, typename Tile>
@@ -965,16 +985,18 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
 
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                           const kernels::AttentionKernelOptions& options) {
+                                           const kernels::AttentionKernelOptions& options,
+                                           const kernels::AttentionGrads& into) {
   const std::int64_t B = q.size(0), H = q.size(1);
-  kernels::AttentionGrads g{empty(q.sizes(), q.options()), empty(k.sizes(), k.options()),
-                            empty(v.sizes(), v.options())};
+  kernels::AttentionGrads g{into.dq.defined() ? into.dq : empty(q.sizes(), q.options()),
+                            into.dk.defined() ? into.dk : empty(k.sizes(), k.options()),
+                            into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
   if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
   AG_DISPATCH_FLOAT(q.dtype(), "attention backward", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
-    const BackwardIo<T> io{rows_of<T>(dout), rows_of<T>(out), lse.data<T>(), g.dq.data<T>(), g.dk.data<T>(),
-                           g.dv.data<T>()};
+    const BackwardIo<T> io{rows_of<T>(dout),          rows_of<T>(out),          lse.data<T>(),
+                           out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv)};
     parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) { backward_heads_any(P, io, begin, end); });
   });
   return g;
