@@ -1,6 +1,7 @@
 #pragma once
-// attograd's one threading scheme on the CPU: a small pool of blocking (never
-// spinning) workers runs every parallel loop, GEMMs included. OpenBLAS is kept
+// attograd's one threading scheme on the CPU: a small pool of workers runs
+// every parallel loop, GEMMs included; between jobs they wait actively for at
+// most 50 us, then sleep (tensor/parallel.cpp). OpenBLAS is kept
 // single-threaded and called from our workers on slices of each product: its
 // own pthread pool spins in sched_yield between calls, and beside ours on two
 // cores that made 2 threads 2.3x slower than 1 on a training step.
