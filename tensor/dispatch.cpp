@@ -194,7 +194,9 @@ Tensor sum_to(const Tensor& x, const Shape& shape) {
   return make_view(reduced, shape, contiguous_strides(shape), reduced.offset());
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a, const Tensor& b) { return matmul(a, b, Tensor()); }
+
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
   check_same_device("matmul", a, b);
   check_same_dtype("matmul", a, b);
   check_floating("matmul", a);
@@ -204,7 +206,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            shape_str(b.sizes()));
   const Shape batch = broadcast_shapes("matmul", Shape(a.sizes().begin(), a.sizes().end() - 2),
                                        Shape(b.sizes().begin(), b.sizes().end() - 2));
-  return a.device().is_cuda() ? gpu::matmul(a, b, batch) : cpu::matmul(a, b, batch);
+  if (bias.defined()) {
+    check_same_device("matmul", a, bias);
+    check_same_dtype("matmul", a, bias);
+    AG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(-1), "matmul", "bias {} does not match the {} columns of b {}",
+             shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
+  }
+  if (!a.device().is_cuda()) return cpu::matmul(a, b, batch, bias.defined() ? contiguous(bias) : bias);
+  Tensor out = gpu::matmul(a, b, batch);
+  if (bias.defined()) add_(out, bias);
+  return out;
 }
 
 }  // namespace attograd::kernels

@@ -74,6 +74,8 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 // a (..., M, K) @ b (..., K, N) -> (..., M, N); batch dims broadcast; both >= 2-D.
 // Transposed views go to BLAS as transpose flags, not copies.
 Tensor matmul(const Tensor& a, const Tensor& b);
+// a @ b + bias, bias (N) added to every row, in one pass over the output (linear's forward).
+Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias);
 
 // ---- fused row ops (over the last dim of a tensor) -------------------------------
 Tensor softmax_forward(const Tensor& x);                        // y

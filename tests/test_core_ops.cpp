@@ -1,6 +1,7 @@
 // Views, reductions and matmul: known values and float64 gradchecks on odd,
 // transposed and broadcast shapes.
 #include "helpers.h"
+#include "tensor/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -114,6 +115,44 @@ TEST_CASE("matmul agrees with a naive loop on every layout", "[matmul]") {
   Tensor b0 = select(b, 0, 0);
   Tensor b_expanded = expand(b0, {3, 5, 6});
   CHECK(max_abs_diff(matmul(a, b_expanded), matmul(a, b0)) < 1e-12);
+}
+
+TEST_CASE("matmul with a bias equals matmul + bias on every threading path", "[matmul]") {
+  // Shapes for each way the CPU kernel cuts a product: one thread (small),
+  // whole batches per thread, row blocks (tall) and column blocks (wide and
+  // short); operands plain and transposed; K = 0 gives the bias alone.
+  struct Case {
+    const char* name;
+    Shape a, b;
+  };
+  const Case cases[] = {{"small", {5, 7}, {7, 3}},
+                        {"batches", {4, 64, 128}, {4, 128, 80}},
+                        {"tall", {700, 96}, {96, 130}},
+                        {"wide and short", {20, 300}, {300, 900}},
+                        {"K = 0", {6, 0}, {0, 4}}};
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (bool transposed : {false, true})
+        for (int threads : {1, 2}) {
+          DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << (transposed ? " transposed" : "") << " threads "
+                                 << threads) {
+            set_num_threads(threads);
+            Generator gen(9);
+            Tensor a = randn(c.a, {dtype}, gen), b = randn(c.b, {dtype}, gen);
+            const Tensor bias = randn({c.b.back()}, {dtype}, gen);
+            if (transposed) {
+              a = transpose(contiguous(transpose(a, -1, -2)), -1, -2);
+              b = transpose(contiguous(transpose(b, -1, -2)), -1, -2);
+            }
+            const Tensor fused = kernels::matmul(a, b, bias);
+            const Tensor composed = kernels::matmul(a, b) + bias;
+            INFO("max diff " << max_abs_diff(fused, composed));
+            CHECK(all_close(fused, composed, atol_for(dtype), rtol_for(dtype)));
+          }
+        }
+  set_num_threads(2);
+  REQUIRE_THROWS_WITH(kernels::matmul(zeros({2, 3}), zeros({3, 4}), zeros({3})),
+                      Catch::Contains("[matmul] bias [3] does not match the 4 columns of b [3,4]"));
 }
 
 TEST_CASE("gradcheck matmul and linear", "[matmul][gradcheck]") {

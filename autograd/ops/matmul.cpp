@@ -43,8 +43,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const std::int64_t in = weight.size(1), out = weight.size(0);
   Tensor x2 = kernels::contiguous(x);
   x2 = make_view(x2, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, x2.offset());
-  Tensor y = kernels::matmul(x2, mT(weight));
-  if (bias.defined()) kernels::add_(y, bias);
+  Tensor y = kernels::matmul(x2, mT(weight), bias);
   Shape out_shape = x.sizes();
   out_shape.back() = out;
   y = make_view(y, out_shape, contiguous_strides(out_shape), 0);

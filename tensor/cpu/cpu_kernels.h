@@ -16,7 +16,7 @@ void add_(const Tensor& y, const Tensor& x, double alpha);
 Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim);
 kernels::MaxResult max(const Tensor& x, int dim, bool keepdim);
 
-Tensor matmul(const Tensor& a, const Tensor& b, const Shape& batch_shape);
+Tensor matmul(const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias);  // bias: undefined or contiguous
 
 Tensor softmax_forward(const Tensor& x);
 Tensor softmax_backward(const Tensor& y, const Tensor& dy);
