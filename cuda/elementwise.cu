@@ -68,6 +68,7 @@ __device__ __forceinline__ T apply_binary(T x, T y) {
   else if constexpr (op == BinaryOp::mul) return x * y;
   else if constexpr (op == BinaryOp::div) return x / y;
   else if constexpr (op == BinaryOp::pow) return dmath::pow(x, y);
+  else if constexpr (op == BinaryOp::gelu_backward) return x * gelu_grad(y);
   else return x >= y ? x : y;  // maximum
 }
 
@@ -155,6 +156,8 @@ void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>&
     case BinaryOp::div: return for_each(layout, BinaryBody<BinaryOp::div, T>{out, a, b}, stream);
     case BinaryOp::pow: return for_each(layout, BinaryBody<BinaryOp::pow, T>{out, a, b}, stream);
     case BinaryOp::maximum: return for_each(layout, BinaryBody<BinaryOp::maximum, T>{out, a, b}, stream);
+    case BinaryOp::gelu_backward:
+      return for_each(layout, BinaryBody<BinaryOp::gelu_backward, T>{out, a, b}, stream);
     case BinaryOp::gt:
     case BinaryOp::lt:
     case BinaryOp::eq: break;

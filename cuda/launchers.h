@@ -27,7 +27,8 @@ enum class UnaryOp {
   AG_CUDA_UNARY_OPS(AG_ENUM)
 #undef AG_ENUM
 };
-#define AG_CUDA_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gt) X(lt) X(eq)
+#define AG_CUDA_BINARY_OPS(X) \
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gelu_backward) X(gt) X(lt) X(eq)
 enum class BinaryOp {
 #define AG_ENUM(name) name,
   AG_CUDA_BINARY_OPS(AG_ENUM)

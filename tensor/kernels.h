@@ -34,9 +34,10 @@ const char* unary_name(Unary op);
 Tensor unary(Unary op, const Tensor& x, double s = 0.0);
 
 // Binary ops broadcast (NumPy rules); both operands must share dtype and device.
-// Comparisons return bool tensors.
+// Comparisons return bool tensors. gelu_backward(dy, x) = dy * gelu'(x): gelu's
+// backward in one pass instead of gelu_grad's temporary and a multiply.
 #define AG_BINARY_OPS(X) \
-  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gt) X(lt) X(eq)
+  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gelu_backward) X(gt) X(lt) X(eq)
 enum class Binary {
 #define AG_ENUM(name) name,
   AG_BINARY_OPS(AG_ENUM)

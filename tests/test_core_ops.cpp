@@ -61,6 +61,23 @@ TEST_CASE("a float32 sum of many elements keeps its digits", "[reduce]") {
   CHECK(sum(ones({n})).item() == Approx(static_cast<double>(n)).epsilon(1e-7));
 }
 
+TEST_CASE("sums over rows and over columns match float64 and do not depend on the thread count", "[reduce]") {
+  // 1003 rows: groups of 8 rows and a ragged last group; 301 columns split unevenly over threads.
+  Generator gen(4);
+  const Tensor x = randn({1003, 301}, {}, gen) + 0.5;
+  const Tensor x64 = to(x, DType::f64);
+  for (int dim : {0, 1}) {
+    set_num_threads(1);
+    const Tensor one = sum(x, {dim});
+    set_num_threads(2);
+    const Tensor two = sum(x, {dim});
+    CHECK(max_abs_diff(one, two) == 0);
+    const Tensor exact = sum(x64, {dim});
+    INFO("dim " << dim << ": max diff from float64 " << max_abs_diff(to(one, DType::f64), exact));
+    CHECK(all_close(to(one, DType::f64), exact, 1e-4, 1e-6));
+  }
+}
+
 TEST_CASE("gradcheck reductions", "[reduce][gradcheck]") {
   REQUIRE_GRADCHECK("sum_all", Fn([](const std::vector<Tensor>& x) { return sum(x[0]); }), {leaf({5, 7})});
   REQUIRE_GRADCHECK("sum_dims", Fn([](const std::vector<Tensor>& x) { return sum(x[0], {0, 2}); }),

@@ -85,6 +85,26 @@ TEST_CASE("gradcheck unary and scalar ops", "[elementwise][gradcheck]") {
   }
 }
 
+TEST_CASE("gelu_backward equals dy * gelu_grad(x) on every layout", "[elementwise]") {
+  // The fused backward of gelu against its composition; float32 covers the
+  // vectorised contiguous loop (odd length, so its tail too) and the strided one.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    SECTION(std::string(dtype_name(dtype))) {
+      Generator gen(7);
+      const Tensor x = randn({37, 41}, {dtype}, gen) * 3.0, dy = randn({37, 41}, {dtype}, gen);
+      const Tensor row = randn({41}, {dtype}, gen);
+      auto fused = [](const Tensor& g, const Tensor& v) { return kernels::binary(kernels::Binary::gelu_backward, g, v); };
+      auto composed = [](const Tensor& g, const Tensor& v) { return g * kernels::unary(kernels::Unary::gelu_grad, v); };
+      const double atol = atol_for(dtype), rtol = rtol_for(dtype);
+      CHECK(all_close(fused(dy, x), composed(dy, x), atol, rtol));
+      const Tensor xt = transpose(x, 0, 1), dyt = transpose(dy, 0, 1);  // strided
+      CHECK(all_close(fused(dyt, xt), composed(dyt, xt), atol, rtol));
+      CHECK(all_close(fused(dy, row), composed(dy, row), atol, rtol));  // x broadcast over rows
+      CHECK(max_abs_diff(fused(dy, x), dy) > 0.1);  // it is not the identity
+    }
+  }
+}
+
 TEST_CASE("where and masked_fill: values and gradcheck with a broadcast mask", "[elementwise][gradcheck]") {
   Tensor mask = from_vector(std::vector<bool>{true, false, true, false, false, true, false}, {1, 7});
   Tensor x = from({1, 2, 3, 4, 5, 6, 7}, {1, 7});

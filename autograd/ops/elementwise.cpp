@@ -139,7 +139,7 @@ Tensor gelu(const Tensor& x) {
   return record("gelu", kernels::unary(Unary::gelu, x), {x}, {x},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = gelu(x); so dx = g * gelu'(x) (derived in tensor/cpu/elementwise.cpp)
-                  return {g * kernels::unary(Unary::gelu_grad, s[0])};
+                  return {kernels::binary(Binary::gelu_backward, g, s[0])};
                 });
 }
 

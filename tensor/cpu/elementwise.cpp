@@ -106,6 +106,9 @@ AG_SIMD_CLONES void gelu_f32(float* y, const float* x, std::int64_t n) {
 AG_SIMD_CLONES void gelu_grad_f32(float* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_grad(x[i]);
 }
+AG_SIMD_CLONES void gelu_backward_f32(float* y, const float* dy, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = dy[i] * gelu_grad(x[i]);
+}
 
 // Runs a contiguous float32 kernel over (out, in), or the generic strided map otherwise.
 template <typename F>
@@ -120,6 +123,26 @@ void map1_f32(const Tensor& out, const Tensor& in, void (*contiguous_kernel)(flo
     } else {
       for (std::int64_t i = 0; i < n; ++i)
         *reinterpret_cast<float*>(p[0] + i * s[0]) = scalar(*reinterpret_cast<const float*>(p[1] + i * s[1]));
+    }
+  });
+}
+
+// map2 for float32 with a contiguous kernel for the all-contiguous case.
+template <typename F>
+void map2_f32(const Tensor& out, const Tensor& a, const Tensor& b,
+              void (*contiguous_kernel)(float*, const float*, const float*, std::int64_t), F scalar) {
+  Operands<3> ops;
+  set_operand(ops, 0, out, out.sizes());
+  set_operand(ops, 1, a, out.sizes());
+  set_operand(ops, 2, b, out.sizes());
+  strided_loop<3>(out.sizes(), ops, [&](std::array<char*, 3> p, std::array<std::int64_t, 3> s, std::int64_t n) {
+    if (s[0] == sizeof(float) && s[1] == sizeof(float) && s[2] == sizeof(float)) {
+      contiguous_kernel(reinterpret_cast<float*>(p[0]), reinterpret_cast<const float*>(p[1]),
+                        reinterpret_cast<const float*>(p[2]), n);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<float*>(p[0] + i * s[0]) =
+            scalar(*reinterpret_cast<const float*>(p[1] + i * s[1]), *reinterpret_cast<const float*>(p[2] + i * s[2]));
     }
   });
 }
@@ -159,6 +182,11 @@ void binary_typed(kernels::Binary op, const Tensor& out, const Tensor& a, const 
     case B::div: return map2<T, T, T>(out, a, b, [](T x, T y) { return x / y; });
     case B::pow: return map2<T, T, T>(out, a, b, [](T x, T y) { return std::pow(x, y); });
     case B::maximum: return map2<T, T, T>(out, a, b, [](T x, T y) { return x >= y ? x : y; });
+    case B::gelu_backward:
+      if constexpr (std::is_same_v<T, float>)
+        return map2_f32(out, a, b, gelu_backward_f32, [](float dy, float x) { return dy * gelu_grad(x); });
+      else
+        return map2<T, T, T>(out, a, b, [](T dy, T x) { return dy * gelu_grad(x); });
     case B::gt: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x > y; });
     case B::lt: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x < y; });
     case B::eq: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x == y; });
