@@ -28,18 +28,24 @@ void for_each(const StridedLayout<N>& layout, const Body& body, cudaStream_t str
 
 // ---- the ops --------------------------------------------------------------------------
 
+// GELU's tanh form as x sigmoid(2u), u = k (x + c x^3), as on the CPU
+// (tensor/cpu/elementwise.cpp): 0.5 (1 + tanh(u)) = sigmoid(2u), without the
+// cancellation of 1 + tanh(u) for very negative x.
+template <typename T>
+__device__ __forceinline__ T gelu_sigmoid(T x) {
+  const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2/pi)
+  return T(1) / (T(1) + dmath::exp(T(-2) * k * (x + c * x * x * x)));
+}
 template <typename T>
 __device__ __forceinline__ T gelu(T x) {
-  const T k = T(0.7978845608028654);  // sqrt(2/pi)
-  return T(0.5) * x * (T(1) + dmath::tanh(k * (x + T(0.044715) * x * x * x)));
+  return x * gelu_sigmoid(x);
 }
 template <typename T>
 __device__ __forceinline__ T gelu_grad(T x) {
-  // forward: y = 0.5 x (1 + tanh(u)), u = k (x + c x^3)
-  // so dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) k (1 + 3 c x^2)
+  // forward: y = x s, s = sigmoid(2u); so dy/dx = s + 2 x s (1 - s) k (1 + 3 c x^2)
   const T k = T(0.7978845608028654), c = T(0.044715);
-  const T t = dmath::tanh(k * (x + c * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+  const T s = gelu_sigmoid(x);
+  return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }
 
 template <UnaryOp op, typename T>

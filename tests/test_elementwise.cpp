@@ -85,6 +85,31 @@ TEST_CASE("gradcheck unary and scalar ops", "[elementwise][gradcheck]") {
   }
 }
 
+TEST_CASE("float32 gelu and gelu_grad stay close to float64 over [-12, 12]", "[elementwise]") {
+  // Their float32 path is vectorised with its own exponential
+  // (tensor/cpu/vec_math.h); float64 uses libm. Absolute error near zero,
+  // relative error elsewhere, including the far negative tail where gelu
+  // is tiny and a 1 + tanh form would cancel.
+  const std::int64_t n = 24001;
+  std::vector<double> xs(n);
+  for (std::int64_t i = 0; i < n; ++i) xs[i] = -12.0 + 24.0 * static_cast<double>(i) / (n - 1);
+  const Tensor x32 = kernels::cast(from_vector(xs, {n}), DType::f32);
+  const Tensor x64 = kernels::cast(x32, DType::f64);  // the same values
+  for (kernels::Unary op : {kernels::Unary::gelu, kernels::Unary::gelu_grad}) {
+    const auto got = kernels::cast(kernels::unary(op, x32), DType::f64).to_vector<double>();
+    const auto want = kernels::unary(op, x64).to_vector<double>();
+    double worst_abs = 0, worst_rel = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double err = std::abs(got[i] - want[i]);
+      worst_abs = std::max(worst_abs, err);
+      if (std::abs(want[i]) > 1e-3) worst_rel = std::max(worst_rel, err / std::abs(want[i]));
+    }
+    INFO(kernels::unary_name(op) << ": max abs error " << worst_abs << ", max rel error " << worst_rel);
+    CHECK(worst_abs < 5e-6);
+    CHECK(worst_rel < 1e-4);
+  }
+}
+
 TEST_CASE("gelu_backward equals dy * gelu_grad(x) on every layout", "[elementwise]") {
   // The fused backward of gelu against its composition; float32 covers the
   // vectorised contiguous loop (odd length, so its tail too) and the strided one.

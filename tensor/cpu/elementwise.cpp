@@ -13,18 +13,27 @@
 namespace attograd::cpu {
 namespace {
 
+// GELU, tanh form: 0.5 x (1 + tanh(u)) with u = k (x + c x^3), written as
+// x s with s = sigmoid(2u) = 1 / (1 + exp(-2u)), since 0.5 (1 + tanh(u)) =
+// sigmoid(2u): one exponential and one division, about half the vector
+// instructions of a tanh (no sign or small-argument handling). exp(-2u)
+// overflows to inf for very negative x, giving s = 0 as it should.
+template <typename T>
+T gelu_sigmoid(T x) {
+  const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2/pi)
+  return T(1) / (T(1) + exp_of(T(-2) * k * (x + c * x * x * x)));
+}
 template <typename T>
 T gelu(T x) {
-  const T k = T(0.7978845608028654);  // sqrt(2/pi)
-  return T(0.5) * x * (T(1) + tanh_of(k * (x + T(0.044715) * x * x * x)));
+  return x * gelu_sigmoid(x);
 }
 template <typename T>
 T gelu_grad(T x) {
-  // forward: y = 0.5 x (1 + tanh(u)), u = k (x + c x^3)
-  // so dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) k (1 + 3 c x^2)
+  // forward: y = x s, s = sigmoid(2u), u = k (x + c x^3)
+  // so dy/dx = s + x s (1 - s) 2 du/dx = s + 2 x s (1 - s) k (1 + 3 c x^2)
   const T k = T(0.7978845608028654), c = T(0.044715);
-  const T t = tanh_of(k * (x + c * x * x * x));
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * k * (T(1) + T(3) * c * x * x);
+  const T s = gelu_sigmoid(x);
+  return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }
 
 template <typename T>
