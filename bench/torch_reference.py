@@ -415,6 +415,13 @@ def main():
     parser.add_argument("--benchmark_list_tests", action="store_true")
     args = parser.parse_args()
 
+    # torch.set_num_threads sizes torch's own pool but not OpenBLAS's, which
+    # starts one thread per core unless told otherwise before it loads: "1
+    # thread" then ran its GEMMs on 2 (matmul/2048 at 196 GFLOP/s, above one
+    # core's peak). So the script runs itself again with OpenBLAS limited too.
+    if args.threads > 0 and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.threads))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
@@ -442,6 +449,7 @@ def main():
         "load_avg": list(os.getloadavg()), "library_build_type": "release",
         "framework": f"torch {torch.__version__}", "threads": str(torch.get_num_threads()),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+        "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "(unset)"),
     }
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {context['load_avg']}")
     print(f"{'Benchmark':<52}{'Time':>14}{'Iterations':>12}  Counters")

@@ -244,25 +244,46 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x
     const scalar_t *means = mean.data<scalar_t>(), *rstds = rstd.data<scalar_t>();
     const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
     scalar_t* dxs = grads.dx.data<scalar_t>();
+    // dw and db gather each group of kGroup rows in scalar_t (full-width
+    // vector adds) before adding it into the float64 partials.
+    constexpr std::int64_t kGroup = 8;
     parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
-      std::vector<scalar_t> xhat(n), dxhat(n);  // one row's
+      std::vector<scalar_t> xhat_row(n), dxhat_row(n), dw_row(n), db_row(n);
+      scalar_t* __restrict xhat = xhat_row.data();
+      scalar_t* __restrict dxhat = dxhat_row.data();
+      scalar_t* __restrict dw_group = dw_row.data();
+      scalar_t* __restrict db_group = db_row.data();
       for (std::int64_t block = block_begin; block < block_end; ++block) {
-        double* dw = dw_partial.data() + block * n;
-        double* db = db_partial.data() + block * n;
+        double* __restrict dw = dw_partial.data() + block * n;
+        double* __restrict db = db_partial.data() + block * n;
         const std::int64_t row_end = std::min(rows, (block + 1) * block_rows);
-        for (std::int64_t r = block * block_rows; r < row_end; ++r) {
-          const scalar_t *xr = xs + r * n, *dyr = dys + r * n;
-          scalar_t* dxr = dxs + r * n;
-          const scalar_t mu = means[r], rs = rstds[r];
-          for (std::int64_t i = 0; i < n; ++i) xhat[i] = (xr[i] - mu) * rs;
-          for (std::int64_t i = 0; i < n; ++i) dxhat[i] = w ? dyr[i] * w[i] : dyr[i];
-          for (std::int64_t i = 0; i < n; ++i) dw[i] += double(dyr[i]) * xhat[i];
-          for (std::int64_t i = 0; i < n; ++i) db[i] += dyr[i];
-          const auto mean_dxhat =
-              static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
-          const auto mean_dxhat_xhat =
-              static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
-          for (std::int64_t i = 0; i < n; ++i) dxr[i] = rs * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+        for (std::int64_t r0 = block * block_rows; r0 < row_end; r0 += kGroup) {
+          std::fill(dw_group, dw_group + n, scalar_t(0));
+          std::fill(db_group, db_group + n, scalar_t(0));
+          for (std::int64_t r = r0; r < std::min(row_end, r0 + kGroup); ++r) {
+            const scalar_t* __restrict xr = xs + r * n;
+            const scalar_t* __restrict dyr = dys + r * n;
+            scalar_t* __restrict dxr = dxs + r * n;
+            const scalar_t mu = means[r], rs = rstds[r];
+            for (std::int64_t i = 0; i < n; ++i) {
+              xhat[i] = (xr[i] - mu) * rs;
+              dw_group[i] += dyr[i] * xhat[i];
+              db_group[i] += dyr[i];
+            }
+            if (w)
+              for (std::int64_t i = 0; i < n; ++i) dxhat[i] = dyr[i] * w[i];
+            else
+              std::copy(dyr, dyr + n, dxhat);
+            const auto mean_dxhat =
+                static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
+            const auto mean_dxhat_xhat =
+                static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
+            for (std::int64_t i = 0; i < n; ++i) dxr[i] = rs * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+          }
+          for (std::int64_t i = 0; i < n; ++i) {
+            dw[i] += dw_group[i];
+            db[i] += db_group[i];
+          }
         }
       }
     });
