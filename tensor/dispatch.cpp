@@ -14,6 +14,15 @@
 namespace attograd::kernels {
 namespace {
 
+// Kernels that read their operands as packed rows (row ops, gathers, a GEMM's
+// bias) get them contiguous from here, the same for both devices; an
+// undefined optional operand stays undefined.
+Tensor dense(const Tensor& t) { return t.defined() ? contiguous(t) : t; }
+
+// The attention kernels read (B, H, T, D) rows through strides but need each
+// row itself contiguous: a copy only when its last dim is strided.
+Tensor rows_contiguous(const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); }
+
 void check_defined(const char* op, const Tensor& t, const char* what) {
   AG_CHECK(t.defined(), op, "{} is an undefined tensor", what);
 }
@@ -212,7 +221,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
     AG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(-1), "matmul", "bias {} does not match the {} columns of b {}",
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
-  if (!a.device().is_cuda()) return cpu::matmul(a, b, batch, bias.defined() ? contiguous(bias) : bias);
+  if (!a.device().is_cuda()) return cpu::matmul(a, b, batch, dense(bias));
   Tensor out = gpu::matmul(a, b, batch);
   if (bias.defined()) add_(out, bias);
   return out;
@@ -270,24 +279,25 @@ void check_channel_param(const Tensor& x, const Tensor& p, const char* what) {
 
 Tensor softmax_forward(const Tensor& x) {
   check_rows("softmax", x, "input");
-  return x.device().is_cuda() ? gpu::softmax_forward(x) : cpu::softmax_forward(x);
+  return x.device().is_cuda() ? gpu::softmax_forward(dense(x)) : cpu::softmax_forward(dense(x));
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("softmax backward", y, "output");
   check_like("softmax backward", y, "output", dy, "grad");
-  return y.device().is_cuda() ? gpu::softmax_backward(y, dy) : cpu::softmax_backward(y, dy);
+  return y.device().is_cuda() ? gpu::softmax_backward(dense(y), dense(dy)) : cpu::softmax_backward(dense(y), dense(dy));
 }
 
 Tensor log_softmax_forward(const Tensor& x) {
   check_rows("log_softmax", x, "input");
-  return x.device().is_cuda() ? gpu::log_softmax_forward(x) : cpu::log_softmax_forward(x);
+  return x.device().is_cuda() ? gpu::log_softmax_forward(dense(x)) : cpu::log_softmax_forward(dense(x));
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("log_softmax backward", y, "output");
   check_like("log_softmax backward", y, "output", dy, "grad");
-  return y.device().is_cuda() ? gpu::log_softmax_backward(y, dy) : cpu::log_softmax_backward(y, dy);
+  return y.device().is_cuda() ? gpu::log_softmax_backward(dense(y), dense(dy))
+                              : cpu::log_softmax_backward(dense(y), dense(dy));
 }
 
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -296,8 +306,8 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const 
   check_channel_param(x, bias, "bias");
   AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
   AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
-  return x.device().is_cuda() ? gpu::layer_norm_forward(x, weight, bias, eps)
-                              : cpu::layer_norm_forward(x, weight, bias, eps);
+  return x.device().is_cuda() ? gpu::layer_norm_forward(dense(x), dense(weight), dense(bias), eps)
+                              : cpu::layer_norm_forward(dense(x), dense(weight), dense(bias), eps);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -314,8 +324,9 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     AG_CHECK(stat->sizes() == rows, op, "saved statistic is {}, expected {}", shape_str(stat->sizes()),
              shape_str(rows));
   }
-  return x.device().is_cuda() ? gpu::layer_norm_backward(dy, x, weight, mean, rstd)
-                              : cpu::layer_norm_backward(dy, x, weight, mean, rstd);
+  return x.device().is_cuda()
+             ? gpu::layer_norm_backward(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd))
+             : cpu::layer_norm_backward(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd));
 }
 
 Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
@@ -324,7 +335,8 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   check_int64("embedding", ids, "ids");
   check_same_device("embedding", weight, ids);
   check_indices("embedding", ids, weight.size(0), "id", "rows");
-  return weight.device().is_cuda() ? gpu::embedding_forward(weight, ids) : cpu::embedding_forward(weight, ids);
+  return weight.device().is_cuda() ? gpu::embedding_forward(dense(weight), dense(ids))
+                                   : cpu::embedding_forward(dense(weight), dense(ids));
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
@@ -338,8 +350,8 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
            shape_str(dy.sizes()), shape_str(expected));
   AG_CHECK(num_rows > 0, op, "num_rows must be positive, got {}", num_rows);
   check_indices(op, ids, num_rows, "id", "rows");
-  return dy.device().is_cuda() ? gpu::embedding_backward(dy, ids, num_rows)
-                               : cpu::embedding_backward(dy, ids, num_rows);
+  return dy.device().is_cuda() ? gpu::embedding_backward(dense(dy), dense(ids), num_rows)
+                               : cpu::embedding_backward(dense(dy), dense(ids), num_rows);
 }
 
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
@@ -351,8 +363,8 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
            shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
   check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
-  return logits.device().is_cuda() ? gpu::cross_entropy_forward(logits, targets, ignore_index)
-                                   : cpu::cross_entropy_forward(logits, targets, ignore_index);
+  return logits.device().is_cuda() ? gpu::cross_entropy_forward(dense(logits), dense(targets), ignore_index)
+                                   : cpu::cross_entropy_forward(dense(logits), dense(targets), ignore_index);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -371,8 +383,9 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
-  return logits.device().is_cuda() ? gpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss)
-                                   : cpu::cross_entropy_backward(logits, targets, lse, ignore_index, count, dloss);
+  const Tensor x = dense(logits), t = dense(targets), l = dense(lse);
+  return x.device().is_cuda() ? gpu::cross_entropy_backward(x, t, l, ignore_index, count, dloss)
+                              : cpu::cross_entropy_backward(x, t, l, ignore_index, count, dloss);
 }
 
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {
@@ -440,8 +453,6 @@ AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in,
   }
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
-  // The kernels read rows through strides but need each row contiguous.
-  auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
   return q.device().is_cuda() ? gpu::attention_forward(q, k, v, mask, options)
                               : cpu::attention_forward(q, k, v, mask, options);
@@ -467,13 +478,11 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
              "gradient output {} must have its input's shape {} and contiguous rows", grad->str(),
              shape_str(input->sizes()));
   }
-  auto rows_contiguous = [](const Tensor& x) { return x.size(-1) <= 1 || x.stride(-1) == 1 ? x : clone(x); };
-  if (!q.device().is_cuda())
-    return cpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
-                                   rows_contiguous(v), mask, rows_contiguous(out), lse, options, into);
+  const Tensor d = rows_contiguous(dout), qr = rows_contiguous(q), kr = rows_contiguous(k), vr = rows_contiguous(v);
+  const Tensor o = rows_contiguous(out);
+  if (!q.device().is_cuda()) return cpu::attention_backward(d, qr, kr, vr, mask, o, lse, options, into);
   // The CUDA kernels write contiguous gradients; outputs asked for get a copy.
-  AttentionGrads g = gpu::attention_backward(rows_contiguous(dout), rows_contiguous(q), rows_contiguous(k),
-                                             rows_contiguous(v), mask, rows_contiguous(out), lse, options);
+  AttentionGrads g = gpu::attention_backward(d, qr, kr, vr, mask, o, lse, options);
   for (auto [grad, computed] : {std::pair{&into.dq, &g.dq}, std::pair{&into.dk, &g.dk}, std::pair{&into.dv, &g.dv}})
     if (grad->defined()) {
       copy_(*grad, *computed);

@@ -1,6 +1,6 @@
 // Gathers and joins on the CPU: embedding rows picked by id (and their
-// scatter-add backward), and concatenation. Ids arrive range-checked by
-// tensor/dispatch.cpp.
+// scatter-add backward), and concatenation. Ids arrive range-checked, and
+// every operand contiguous, from tensor/dispatch.cpp.
 #include <cstring>
 
 #include "tensor/cpu/cpu_kernels.h"
@@ -8,8 +8,7 @@
 
 namespace attograd::cpu {
 
-Tensor embedding_forward(const Tensor& weight_in, const Tensor& ids_in) {
-  const Tensor weight = kernels::contiguous(weight_in), ids = kernels::contiguous(ids_in);
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   const std::int64_t channels = weight.size(1), count = ids.numel();
   Shape out_shape = ids.sizes();
   out_shape.push_back(channels);
@@ -26,9 +25,8 @@ Tensor embedding_forward(const Tensor& weight_in, const Tensor& ids_in) {
   return out;
 }
 
-Tensor embedding_backward(const Tensor& dy_in, const Tensor& ids_in, std::int64_t num_rows) {
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
   // forward: out[i] = weight[ids[i]]; so dweight[v] = sum of dy[i] over every i with ids[i] == v
-  const Tensor dy = kernels::contiguous(dy_in), ids = kernels::contiguous(ids_in);
   const std::int64_t channels = dy.size(-1), count = ids.numel();
   Tensor dweight = zeros({num_rows, channels}, dy.options());  // (V, C)
   const std::int64_t* id = ids.data<std::int64_t>();

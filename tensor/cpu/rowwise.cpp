@@ -1,7 +1,7 @@
 // Row ops on the CPU: softmax, log_softmax, layer_norm and cross-entropy, all
-// over the last dim. Each input is made contiguous and read as (rows, n);
-// rows are independent, so they are split across threads when the work is
-// large enough.
+// over the last dim. Inputs arrive contiguous (tensor/dispatch.cpp) and are
+// read as (rows, n); rows are independent, so they are split across threads
+// when the work is large enough.
 //
 // Sums and maxima within a row use kLanes partial accumulators. Without
 // -ffast-math the compiler must keep one running sum in program order and so
@@ -99,8 +99,7 @@ RowShape row_shape(const Tensor& x) {
 
 // ---- softmax ---------------------------------------------------------------------
 
-Tensor softmax_forward(const Tensor& x_in) {
-  const Tensor x = kernels::contiguous(x_in);
+Tensor softmax_forward(const Tensor& x) {
   Tensor y = empty(x.sizes(), x.options());
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
@@ -120,9 +119,8 @@ Tensor softmax_forward(const Tensor& x_in) {
   return y;
 }
 
-Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
+Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   // forward: y = softmax(x); so dx = y * (dy - sum(dy * y))
-  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
   Tensor dx = empty(y.sizes(), y.options());
   const RowShape shape = row_shape(y);
   const std::int64_t rows = shape.rows, n = shape.n;
@@ -139,8 +137,7 @@ Tensor softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
   return dx;
 }
 
-Tensor log_softmax_forward(const Tensor& x_in) {
-  const Tensor x = kernels::contiguous(x_in);
+Tensor log_softmax_forward(const Tensor& x) {
   Tensor y = empty(x.sizes(), x.options());
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
@@ -157,9 +154,8 @@ Tensor log_softmax_forward(const Tensor& x_in) {
   return y;
 }
 
-Tensor log_softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
+Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   // forward: y = x - log(sum(exp(x))); so dx = dy - exp(y) * sum(dy)
-  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
   Tensor dx = empty(y.sizes(), y.options());
   const RowShape shape = row_shape(y);
   const std::int64_t rows = shape.rows, n = shape.n;
@@ -179,11 +175,8 @@ Tensor log_softmax_backward(const Tensor& y_in, const Tensor& dy_in) {
 
 // ---- layer_norm ------------------------------------------------------------------
 
-kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                             double eps) {
-  const Tensor x = kernels::contiguous(x_in);
-  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
-  const Tensor bias = bias_in.defined() ? kernels::contiguous(bias_in) : Tensor();
   const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
   kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
                                empty(row_sizes, x.options())};
@@ -218,14 +211,11 @@ kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& we
   return out;
 }
 
-kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
-                                            const Tensor& mean_in, const Tensor& rstd_in) {
+kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                            const Tensor& mean, const Tensor& rstd) {
   // forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
   //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
   //   dw = sum over rows of dy * xhat,  db = sum over rows of dy
-  const Tensor dy = kernels::contiguous(dy_in), x = kernels::contiguous(x_in);
-  const Tensor mean = kernels::contiguous(mean_in), rstd = kernels::contiguous(rstd_in);
-  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
   kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
@@ -305,9 +295,8 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x
 
 // ---- cross-entropy ---------------------------------------------------------------
 
-kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const Tensor& targets_in,
+kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                                   std::int64_t ignore_index) {
-  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
   const std::int64_t rows = logits.size(0), n = logits.size(1);
   kernels::CrossEntropyResult out{empty({}, logits.options()), empty({rows}, logits.options()), 0};
   const std::int64_t* t = targets.data<std::int64_t>();
@@ -336,12 +325,10 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in, const Tensor& lse_in,
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               std::int64_t ignore_index, std::int64_t count, double dloss) {
   // forward: loss = sum over counted rows of (lse - x[target]) / count;
   // so dx = (softmax(x) - onehot(target)) * dloss / count, with softmax(x) = exp(x - lse)
-  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
-  const Tensor lse = kernels::contiguous(lse_in);
   const std::int64_t rows = logits.size(0), n = logits.size(1);
   Tensor dx = empty(logits.sizes(), logits.options());
   const std::int64_t* t = targets.data<std::int64_t>();

@@ -1,13 +1,12 @@
 // Gathers and joins on CUDA tensors: embedding rows picked by id (and their
-// scatter-add backward), and concatenation. Ids arrive range-checked by
-// tensor/dispatch.cpp.
+// scatter-add backward), and concatenation. Ids arrive range-checked, and
+// every operand contiguous, from tensor/dispatch.cpp.
 #include "tensor/cuda/gpu_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {
 
-Tensor embedding_forward(const Tensor& weight_in, const Tensor& ids_in) {
-  const Tensor weight = kernels::contiguous(weight_in), ids = kernels::contiguous(ids_in);
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   const std::int64_t channels = weight.size(1);
   Shape out_shape = ids.sizes();
   out_shape.push_back(channels);
@@ -19,8 +18,7 @@ Tensor embedding_forward(const Tensor& weight_in, const Tensor& ids_in) {
   return out;
 }
 
-Tensor embedding_backward(const Tensor& dy_in, const Tensor& ids_in, std::int64_t num_rows) {
-  const Tensor dy = kernels::contiguous(dy_in), ids = kernels::contiguous(ids_in);
+Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
   const std::int64_t channels = dy.size(-1);
   Tensor dweight = empty({num_rows, channels}, dy.options());  // (V, C), zeroed by the launcher
   AG_DISPATCH_FLOAT(dy.dtype(), "embedding backward", [&] {

@@ -1,5 +1,5 @@
 // Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
-// Inputs are made contiguous and read as (rows, n), as on the CPU.
+// Inputs arrive contiguous (tensor/dispatch.cpp) and are read as (rows, n), as on the CPU.
 #include "tensor/cuda/gpu_kernels.h"
 #include "tensor/cuda/launch.h"
 
@@ -7,8 +7,7 @@ namespace attograd::gpu {
 namespace {
 
 template <typename Launch>
-Tensor row_op(const char* op, const Tensor& x_in, Launch launch) {
-  const Tensor x = kernels::contiguous(x_in);
+Tensor row_op(const char* op, const Tensor& x, Launch launch) {
   Tensor y = empty(x.sizes(), x.options());
   const auto [rows, n] = row_shape(x);
   AG_DISPATCH_FLOAT(x.dtype(), op, [&] { launch(y.data<scalar_t>(), x.data<scalar_t>(), rows, n, stream_of(x)); });
@@ -16,8 +15,7 @@ Tensor row_op(const char* op, const Tensor& x_in, Launch launch) {
 }
 
 template <typename Launch>
-Tensor row_op_backward(const char* op, const Tensor& y_in, const Tensor& dy_in, Launch launch) {
-  const Tensor y = kernels::contiguous(y_in), dy = kernels::contiguous(dy_in);
+Tensor row_op_backward(const char* op, const Tensor& y, const Tensor& dy, Launch launch) {
   Tensor dx = empty(y.sizes(), y.options());
   const auto [rows, n] = row_shape(y);
   AG_DISPATCH_FLOAT(y.dtype(), op, [&] {
@@ -61,11 +59,8 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
 
 // ---- layer_norm ------------------------------------------------------------------------
 
-kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                             double eps) {
-  const Tensor x = kernels::contiguous(x_in);
-  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
-  const Tensor bias = bias_in.defined() ? kernels::contiguous(bias_in) : Tensor();
   const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
   kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
                                empty(row_sizes, x.options())};
@@ -78,11 +73,8 @@ kernels::LayerNormResult layer_norm_forward(const Tensor& x_in, const Tensor& we
   return out;
 }
 
-kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
-                                            const Tensor& mean_in, const Tensor& rstd_in) {
-  const Tensor dy = kernels::contiguous(dy_in), x = kernels::contiguous(x_in);
-  const Tensor mean = kernels::contiguous(mean_in), rstd = kernels::contiguous(rstd_in);
-  const Tensor weight = weight_in.defined() ? kernels::contiguous(weight_in) : Tensor();
+kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                            const Tensor& mean, const Tensor& rstd) {
   const auto [rows, n] = row_shape(x);
   kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
   if (weight.defined()) grads.dweight = empty({n}, x.options());
@@ -98,9 +90,8 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy_in, const Tensor& x
 
 // ---- cross-entropy -----------------------------------------------------------------------
 
-kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const Tensor& targets_in,
+kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                                   std::int64_t ignore_index) {
-  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
   const std::int64_t rows = logits.size(0), n = logits.size(1);
   kernels::CrossEntropyResult out{empty({}, logits.options()), empty({rows}, logits.options()), 0};
   Tensor count = empty({}, {DType::i64, logits.device()});
@@ -115,10 +106,8 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits_in, const
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits_in, const Tensor& targets_in, const Tensor& lse_in,
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               std::int64_t ignore_index, std::int64_t count, double dloss) {
-  const Tensor logits = kernels::contiguous(logits_in), targets = kernels::contiguous(targets_in);
-  const Tensor lse = kernels::contiguous(lse_in);
   const std::int64_t rows = logits.size(0), n = logits.size(1);
   Tensor dx = empty(logits.sizes(), logits.options());
   const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
