@@ -416,7 +416,16 @@ Tensor cat(const std::vector<Tensor>& xs, int dim) {
              shape_str(x.sizes()), shape_str(first.sizes()), d);
     out_shape[d] += x.sizes()[d];
   }
-  return first.device().is_cuda() ? gpu::cat(xs, d, out_shape) : cpu::cat(xs, d, out_shape);
+  // Each piece is copied into its slice of the output: a view of `out` with the
+  // piece's sizes, at an offset along d. copy_ walks any layout on either
+  // device, so non-contiguous pieces need no copy of their own.
+  Tensor out = empty(out_shape, first.options());
+  std::int64_t start = 0;
+  for (const Tensor& x : xs) {
+    if (x.numel() > 0) copy_(make_view(out, x.sizes(), out.strides(), out.offset() + start * out.strides()[d]), x);
+    start += x.sizes()[d];
+  }
+  return out;
 }
 
 }  // namespace attograd::kernels

@@ -1,6 +1,6 @@
-// Gathers and joins on the CPU: embedding rows picked by id (and their
-// scatter-add backward), and concatenation. Ids arrive range-checked, and
-// every operand contiguous, from tensor/dispatch.cpp.
+// Gathers on the CPU: embedding rows picked by id, and their scatter-add
+// backward. Ids arrive range-checked, and every operand contiguous, from
+// tensor/dispatch.cpp (which also holds cat: copies, the same on both devices).
 #include <cstring>
 
 #include "tensor/cpu/cpu_kernels.h"
@@ -46,19 +46,6 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
     });
   });
   return dweight;
-}
-
-Tensor cat(const std::vector<Tensor>& xs, int dim, const Shape& out_shape) {
-  // Each piece is copied into its slice of the output: a view of `out` with the
-  // piece's sizes, at an offset along `dim`. copy_ walks any input layout, so
-  // non-contiguous pieces need no copy of their own.
-  Tensor out = empty(out_shape, xs[0].options());
-  std::int64_t start = 0;
-  for (const Tensor& x : xs) {
-    if (x.numel() > 0) copy_(make_view(out, x.sizes(), out.strides(), out.offset() + start * out.strides()[dim]), x);
-    start += x.sizes()[dim];
-  }
-  return out;
 }
 
 }  // namespace attograd::cpu
