@@ -23,6 +23,8 @@
 //    philox_uniform(seed, offset, i) < p, identically in both paths.
 //  - return_weights gives the softmax weights (B, H, Tq, Tk) before dropout,
 //    for inspection: they carry no gradient (in either path).
+#include <vector>
+
 #include "tensor/rng.h"
 #include "tensor/tensor.h"
 
@@ -50,6 +52,10 @@ struct AttentionOutput {
 };
 
 AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
+
+// (B, T, n * H * D) holding n projections side by side (q, k, v of a packed
+// Linear) -> n differentiable (B, H, T, D) views of it, no copy.
+std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads);
 
 // Self-attention on one packed projection, as MultiHeadAttention's qkv Linear
 // makes it: qkv (B, T, 3 * num_heads * D) holds q, k, v side by side, each

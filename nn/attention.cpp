@@ -81,20 +81,10 @@ Tensor MultiHeadAttention::split_heads(const Tensor& x) const {
   return transpose(view(x, {x.size(0), x.size(1), config_.num_heads, head_dim()}), 1, 2);
 }
 
-namespace {
-// (B, T, n*C) holding n projections side by side -> n views (B, H, T, D), no copy.
-std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads, std::int64_t d) {
-  const Tensor x = permute(view(packed, {packed.size(0), packed.size(1), n, heads, d}), {2, 0, 3, 1, 4});
-  std::vector<Tensor> out;
-  for (std::int64_t i = 0; i < n; ++i) out.push_back(select(x, 0, i));  // (B, H, T, D)
-  return out;
-}
-}  // namespace
-
 AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key, const Tensor& value,
                                          const AttendOptions& options) const {
   const char* op = "MultiHeadAttention";
-  const std::int64_t C = config_.d_model, H = config_.num_heads, D = head_dim();
+  const std::int64_t C = config_.d_model, H = config_.num_heads;
   AG_CHECK(query.defined() && key.defined() && value.defined(), op, "query, key or value is undefined");
   AG_CHECK(query.dim() == 3 && key.dim() == 3 && value.dim() == 3, op,
            "query, key, value must be (B, T, C), got {}, {}, {}", shape_str(query.sizes()), shape_str(key.sizes()),
@@ -125,14 +115,14 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
 
   Tensor q, k, v;  // (B, H, T, D)
   if (self) {
-    const auto heads = split_packed_heads(qkv(query), 3, H, D);
+    const auto heads = split_packed_heads(qkv(query), 3, H);
     q = heads[0], k = heads[1], v = heads[2];
   } else {
     q = split_heads(linear(query, w_q(), b_q()));
     if (key.same(value)) {
       const Tensor w_kv = narrow(qkv.weight, 0, C, 2 * C);
       const Tensor b_kv = qkv.bias.defined() ? narrow(qkv.bias, 0, C, 2 * C) : Tensor();
-      const auto heads = split_packed_heads(linear(key, w_kv, b_kv), 2, H, D);
+      const auto heads = split_packed_heads(linear(key, w_kv, b_kv), 2, H);
       k = heads[0], v = heads[1];
     } else {
       k = split_heads(linear(key, w_k(), b_k()));

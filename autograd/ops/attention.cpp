@@ -157,15 +157,21 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   return attention_fused(q, k, v, options, ko);
 }
 
+std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads) {
+  const std::int64_t d = packed.size(-1) / (n * heads);
+  const Tensor x = permute(view(packed, {packed.size(0), packed.size(1), n, heads, d}), {2, 0, 3, 1, 4});
+  std::vector<Tensor> out;
+  for (std::int64_t i = 0; i < n; ++i) out.push_back(select(x, 0, i));  // (B, H, T, D)
+  return out;
+}
+
 AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, const AttentionOptions& options) {
   AG_CHECK(qkv.defined(), "attention_packed", "qkv is an undefined tensor");
   AG_CHECK(qkv.dim() == 3 && num_heads > 0 && qkv.size(2) % (3 * num_heads) == 0, "attention_packed",
            "qkv must be (B, T, 3 * num_heads * D), got {} with num_heads = {}", shape_str(qkv.sizes()), num_heads);
   if (options.impl == AttentionImpl::composed) {
-    // The three heads as differentiable views: (B, T, 3, H, D) -> (3, B, H, T, D).
-    const Tensor x = permute(view(qkv, {qkv.size(0), qkv.size(1), 3, num_heads, qkv.size(2) / (3 * num_heads)}),
-                             {2, 0, 3, 1, 4});
-    return attention(select(x, 0, 0), select(x, 0, 1), select(x, 0, 2), options);
+    const auto heads = split_packed_heads(qkv, 3, num_heads);  // differentiable views
+    return attention(heads[0], heads[1], heads[2], options);
   }
   const auto [q, k, v] = packed_heads(qkv, num_heads);
   return attention_fused_packed(qkv, num_heads, options, checked_kernel_options(q, k, v, options));
