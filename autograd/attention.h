@@ -38,7 +38,7 @@ enum class AttentionImpl {
 
 struct AttentionOptions {
   bool causal = false;
-  Tensor mask;                     // bool, broadcastable to (B, H, Tq, Tk); true = hidden
+  Tensor mask{};                   // bool, broadcastable to (B, H, Tq, Tk); true = hidden
   double dropout_p = 0.0;          // on the attention weights
   bool training = true;            // dropout is the identity when false
   Generator* generator = nullptr;  // for dropout; nullptr = default_generator()

@@ -59,7 +59,7 @@ class KVCacheLayer {
 };
 
 struct AttendOptions {
-  Tensor mask;                    // bool, broadcastable to (B, H, Tq, Tk); true = hidden
+  Tensor mask{};                  // bool, broadcastable to (B, H, Tq, Tk); true = hidden
   bool return_weights = false;    // also return the (B, H, Tq, Tk) weights (before dropout, no gradient)
   KVCacheLayer* cache = nullptr;  // self-attention only: attend over cached keys/values plus the new ones
 };
