@@ -1,0 +1,43 @@
+# ctest case install_find_package: `cmake --install` the build into a temporary
+# prefix, then configure, build and run tests/install/consumer against that
+# prefix alone, as a user's project outside the tree would.
+#   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCXX_COMPILER=... -DGENERATOR=... -P check_install.cmake
+foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR CXX_COMPILER GENERATOR)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "check_install.cmake: -D${var}=... is required")
+  endif()
+endforeach()
+
+function(run what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${WORK_DIR})
+run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+# What a user gets: the layout the README promises, and no private header.
+foreach(file include/attograd/tensor/tensor.h include/attograd/autograd/ops.h include/attograd/nn/gpt.h
+             include/attograd/train/optimizer.h include/attograd/cuda/runtime.h
+             lib/libattograd.a lib/libattograd_train.a bin/attograd
+             lib/cmake/attograd/attogradConfig.cmake lib/cmake/attograd/attogradConfigVersion.cmake)
+  if(NOT EXISTS ${prefix}/${file})
+    message(FATAL_ERROR "install: ${prefix}/${file} is missing")
+  endif()
+endforeach()
+foreach(private include/attograd/tensor/cpu include/attograd/tensor/cuda include/attograd/autograd/ops
+                include/attograd/cuda/launchers.h)
+  if(EXISTS ${prefix}/${private})
+    message(FATAL_ERROR "install: a private file was installed: ${prefix}/${private}")
+  endif()
+endforeach()
+run("the installed program" ${prefix}/bin/attograd --version)
+
+run("configuring the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
+run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
+run("running the consumer" ${WORK_DIR}/build/consumer)
+file(REMOVE_RECURSE ${WORK_DIR})
