@@ -284,9 +284,8 @@ TEST_CASE("text data: vocabulary by code point, disjoint split, contiguous windo
       found = std::equal(x.begin() + r * 16, x.begin() + r * 16 + 16, ids.begin() + s) && ids[s + 16] == y[r * 16 + 15];
     CHECK(found);
   }
-  const auto eval = data.eval_batches(3, 16);
-  REQUIRE(!eval.empty());
-  CHECK(eval[0].tokens.to_vector<std::int64_t>()[0] == ids[data.train_tokens()]);  // validation starts after training
+  const Batch eval = data.eval_batch(0, 3, 16);
+  CHECK(eval.tokens.to_vector<std::int64_t>()[0] == ids[data.train_tokens()]);  // validation starts after training
   REQUIRE_THROWS_WITH(data.train_batch(0, 1, 100000), Catch::Contains("[--data]") && Catch::Contains("too short"));
   // A checkpoint's vocabulary must cover a new file.
   REQUIRE_THROWS_WITH(TextData("xyz!", "new.txt", 1, Tokenizer::from_text("xyz")),
@@ -637,7 +636,7 @@ TEST_CASE("exact match from one forward pass equals greedy decoding of every ans
   train_command(o, null_out());
   LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
   Task task({TaskKind::add, 2, o.seed, o.heldout});
-  const EvalResult fast = evaluate(*ck.model, task, 500);
+  const EvalResult fast = evaluate(*ck.model, task);
   std::int64_t exact = 0;
   const Tokenizer& tok = task.tokenizer();
   for (const Problem& p : task.heldout()) {

@@ -156,9 +156,16 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
 
   // ---- eval
   EvalOptions eval;
-  CLI::App* eval_cmd = app.add_subcommand("eval", "Held-out loss and, for tasks, exact-match accuracy of a checkpoint");
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "Held-out loss over the whole held-out set and, for tasks, exact-match accuracy of a checkpoint");
   eval_cmd->add_option("--ckpt", eval.ckpt, "Checkpoint file")->required();
   eval_cmd->add_option("--data", eval.data, "Text runs: evaluate on this file instead of the one trained on");
+  std::int64_t eval_max_batches = 0;
+  CLI::Option* max_batches_opt = add_number(
+      *eval_cmd, "--max-batches", eval_max_batches,
+      "Read only the first N batches of the held-out set (default: all of it, every window of a text's validation "
+      "split)")
+      ->default_str("all");
   add_number(*eval_cmd, "--threads", eval.threads, "CPU threads (0: every core)");
   eval_cmd->add_option("--device", eval.device, "cpu or cuda");
 
@@ -226,7 +233,8 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
       sample.use_cache = !no_cache;
       sample_command(sample, out);
     } else if (eval_cmd->parsed()) {
-      eval_command(eval, out);
+      if (max_batches_opt->count() > 0) eval.max_batches = eval_max_batches;
+      eval_command(eval, out, err);
     } else if (attention_cmd->parsed()) {
       attention_command(attention, out);
     } else {

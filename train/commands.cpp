@@ -1,6 +1,7 @@
 // `attograd sample`, `eval` and `attention`: each loads a checkpoint and asks
 // one thing of the model. (`train` is in train/trainer.cpp.)
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -12,6 +13,7 @@
 #include "train/evaluate.h"
 #include "train/generate.h"
 #include "train/model.h"
+#include "train/progress.h"
 #include "train/safetensors.h"
 #include "train/svg.h"
 #include "train/tasks.h"
@@ -28,6 +30,8 @@ Device checked_device(const std::string& name) {
   if (name == "cuda") validate(probe);
   return name == "cuda" ? Device::cuda() : Device::cpu();
 }
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void set_threads(int threads) {
   AG_CHECK(threads >= 0 && threads <= 1024, "--threads", "must be in [1, 1024] (0: every core), got {}", threads);
@@ -75,7 +79,10 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   return text;
 }
 
-EvalSummary eval_command(const EvalOptions& o, std::FILE* out) {
+EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progress) {
+  if (o.max_batches)
+    AG_CHECK(*o.max_batches >= 1, "--max-batches", "must be >= 1 (leave it out to read every batch), got {}",
+             *o.max_batches);
   const Device device = checked_device(o.device);
   set_threads(o.threads);
   LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
@@ -86,13 +93,36 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out) {
   }
   const auto data = make_dataset(config, &ckpt.info.tokenizer);
   if (!device.is_cpu()) ckpt.model->to(device);
-  const EvalResult r = evaluate(*ckpt.model, *data, 500, device);
-  std::string line = fmt::format("{} (step {}): held-out loss {:.4f} over {} sequences", o.ckpt, ckpt.info.step, r.loss,
-                                 r.examples);
+
+  const std::int64_t block = ckpt.model->config().block_size;
+  EvaluateOptions options{.batch = eval_batch_rows(ckpt.model->config()), .device = device};
+  const std::int64_t batches = ceil_div(data->eval_sequences(block), options.batch);
+  if (o.max_batches && *o.max_batches < batches) options.max_sequences = *o.max_batches * options.batch;
+  CountProgress shown(progress, "eval", config.data.empty() ? "problems" : "windows",
+                      {.interactive = progress != nullptr && ::isatty(::fileno(progress)) == 1});
+  options.after_batch = [&](std::int64_t done, std::int64_t total) { shown.update(done, total); };
+  const EvalResult r = evaluate(*ckpt.model, *data, options);
+  shown.finish();
+
+  // "over the whole validation split: all 4,120 windows of 64 characters (263,680 tokens)", or
+  // "over the first 1,000 of 4,120 windows of 64 characters of the validation split (64,000 tokens;
+  // --max-batches 2 of 9 batches)"; a task's held-out problems likewise.
+  const std::string capped =
+      r.whole() ? "" : fmt::format("; --max-batches {} of {} batches", r.batches, r.total_batches);
+  const std::string covered = r.whole() ? coverage(r) : "the first " + coverage(r);
+  std::string line = fmt::format("{} (step {}): held-out loss {:.4f} over ", o.ckpt, ckpt.info.step, r.loss);
+  if (config.data.empty())
+    line += fmt::format("{} held-out problems ({} answer tokens{})", covered, thousands(r.targets), capped);
+  else if (r.whole())
+    line += fmt::format("the whole validation split: {} windows of {} characters ({} tokens)", covered, block,
+                        thousands(r.targets));
+  else
+    line += fmt::format("{} windows of {} characters of the validation split ({} tokens{})", covered, block,
+                        thousands(r.targets), capped);
   if (r.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *r.accuracy);
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);
-  return {r.loss, r.accuracy, r.examples};
+  return {.loss = r.loss, .accuracy = r.accuracy, .examples = r.examples, .heldout = r.heldout, .targets = r.targets};
 }
 
 void attention_command(const AttentionPlotOptions& o, std::FILE* out) {

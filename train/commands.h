@@ -40,15 +40,19 @@ std::string sample_command(const SampleOptions& options, std::FILE* out);  // re
 struct EvalOptions {
   std::string ckpt;
   std::string data;  // text runs: a file other than the one trained on
+  std::optional<std::int64_t> max_batches;  // read only the first N batches; none: the whole held-out set
   int threads = 0;
   std::string device = "cpu";
 };
 struct EvalSummary {
   double loss = 0;
   std::optional<double> accuracy;
-  std::int64_t examples = 0;
+  std::int64_t examples = 0;  // held-out sequences read
+  std::int64_t heldout = 0;   // held-out sequences there are: every window of a text's validation split
+  std::int64_t targets = 0;   // tokens scored (tasks: answer tokens only)
 };
-EvalSummary eval_command(const EvalOptions& options, std::FILE* out);
+// Prints one line to `out`; a long run also prints a progress line to `progress` (the CLI: stderr).
+EvalSummary eval_command(const EvalOptions& options, std::FILE* out, std::FILE* progress = nullptr);
 
 struct AttentionPlotOptions {
   std::string ckpt, text;

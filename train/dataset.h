@@ -47,8 +47,11 @@ class Dataset {
   virtual const Tokenizer& tokenizer() const = 0;
   // Training batch number `step` of `batch` rows and (at most) `block` positions.
   virtual Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const = 0;
-  // The held-out set in batches of at most `batch` rows; the same on every call.
-  virtual std::vector<Batch> eval_batches(std::int64_t batch, std::int64_t block) const = 0;
+  // The held-out set: eval_sequences(block) rows, the same on every call, made a
+  // slice at a time (rows [first, first + count)) so that evaluating a large
+  // split never holds all of it as batches at once.
+  virtual std::int64_t eval_sequences(std::int64_t block) const = 0;
+  virtual Batch eval_batch(std::int64_t first, std::int64_t count, std::int64_t block) const = 0;
   // Tasks report exact-match accuracy on their held-out answers; text does not.
   virtual bool has_answers() const = 0;
   // A prompt to sample from when the user gives none.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fmt/format.h>
+#include <utility>
 
 namespace attograd {
 
@@ -69,6 +70,43 @@ void Progress::finish() {
   if (live_line_shown_) std::fputc('\n', out_);
   live_line_shown_ = false;
   std::fflush(out_);
+}
+
+CountProgress::CountProgress(std::FILE* out, std::string what, std::string items, CountProgressOptions options)
+    : out_(out), what_(std::move(what)), items_(std::move(items)), options_(options),
+      start_(std::chrono::steady_clock::now()) {}
+
+void CountProgress::update(std::int64_t done, std::int64_t total) {
+  if (out_ == nullptr || done <= 0 || total <= 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const std::int64_t tenth = done * 10 / total;
+  if (elapsed < options_.delay_s || done >= total) return;  // the caller's own line reports the end
+  if (options_.interactive) {
+    if (now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+  } else {
+    if (tenth <= last_tenth_) return;
+    last_tenth_ = tenth;
+  }
+  const double eta = elapsed / static_cast<double>(done) * static_cast<double>(total - done);
+  const std::string line = fmt::format("{}: {}/{} {} ({}%)  ETA {}", what_, done, total, items_, done * 100 / total,
+                                       duration(eta));
+  if (options_.interactive) {
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    live_line_shown_ = true;
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void CountProgress::finish() {
+  if (out_ != nullptr && live_line_shown_) {
+    std::fputs("\r\033[K", out_);
+    std::fflush(out_);
+  }
+  live_line_shown_ = false;
 }
 
 }  // namespace attograd

@@ -38,4 +38,31 @@ class Progress {
   bool live_line_shown_ = false;
 };
 
+// The progress line of a long pass over a known number of items, such as
+// `attograd eval` reading a large validation split:
+//   eval: 1,500/4,120 sequences (36%)  ETA 0:03
+// A short pass prints nothing: the line appears once `delay_s` have gone by.
+// Then it is redrawn in place on a terminal (at most ten times a second), or
+// printed as a plain line at every further tenth of the pass otherwise.
+struct CountProgressOptions {
+  bool interactive = false;  // redraw one line in place (a terminal)
+  double delay_s = 2.0;      // silent for this long
+};
+
+class CountProgress {
+ public:
+  // `out` null: print nothing. `what` names the pass and its items: "eval", "sequences".
+  CountProgress(std::FILE* out, std::string what, std::string items, CountProgressOptions options);
+  void update(std::int64_t done, std::int64_t total);
+  void finish();  // removes a live line, so what follows starts a clean line
+
+ private:
+  std::FILE* out_;
+  std::string what_, items_;
+  CountProgressOptions options_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  std::int64_t last_tenth_ = 0;
+  bool live_line_shown_ = false;
+};
+
 }  // namespace attograd

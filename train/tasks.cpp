@@ -168,15 +168,17 @@ Batch Task::train_batch(std::uint64_t step, std::int64_t batch, std::int64_t blo
   return to_batch(problems);
 }
 
-std::vector<Batch> Task::eval_batches(std::int64_t batch, std::int64_t block) const {
+std::int64_t Task::eval_sequences(std::int64_t block) const {
   AG_CHECK(sequence_length() - 1 <= block, "--block", "{} {} needs a block size of at least {}, got {}",
            task_name(spec_.kind), spec_.size, sequence_length() - 1, block);
-  std::vector<Batch> batches;
-  for (std::size_t begin = 0; begin < heldout_.size(); begin += batch) {
-    const std::size_t end = std::min(heldout_.size(), begin + static_cast<std::size_t>(batch));
-    batches.push_back(to_batch({heldout_.begin() + begin, heldout_.begin() + end}));
-  }
-  return batches;
+  return static_cast<std::int64_t>(heldout_.size());
+}
+
+Batch Task::eval_batch(std::int64_t first, std::int64_t count, std::int64_t block) const {
+  const std::int64_t problems = eval_sequences(block);
+  AG_CHECK(first >= 0 && count >= 1 && first <= problems - count, "eval",
+           "problems [{}, {}) are outside the {} held-out problems", first, first + count, problems);
+  return to_batch({heldout_.begin() + first, heldout_.begin() + first + count});
 }
 
 }  // namespace attograd

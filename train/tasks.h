@@ -64,7 +64,9 @@ class Task final : public Dataset {
   // Dataset
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const override;
-  std::vector<Batch> eval_batches(std::int64_t batch, std::int64_t block) const override;
+  // The held-out rows are heldout(), in order: every held-out problem.
+  std::int64_t eval_sequences(std::int64_t block) const override;
+  Batch eval_batch(std::int64_t first, std::int64_t count, std::int64_t block) const override;
   bool has_answers() const override { return true; }
   std::string default_prompt() const override;
 

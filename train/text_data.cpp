@@ -75,22 +75,23 @@ Batch TextData::train_batch(std::uint64_t step, std::int64_t batch, std::int64_t
   return {from_vector(tokens, {batch, T}), from_vector(targets, {batch, T})};
 }
 
-std::vector<Batch> TextData::eval_batches(std::int64_t batch, std::int64_t block) const {
+std::int64_t TextData::eval_sequences(std::int64_t block) const {
   check_block(block);
-  const std::int64_t T = block;
-  const std::int64_t windows = std::min(kMaxEvalWindows, (validation_tokens() - 1) / T);
-  std::vector<Batch> batches;
-  for (std::int64_t w0 = 0; w0 < windows; w0 += batch) {
-    const std::int64_t B = std::min(batch, windows - w0);
-    std::vector<std::int64_t> tokens(B * T), targets(B * T);
-    for (std::int64_t b = 0; b < B; ++b) {
-      const std::int64_t start = (w0 + b) * T;
-      std::copy_n(validation_.begin() + start, T, tokens.begin() + b * T);
-      std::copy_n(validation_.begin() + start + 1, T, targets.begin() + b * T);
-    }
-    batches.push_back({from_vector(tokens, {B, T}), from_vector(targets, {B, T})});
+  return (validation_tokens() - 1) / block;
+}
+
+Batch TextData::eval_batch(std::int64_t first, std::int64_t count, std::int64_t block) const {
+  const std::int64_t windows = eval_sequences(block), T = block;
+  AG_CHECK(first >= 0 && count >= 1 && first <= windows - count, "eval",
+           "windows [{}, {}) are outside the {} windows of '{}'", first, first + count, windows, path_);
+  const std::int64_t B = count;
+  std::vector<std::int64_t> tokens(B * T), targets(B * T);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t start = (first + b) * T;
+    std::copy_n(validation_.begin() + start, T, tokens.begin() + b * T);
+    std::copy_n(validation_.begin() + start + 1, T, targets.begin() + b * T);
   }
-  return batches;
+  return {from_vector(tokens, {B, T}), from_vector(targets, {B, T})};
 }
 
 std::string TextData::default_prompt() const {

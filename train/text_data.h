@@ -24,7 +24,6 @@ std::string read_text_file(const std::string& path, const char* flag = "--data",
 class TextData final : public Dataset {
  public:
   static constexpr double kValidationFraction = 0.1;
-  static constexpr std::int64_t kMaxEvalWindows = 256;
 
   // `text` is the file's content; `path` names it in errors. It must be UTF-8
   // (an error names the byte offset where it is not) without NUL bytes (a binary
@@ -41,8 +40,13 @@ class TextData final : public Dataset {
   // Dataset
   const Tokenizer& tokenizer() const override { return tokenizer_; }
   Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const override;
-  // Non-overlapping windows that tile the validation split (at most kMaxEvalWindows).
-  std::vector<Batch> eval_batches(std::int64_t batch, std::int64_t block) const override;
+  // The held-out rows are the non-overlapping windows that tile the validation
+  // split from its start: window w is characters [w * block, (w + 1) * block]
+  // (block inputs, each predicting the next), every one of them, so
+  // (validation characters - 1) / block windows; only the last few characters,
+  // too few for a window, are left out.
+  std::int64_t eval_sequences(std::int64_t block) const override;
+  Batch eval_batch(std::int64_t first, std::int64_t count, std::int64_t block) const override;
   bool has_answers() const override { return false; }
   std::string default_prompt() const override;
   // Throws "[--data] 'f' is too short for --block N ..." unless both splits hold a window.

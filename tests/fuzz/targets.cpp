@@ -1,5 +1,6 @@
 #include "targets.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -48,7 +49,9 @@ int text(const std::uint8_t* data, std::size_t size) {
         continue;  // too short for this block: refused, as a run would be
       }
       (void)loaded.train_batch(3, 2, block);
-      (void)loaded.eval_batches(2, block);
+      const std::int64_t windows = loaded.eval_sequences(block);
+      (void)loaded.eval_batch(0, std::min<std::int64_t>(2, windows), block);
+      (void)loaded.eval_batch(windows - 1, 1, block);
     }
   } catch (const Error&) {
   }
