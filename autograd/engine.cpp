@@ -54,17 +54,21 @@ void backward(const Tensor& root, const Tensor& grad_in, BackwardOptions options
   NoGradGuard no_grad;  // backward formulas use ops; they must not record
   if (!root.grad_fn()) {
     accumulate_into_leaf(*root.impl(), grad);
+    if (options.on_leaf_grad_ready) options.on_leaf_grad_ready(root);
     return;
   }
 
-  // Pass 1: dependency counts over the reachable graph, with an explicit stack.
+  // Pass 1: dependency counts over the reachable graph, with an explicit stack;
+  // leaves count their incoming edges too, to tell when their .grad is final.
   std::unordered_map<Node*, int> dependencies;
+  std::unordered_map<TensorImpl*, int> leaf_dependencies;
   std::vector<Node*> stack{root.grad_fn().get()};
   dependencies[root.grad_fn().get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->edges()) {
+      if (e.leaf) ++leaf_dependencies[e.leaf.get()];
       if (!e.node) continue;
       auto [it, inserted] = dependencies.try_emplace(e.node.get(), 0);
       ++it->second;
@@ -91,6 +95,8 @@ void backward(const Tensor& root, const Tensor& grad_in, BackwardOptions options
       const Tensor& ig = input_grads[i];
       if (e.leaf) {
         if (ig.defined()) accumulate_into_leaf(*e.leaf, ig);
+        if (--leaf_dependencies[e.leaf.get()] == 0 && options.on_leaf_grad_ready)
+          options.on_leaf_grad_ready(Tensor(e.leaf));
       } else if (e.node) {
         if (ig.defined()) accumulate(grads[e.node.get()], ig);
         if (--dependencies[e.node.get()] == 0) ready.push_back(e.node);

@@ -1,5 +1,9 @@
 // The engine: accumulation, reuse, retain_graph, freed graphs, version
 // counters, gradient checks, grad mode, deep chains.
+#include <map>
+#include <set>
+#include <string>
+
 #include "autograd/node.h"
 #include "helpers.h"
 
@@ -124,4 +128,40 @@ TEST_CASE("a leaf that is a non-contiguous view gets a gradient of its own shape
   backward(sum(t * t));
   CHECK(t.grad().sizes() == Shape{3, 5});
   CHECK(max_abs_diff(t.grad(), kernels::binary(kernels::Binary::mul, t.detach(), full({}, 2.0, {DType::f64}))) == 0);
+}
+
+TEST_CASE("on_leaf_grad_ready: once per reached leaf, when its gradient is final, before backward ends", "[autograd]") {
+  // w1 feeds the first layer only; w2 is used twice (near the output and, through a
+  // long detour, near the input), so its gradient is final only after the detour ran.
+  Tensor x = leaf({3, 4}, 1), w1 = leaf({4, 4}, 2), w2 = leaf({4, 4}, 3), unused = leaf({2}, 4);
+  Tensor h = tanh(matmul(x, w1));
+  Tensor detour = matmul(h, w2);
+  for (int i = 0; i < 5; ++i) detour = tanh(detour);
+  Tensor y = sum(matmul(detour + h, w2));
+
+  // The reference: the final gradients of a plain backward.
+  backward(y, {}, {.retain_graph = true});
+  const Tensor want_x = clone(x.grad()), want_w1 = clone(w1.grad()), want_w2 = clone(w2.grad());
+  for (Tensor* t : {&x, &w1, &w2}) t->set_grad({});
+
+  std::vector<std::string> order;
+  std::map<std::string, double> diff_when_ready;
+  const std::map<const TensorImpl*, std::pair<std::string, Tensor>> names{
+      {x.impl(), {"x", want_x}}, {w1.impl(), {"w1", want_w1}}, {w2.impl(), {"w2", want_w2}},
+      {unused.impl(), {"unused", Tensor()}}};
+  backward(y, {}, {.on_leaf_grad_ready = [&](const Tensor& leaf) {
+                     const auto& [name, want] = names.at(leaf.impl());
+                     order.push_back(name);
+                     diff_when_ready[name] = max_abs_diff(leaf.grad(), want);
+                   }});
+  CHECK(order.size() == 3);  // each reached leaf once; `unused` never
+  CHECK(std::set<std::string>(order.begin(), order.end()) == std::set<std::string>{"x", "w1", "w2"});
+  for (const auto& [name, diff] : diff_when_ready) CHECK(diff == 0);  // already the final gradient
+  CHECK(order.back() != "w2");  // not merely called at the end: x and w1 finish after w2
+
+  // A leaf that is the root itself.
+  Tensor s = leaf({1}, 5);
+  int calls = 0;
+  backward(s, {}, {.on_leaf_grad_ready = [&](const Tensor& leaf) { calls += leaf.same(s); }});
+  CHECK(calls == 1);
 }
