@@ -357,6 +357,8 @@ TEST_CASE("sample, eval and attention validate their flags too", "[reliability]"
       {{"eval", "--ckpt", ckpt, "--data", tmp / "binary.bin"}, {"[--data]", "sort task"}},
       {{"eval", "--ckpt", tmp / "missing.safetensors"}, {"[--ckpt]", "missing.safetensors"}},
       {{"eval", "--ckpt", tmp / "binary.bin"}, {"binary.bin", "exceeds the limit"}},
+      {{"eval", "--ckpt", ckpt, "--max-batches", "0"}, {"[--max-batches]", "0"}},
+      {{"eval", "--ckpt", ckpt, "--max-batches", "-4"}, {"[--max-batches]", "-4"}},
       {{"attention", "--ckpt", ckpt, "--text", ""}, {"[--text]"}},
       {{"attention", "--ckpt", ckpt, "--text", "12", "--out", tmp / "no/such/dir/a.svg"}, {"[--out]", "a.svg"}},
   };

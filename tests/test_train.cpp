@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cuda/runtime.h"
+#include "autograd/grad_mode.h"
 #include "helpers.h"
 #include "program_helpers.h"
 #include "train/checkpoint.h"
@@ -22,6 +23,7 @@
 #include "train/generate.h"
 #include "train/grad_clip.h"
 #include "train/model.h"
+#include "train/progress.h"
 #include "train/safetensors.h"
 #include "train/schedule.h"
 #include "train/svg.h"
@@ -599,6 +601,121 @@ TEST_CASE("text runs: train, eval and sample on a small file", "[train]") {
   CHECK_THAT(bad.err, Catch::Contains("[--prompt] 'Z' is not in the model's vocabulary"));
 }
 
+TEST_CASE("eval reads every window of the validation split; --max-batches caps it and says so", "[train]") {
+  // A text whose validation split holds more than 500 windows of 4 characters: more than the 256
+  // that training-time evaluations read, and more than one evaluation batch (500 rows).
+  TempDir tmp;
+  std::string text;
+  for (int i = 0; text.size() < 24000; ++i) text += fmt::format("{} foxes jump over {} dogs. ", i % 97, i % 13);
+  write_text(tmp / "fox.txt", text);
+  const std::int64_t block = 4;
+  const CliResult trained = cli({"train", "--data", tmp / "fox.txt", "--out", tmp / "run", "--layers", "1", "--width",
+                                 "16", "--heads", "2", "--block", "4", "--batch", "4", "--steps", "2",
+                                 "--eval-interval", "2", "--quiet"});
+  INFO(trained.err);
+  REQUIRE(trained.code == 0);
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+
+  // The windows, worked out here from the file: the last 10% of its characters, tiled from the start
+  // by non-overlapping windows of block inputs and block shifted targets.
+  LoadedCheckpoint ck = load_checkpoint(ckpt);
+  const std::vector<std::int64_t> ids = ck.info.tokenizer.encode(text);
+  const auto n = static_cast<std::int64_t>(ids.size());
+  const std::int64_t split = std::llround(static_cast<double>(n) * 0.9);
+  const std::int64_t windows = (n - split - 1) / block;
+  REQUIRE(windows > 500);
+  REQUIRE(windows < 1000);  // two evaluation batches
+  // The mean loss over the first `count` windows: the log-softmax by hand, in double, 7 windows per pass.
+  const auto mean_loss = [&](std::int64_t count) {
+    NoGradGuard no_grad;
+    ck.model->eval();
+    double sum = 0;
+    for (std::int64_t w0 = 0; w0 < count; w0 += 7) {
+      const std::int64_t B = std::min<std::int64_t>(7, count - w0);
+      std::vector<std::int64_t> x(ids.begin() + split + w0 * block, ids.begin() + split + (w0 + B) * block);
+      const std::int64_t V = ck.info.tokenizer.size();
+      const auto logits = ck.model->forward(from_vector(x, {B, block})).to_vector<float>();  // (B, T, V)
+      for (std::int64_t i = 0; i < B * block; ++i) {
+        const float* row = logits.data() + i * V;
+        const double top = *std::max_element(row, row + V);
+        double z = 0;
+        for (std::int64_t v = 0; v < V; ++v) z += std::exp(row[v] - top);
+        sum += top + std::log(z) - row[ids[split + w0 * block + i + 1]];
+      }
+    }
+    return sum / static_cast<double>(count * block);
+  };
+
+  // Training-time evaluations read the first 256 windows, and say so.
+  CHECK_THAT(trained.out, Catch::Contains(fmt::format("over the first 256 of {} validation windows", windows)));
+  double logged = -1;  // the step-2 evaluation's loss, at full precision
+  std::ifstream metrics(tmp / "run/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    if (const auto j = nlohmann::json::parse(line); j["kind"] == "eval") logged = j["val_loss"].get<double>();
+  CHECK(logged == Approx(mean_loss(256)).margin(1e-5));
+  // `eval` reads all of them.
+  const CliResult all = cli({"eval", "--ckpt", ckpt});
+  INFO(all.err);
+  REQUIRE(all.code == 0);
+  CHECK_THAT(all.out, Catch::Contains(fmt::format("over the whole validation split: all {} windows of 4 characters "
+                                                  "({} tokens)",
+                                                  windows, thousands(windows * block))));
+  const EvalSummary e = eval_command({.ckpt = ckpt}, null_out());
+  CHECK(e.examples == windows);
+  CHECK(e.heldout == windows);
+  CHECK(e.targets == windows * block);
+  CHECK(e.loss == Approx(mean_loss(windows)).margin(1e-5));
+  CHECK(std::abs(e.loss - mean_loss(256)) > 1e-4);  // so the cap would have shown
+
+  // --max-batches 1: the first 500 windows, and the line says so; 2 or more: all of them.
+  const CliResult capped = cli({"eval", "--ckpt", ckpt, "--max-batches", "1"});
+  REQUIRE(capped.code == 0);
+  CHECK_THAT(capped.out, Catch::Contains(fmt::format("over the first 500 of {} windows of 4 characters of the "
+                                                     "validation split (2,000 tokens; --max-batches 1 of 2 batches)",
+                                                     windows)));
+  const EvalSummary first = eval_command({.ckpt = ckpt, .max_batches = 1}, null_out());
+  CHECK(first.examples == 500);
+  CHECK(first.heldout == windows);
+  CHECK(first.loss == Approx(mean_loss(500)).margin(1e-5));
+  for (const std::int64_t n_batches : {2, 3, 1000000})
+    CHECK(eval_command({.ckpt = ckpt, .max_batches = n_batches}, null_out()).examples == windows);
+
+  // Bad values: one line naming the flag and the value, a non-zero exit.
+  for (const std::string bad : {"0", "-1", "two", "99999999999999999999"}) {
+    const CliResult r = cli({"eval", "--ckpt", ckpt, "--max-batches", bad});
+    INFO(bad << " -> " << r.err);
+    CHECK(r.code != 0);
+    CHECK(r.out.empty());
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains("--max-batches") && Catch::Contains(bad));
+  }
+}
+
+TEST_CASE("a long pass shows its progress after a delay: in place on a terminal, every tenth otherwise", "[train]") {
+  std::FILE* plain = std::tmpfile();
+  CountProgress lines(plain, "eval", "windows", {.interactive = false, .delay_s = 0});
+  for (int done = 1; done <= 20; ++done) lines.update(done, 20);
+  lines.finish();
+  // 2, 4, ..., 18 of 20: nine lines; the end is the caller's own line.
+  const std::string text = read_all(plain);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 9);
+  CHECK(text.rfind("eval: 2/20 windows (10%)  ETA 0:00\n", 0) == 0);
+  CHECK_THAT(text, Catch::Contains("eval: 18/20 windows (90%)"));
+  CHECK(text.find('\r') == std::string::npos);
+
+  std::FILE* terminal = std::tmpfile();
+  CountProgress live(terminal, "eval", "windows", {.interactive = true, .delay_s = 0});
+  live.update(3, 10);
+  live.finish();
+  CHECK(read_all(terminal) == "\r\033[Keval: 3/10 windows (30%)  ETA 0:00\r\033[K");
+
+  std::FILE* quiet = std::tmpfile();
+  CountProgress short_pass(quiet, "eval", "windows", {.interactive = false, .delay_s = 60});
+  for (int done = 1; done <= 10; ++done) short_pass.update(done, 10);
+  short_pass.finish();
+  CHECK(read_all(quiet).empty());
+}
+
 // ---- generation, evaluation, attention ----------------------------------------------------
 
 TEST_CASE("generation with the KV cache gives the tokens of generation without it", "[train]") {
@@ -650,8 +767,15 @@ TEST_CASE("exact match from one forward pass equals greedy decoding of every ans
   // Some but not all right after 200 steps (about half), so the comparison means something.
   CHECK(exact > 0);
   CHECK(exact < static_cast<std::int64_t>(task.heldout().size()));
+  // `eval` on a task reads every held-out problem, as training's evaluations do.
   const EvalSummary e = eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
   CHECK(e.accuracy == fast.accuracy);
+  CHECK(e.examples == static_cast<std::int64_t>(task.heldout().size()));
+  CHECK(e.heldout == e.examples);
+  CHECK(e.targets == e.examples * 3);  // 3 answer digits each
+  const CliResult line = cli({"eval", "--ckpt", tmp / "run/ckpt.safetensors"});
+  CHECK_THAT(line.out, Catch::Contains(fmt::format("over all {} held-out problems (360 answer tokens), exact match {:.2f}%",
+                                                   task.heldout().size(), 100 * *fast.accuracy)));
 }
 
 TEST_CASE("attention command draws every head as a causal heat map", "[train]") {
