@@ -10,7 +10,7 @@
 //   context = weights V           (5, 4)   row i mixes the value rows by row i's weights
 //
 // What to look at: the shapes (the context has the input's shape again), and
-// the weights, where one key can take nearly all of a row. The numbers differ
+// in each row of the weights, which keys that query favours. The numbers differ
 // from the tutorial's: attograd has its own random generator, not torch's.
 #include <cmath>
 #include <cstdint>
