@@ -12,13 +12,6 @@ namespace attograd {
 namespace {
 constexpr std::string_view kOptimPrefix = "optim.";
 
-std::string optimizer_name(const train::Optimizer* o) {
-  if (!o) return "";
-  if (dynamic_cast<const train::AdamW*>(o)) return "adamw";
-  if (dynamic_cast<const train::SGD*>(o)) return "sgd";
-  return "unknown";
-}
-
 const std::string& entry(const Metadata& m, const std::string& key, const std::string& path) {
   const auto it = m.find(key);
   AG_CHECK(it != m.end(), path, "not an attograd checkpoint: no '{}' in __metadata__", key);
@@ -114,12 +107,16 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const nn::GPT& model, const train::Optimizer* optimizer,
+OptimizerState optimizer_state(const train::Optimizer* optimizer) {
+  if (!optimizer) return {};
+  return {optimizer->name(), optimizer->step_count(), optimizer->state()};
+}
+
+void save_checkpoint(const std::string& path, const nn::GPT& model, const OptimizerState& optimizer,
                      const CheckpointInfo& info) {
   NamedTensors tensors;
   for (const auto& p : model.named_parameters()) tensors.emplace_back(p.name, p.tensor);
-  if (optimizer)
-    for (const auto& [name, t] : optimizer->state()) tensors.emplace_back(std::string(kOptimPrefix) + name, t);
+  for (const auto& [name, t] : optimizer.buffers) tensors.emplace_back(std::string(kOptimPrefix) + name, t);
 
   const Generator& dropout = *model.drop.generator;
   Metadata meta;
@@ -131,9 +128,7 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const train:
                                {"dropout_seed", dropout.seed()},
                                {"dropout_offset", dropout.offset()}}
                     .dump();
-  meta["optimizer"] =
-      nlohmann::json{{"name", optimizer_name(optimizer)}, {"step_count", optimizer ? optimizer->step_count() : 0}}
-          .dump();
+  meta["optimizer"] = nlohmann::json{{"name", optimizer.name}, {"step_count", optimizer.step_count}}.dump();
   save_safetensors(path, tensors, meta);
 }
 

@@ -30,8 +30,21 @@ struct CheckpointInfo {
   std::int64_t step = 0;  // optimizer steps taken
 };
 
-void save_checkpoint(const std::string& path, const nn::GPT& model, const train::Optimizer* optimizer,
+// What a checkpoint keeps of an optimizer. A sharded optimizer's state is
+// gathered from every process into one of these first (train/sharded_optimizer.h).
+struct OptimizerState {
+  std::string name;  // "adamw", "sgd"; empty: no optimizer
+  std::int64_t step_count = 0;
+  std::map<std::string, Tensor> buffers;  // "exp_avg.<parameter name>", ...
+};
+OptimizerState optimizer_state(const train::Optimizer* optimizer);  // empty for null
+
+void save_checkpoint(const std::string& path, const nn::GPT& model, const OptimizerState& optimizer,
                      const CheckpointInfo& info);
+inline void save_checkpoint(const std::string& path, const nn::GPT& model, const train::Optimizer* optimizer,
+                            const CheckpointInfo& info) {
+  save_checkpoint(path, model, optimizer_state(optimizer), info);
+}
 
 struct LoadedCheckpoint {
   CheckpointInfo info;

@@ -13,6 +13,7 @@
 #include "tensor/error.h"
 #include "train/commands.h"
 #include "train/signals.h"
+#include "train/communicator.h"
 #include "train/version.h"
 
 namespace attograd {
@@ -134,6 +135,10 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                  "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
     add_number(c, "--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
     c.add_flag("--quiet", train.quiet, "No progress line (evaluations and the summary still print)");
+    add_number(c, "--grad-accum", train.grad_accum,
+               "Split each process's share of --batch into this many micro-batches (less memory, same result)");
+    c.add_flag("--shard-optimizer", train.shard_optimizer,
+               "Under mpirun: each process keeps the optimizer state of 1/N of the parameters (ZeRO stage 1)");
   }
 
   // ---- sample
@@ -219,14 +224,14 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
           if (f.option->count() == 0) f.take(preset);
       }
       const TrainSummary summary = train_command(train, out);
-      if (summary.stop_signal != 0) {
+      if (summary.stop_signal != 0 && summary.rank == 0) {
         // Where the run stands, on stderr too: a job log keeps it apart from the progress lines.
         std::fprintf(err, "attograd: stopped by %s after step %lld; checkpoint saved: continue with --resume %s\n",
                      signal_name(summary.stop_signal), static_cast<long long>(summary.steps_done),
                      summary.checkpoint.c_str());
         std::fflush(err);
-        return 128 + summary.stop_signal;  // as a shell reports it: 130 for SIGINT, 143 for SIGTERM
       }
+      if (summary.stop_signal != 0) return 128 + summary.stop_signal;  // as a shell reports it: 130 for SIGINT, 143 for SIGTERM
     } else if (sample_cmd->parsed()) {
       if (prompt_opt->count() > 0) sample.prompt = sample_prompt;
       if (tokens_opt->count() > 0) sample.tokens = sample_tokens;
@@ -240,6 +245,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     } else {
       std::fputs(app.help().c_str(), out);
     }
+  } catch (const train::SharedFailure& e) {
+    if (e.report()) error_line(e.what());
+    return 1;
   } catch (const Error& e) {
     error_line(e.what());
     return 1;

@@ -20,6 +20,7 @@ struct TrainSummary {
   double unigram_entropy = 0;        // text: the loss of a context-free model, for comparison
   double seconds = 0;                // wall-clock, evaluations included
   int stop_signal = 0;               // SIGINT or SIGTERM when one stopped the run (after saving a checkpoint)
+  int rank = 0, processes = 1;       // this process among those of a data-parallel run (rank 0 reports)
 };
 // `options` must have its presets applied (the CLI does); validated here.
 TrainSummary train_command(TrainOptions options, std::FILE* out);

@@ -27,6 +27,7 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
+  virtual std::string name() const = 0;  // "adamw", "sgd": how checkpoints record it
   // Forgets every parameter's gradient (undefined, as torch's set_to_none).
   void zero_grad();
 
@@ -61,6 +62,7 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<nn::NamedParameter> params, AdamWOptions options = {});
   void step() override;
+  std::string name() const override { return "adamw"; }
   std::map<std::string, Tensor> state() const override;  // "exp_avg.<name>", "exp_avg_sq.<name>"
   void load_state(const std::map<std::string, Tensor>& state, std::int64_t step_count) override;
   const AdamWOptions& options() const { return options_; }
@@ -84,6 +86,7 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<nn::NamedParameter> params, SGDOptions options = {});
   void step() override;
+  std::string name() const override { return "sgd"; }
   std::map<std::string, Tensor> state() const override;  // "momentum_buffer.<name>", once created
   void load_state(const std::map<std::string, Tensor>& state, std::int64_t step_count) override;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <type_traits>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cuda/runtime.h"
@@ -77,11 +78,47 @@ void validate(const TrainOptions& o) {
            o.threads);
   AG_CHECK(o.eval_interval >= 1, "--eval-interval", "must be >= 1, got {}", o.eval_interval);
   AG_CHECK(o.stop_at >= 0, "--stop-at", "must be >= 1 (0: run to --steps), got {}", o.stop_at);
+  AG_CHECK(o.grad_accum >= 1 && o.grad_accum <= o.batch, "--grad-accum", "must be in [1, --batch {}], got {}", o.batch,
+           o.grad_accum);
   AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
     AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present");
   }
+}
+
+std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions& o) {
+  const auto str = [](const auto& v) { return fmt::format("{}", v); };
+  return {{"--task", o.task},
+          {"--task-size", str(o.task_size)},
+          {"--heldout", str(o.heldout)},
+          {"--data", o.data},
+          {"--layers", str(o.layers)},
+          {"--heads", str(o.heads)},
+          {"--width", str(o.width)},
+          {"--block", str(o.block)},
+          {"--dropout", str(o.dropout)},
+          {"--optimizer", o.optimizer},
+          {"--batch", str(o.batch)},
+          {"--steps", str(o.steps)},
+          {"--lr", str(o.lr)},
+          {"--warmup", str(o.warmup)},
+          {"--min-lr-ratio", str(o.min_lr_ratio)},
+          {"--weight-decay", str(o.weight_decay)},
+          {"--beta1", str(o.beta1)},
+          {"--beta2", str(o.beta2)},
+          {"--momentum", str(o.momentum)},
+          {"--grad-clip", str(o.grad_clip)},
+          {"--seed", str(o.seed)},
+          {"--threads", str(o.threads)},
+          {"--device", o.device},
+          {"--eval-interval", str(o.eval_interval)},
+          {"--out", o.out},
+          {"--resume", o.resume},
+          {"--stop-at", str(o.stop_at)},
+          {"--quiet", str(o.quiet)},
+          {"--grad-accum", str(o.grad_accum)},
+          {"--shard-optimizer", str(o.shard_optimizer)}};
 }
 
 std::string config_to_json(const TrainOptions& o) {

@@ -5,6 +5,8 @@
 // (threads, device, output, when to stop, printing) may change between runs.
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace attograd {
 
@@ -40,6 +42,10 @@ struct TrainOptions {
   std::string resume;               // checkpoint to continue from
   std::int64_t stop_at = 0;         // stop (and save) after this step; 0: run to `steps`
   bool quiet = false;               // no progress line (evaluations and the summary still print)
+
+  // ---- data parallelism (mpirun -np N attograd train ...): how, not what, is computed
+  std::int64_t grad_accum = 1;      // micro-batches per process and step (their gradients add up)
+  bool shard_optimizer = false;     // ZeRO-1: each process keeps 1/N of the optimizer state
 };
 
 // The preset a task trains with when a flag is not given, chosen by
@@ -51,6 +57,10 @@ TrainOptions preset_for(const TrainOptions& options, bool task_size_given);
 // Checks what needs no file: sizes, ranges, finiteness, heads dividing width,
 // the task name, the optimizer and the device.
 void validate(const TrainOptions& options);
+
+// Every flag of `attograd train` with its value as given ("--lr" -> "0.005"),
+// for telling which flag differs between the processes of one run.
+std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions& options);
 
 // The JSON saved in checkpoints (data, model and optimisation fields) and back.
 std::string config_to_json(const TrainOptions& options);

@@ -29,8 +29,8 @@ std::string Progress::line(std::int64_t step, double lr, double tokens_per_s) co
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double eta = elapsed / (step - first_step_) * (total_steps_ - step);
   const int width = static_cast<int>(std::to_string(total_steps_).size());
-  return fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  {} tok/s  ETA {}", step, width, total_steps_, smoothed_,
-                     lr, rate(tokens_per_s), duration(eta));
+  return fmt::format("step {:>{}}/{}  loss {:.4f}  lr {:.2e}  {} tok/s{}{}  ETA {}", step, width, total_steps_,
+                     smoothed_, lr, rate(tokens_per_s), detail_.empty() ? "" : "  ", detail_, duration(eta));
 }
 
 void Progress::update(std::int64_t step, double loss, double lr, double tokens_per_s) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace attograd {
 
@@ -21,6 +22,9 @@ class Progress {
   Progress(std::FILE* out, std::int64_t first_step, std::int64_t total_steps, ProgressOptions options);
   // After step `step` (1-based) with this raw loss.
   void update(std::int64_t step, double loss, double lr, double tokens_per_s);
+  // Shown after the rate from the next update on, e.g. a data-parallel run's
+  // "comm 12%  optimizer 1.2 MB/process".
+  void set_detail(std::string detail) { detail_ = std::move(detail); }
   // A line of its own (evaluations, notes), printed above the live line.
   void message(const std::string& line);
   void finish();
@@ -36,6 +40,7 @@ class Progress {
   double raw_average_ = 0, smoothed_ = 0;
   std::int64_t seen_ = 0;
   bool live_line_shown_ = false;
+  std::string detail_;
 };
 
 // The progress line of a long pass over a known number of items, such as

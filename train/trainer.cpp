@@ -2,7 +2,10 @@
 // with periodic evaluation, checkpoints, metrics.jsonl and loss.svg.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -10,8 +13,11 @@
 #include "autograd/ops.h"
 #include "tensor/error.h"
 #include "tensor/parallel.h"
+#include "cuda/runtime.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
+#include "train/communicator.h"
+#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/grad_clip.h"
 #include "train/metrics.h"
@@ -20,7 +26,9 @@
 #include "train/run_directory.h"
 #include "train/safetensors.h"
 #include "train/schedule.h"
+#include "train/sharded_optimizer.h"
 #include "train/signals.h"
+#include "train/step.h"
 #include "train/svg.h"
 #include "train/tasks.h"
 #include "train/text_data.h"
@@ -52,11 +60,11 @@ void check_memory(const TrainOptions& o, std::int64_t vocab_size) {
            o.layers, o.width, vocab_size, parameters, needed / (1 << 30), available / (1 << 30));
 }
 
-std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, const nn::GPT& model) {
+std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params) {
   if (o.optimizer == "sgd")
     return std::make_unique<train::SGD>(
-        model.named_parameters(), train::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
-  return std::make_unique<train::AdamW>(model.named_parameters(), train::AdamWOptions{.lr = o.lr,
+        std::move(params), train::SGDOptions{.lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  return std::make_unique<train::AdamW>(std::move(params), train::AdamWOptions{.lr = o.lr,
                                                                                       .beta1 = o.beta1,
                                                                                       .beta2 = o.beta2,
                                                                                       .eps = 1e-8,
@@ -83,52 +91,157 @@ std::string eval_line(std::int64_t step, const EvalResult& r) {
   return line;
 }
 
+// Every process of a run must be started with the same flags: the first one
+// that differs from rank 0's stops them all, named.
+void check_same_flags(const TrainOptions& o, train::Communicator& comm) {
+  if (comm.size() == 1) return;
+  const auto mine = flag_values(o);
+  std::string packed;
+  for (const auto& [flag, value] : mine) packed += flag + '\x1f' + value + '\x1e';
+  const std::vector<std::string> all = comm.all_gather(packed);
+  for (int r = 1; r < comm.size(); ++r) {
+    if (all[static_cast<std::size_t>(r)] == all[0]) continue;
+    // Unpack rank 0's and rank r's values and name the first flag where they part.
+    const auto unpack = [](const std::string& text) {
+      std::vector<std::pair<std::string, std::string>> out;
+      for (std::size_t at = 0; at < text.size();) {
+        const std::size_t sep = text.find('\x1f', at), end = text.find('\x1e', sep);
+        out.emplace_back(text.substr(at, sep - at), text.substr(sep + 1, end - sep - 1));
+        at = end + 1;
+      }
+      return out;
+    };
+    const auto zero = unpack(all[0]), other = unpack(all[static_cast<std::size_t>(r)]);
+    for (std::size_t i = 0; i < zero.size() && i < other.size(); ++i)
+      if (zero[i] != other[i])
+        train::fail_on_every_process(
+            comm, fmt::format("[{}] differs between the processes of this run: rank {} has '{}', rank 0 '{}' "
+                              "(start every process with the same flags)",
+                              zero[i].first, r, other[i].second, zero[i].second));
+    train::fail_on_every_process(comm, fmt::format("[mpirun] rank {} runs another attograd version than rank 0", r));
+  }
+}
+
+// Runs `setup` on every process. A failure on any of them stops all of them at
+// this point (none is left waiting in a collective), reported once, by rank 0,
+// naming the rank it happened on when that is not rank 0.
+template <typename F>
+void on_every_process(train::Communicator& comm, F&& setup) {
+  if (comm.size() == 1) {
+    setup();
+    return;
+  }
+  std::string error;
+  try {
+    setup();
+  } catch (const std::bad_alloc&) {
+    error = "out of memory (try a smaller --batch, --block, --width or --layers)";
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::vector<std::string> errors = comm.all_gather(error);
+  for (int r = 0; r < comm.size(); ++r)
+    if (const std::string& e = errors[static_cast<std::size_t>(r)]; !e.empty())
+      train::fail_on_every_process(comm, r == 0 ? e : fmt::format("{} (on rank {} of {})", e, r, comm.size()));
+}
+
+// Threads per process when none are asked for: the machine's cores shared by
+// the processes on it (two processes on two cores each take one).
+int default_threads(const train::Communicator& comm) {
+  return std::max(1, get_num_threads() / std::max(1, comm.local_size()));
+}
+
+std::string megabytes(std::size_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
 }  // namespace
 
 TrainSummary train_command(TrainOptions o, std::FILE* out) {
+  const std::unique_ptr<train::Communicator> comm_owner = train::make_communicator();
+  train::Communicator& comm = *comm_owner;
+  const bool reporter = comm.rank() == 0;  // rank 0 alone prints, evaluates and writes
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(nullptr, std::fclose);
+  if (!reporter) {
+    silent.reset(std::fopen("/dev/null", "w"));
+    AG_CHECK(silent != nullptr, "train", "cannot open /dev/null");
+    out = silent.get();
+  }
   const auto start_time = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count(); };
+  check_same_flags(o, comm);
 
-  // ---- 1. options: from a checkpoint when resuming, then every one validated
+  // ---- 1. options: from a checkpoint when resuming, then every one validated;
+  //         data, model and optimizer built (on every process: each reads the data itself)
   LoadedCheckpoint resumed;
-  if (!o.resume.empty()) {
-    resumed = load_checkpoint(o.resume, "--resume");
-    TrainOptions c = resumed.info.config;
-    c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
-    c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
-    c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
-    c.out = o.out.empty() ? fs::path(o.resume).parent_path().string() : o.out;
-    if (c.out.empty()) c.out = ".";
-    o = c;
-    AG_CHECK(o.steps >= resumed.info.step, "--steps", "{} is before the checkpoint's step {}", o.steps,
-             resumed.info.step);
-    AG_CHECK(resumed.optimizer_name == o.optimizer, "--resume", "'{}' holds no {} optimizer state", o.resume,
-             o.optimizer);
-  }
-  validate(o);
-  if (o.out.empty()) o.out = (fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
-  std::unique_ptr<Dataset> data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
-  if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
-  check_output_dir(o.out);
-  check_memory(o, data->tokenizer().size());
-  std::unique_ptr<nn::GPT> model =
-      o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
+  std::unique_ptr<Dataset> data;
+  std::unique_ptr<nn::GPT> model;
+  std::unique_ptr<train::Optimizer> optimizer;
+  const train::ShardedOptimizer* sharded = nullptr;
+  Device device = Device::cpu();
+  on_every_process(comm, [&] {
+    if (!o.resume.empty()) {
+      resumed = load_checkpoint(o.resume, "--resume");
+      TrainOptions c = resumed.info.config;
+      c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
+      c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
+      c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
+      c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer;
+      c.out = o.out.empty() ? fs::path(o.resume).parent_path().string() : o.out;
+      if (c.out.empty()) c.out = ".";
+      o = c;
+      AG_CHECK(o.steps >= resumed.info.step, "--steps", "{} is before the checkpoint's step {}", o.steps,
+               resumed.info.step);
+      AG_CHECK(resumed.optimizer_name == o.optimizer, "--resume", "'{}' holds no {} optimizer state", o.resume,
+               o.optimizer);
+    }
+    validate(o);
+    AG_CHECK(o.batch % (comm.size() * o.grad_accum) == 0, "--batch",
+             "{} sequences do not split evenly into {} processes x --grad-accum {} micro-batches", o.batch,
+             comm.size(), o.grad_accum);
+    AG_CHECK(!o.shard_optimizer || comm.size() > 1, "--shard-optimizer",
+             "needs several processes (start the run with mpirun -np N)");
+    if (o.out.empty()) o.out = (fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
+    data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
+    if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
+    if (reporter) check_output_dir(o.out);
+    check_memory(o, data->tokenizer().size());
+    model = o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
 
-  if (o.threads > 0) set_num_threads(o.threads);
-  const Device device = o.device == "cuda" ? Device::cuda() : Device::cpu();
-  if (!device.is_cpu()) model->to(device);
-  std::unique_ptr<train::Optimizer> optimizer = make_optimizer(o, *model);
+    if (o.threads > 0)
+      set_num_threads(o.threads);
+    else if (comm.size() > 1)
+      set_num_threads(default_threads(comm));
+    device = o.device == "cuda" ? Device::cuda(comm.local_rank() % cuda::device_count()) : Device::cpu();
+    if (!device.is_cpu()) model->to(device);
+    if (o.shard_optimizer) {
+      auto shard = std::make_unique<train::ShardedOptimizer>(
+          model->named_parameters(), comm,
+          [&](std::vector<nn::NamedParameter> mine) { return make_optimizer(o, mine); });
+      sharded = shard.get();
+      optimizer = std::move(shard);
+    } else {
+      optimizer = make_optimizer(o, model->named_parameters());
+    }
+    if (!o.resume.empty()) optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
+  });
   const std::int64_t first_step = o.resume.empty() ? 0 : resumed.info.step;
-  if (!o.resume.empty()) optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
   const std::int64_t last_step = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
+  const auto params = model->named_parameters();
+  // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
+  train::broadcast_parameters(params, comm);
+  std::unique_ptr<train::GradientReducer> reducer;
+  if (comm.size() > 1) reducer = std::make_unique<train::GradientReducer>(params, comm);
 
-  // ---- 2. everything is valid: only now does the run directory appear
-  RunDirectory run_directory(o.out);
-  remove_stale_temporaries(o.out, kCheckpointName);
-
+  // ---- 2. everything is valid: only now does the run directory appear (rank 0's)
   const fs::path run_dir(o.out);
   const std::string ckpt_path = (run_dir / kCheckpointName).string();
-  MetricsLog metrics((run_dir / "metrics.jsonl").string(), first_step);
+  std::optional<RunDirectory> run_directory;
+  std::optional<MetricsLog> metrics;
+  on_every_process(comm, [&] {
+    if (!reporter) return;
+    run_directory.emplace(o.out);
+    remove_stale_temporaries(o.out, kCheckpointName);
+    metrics.emplace((run_dir / "metrics.jsonl").string(), first_step);
+  });
   const std::string title = o.data.empty() ? fmt::format("attograd: {} {}", o.task, o.task_size)
                                            : fmt::format("attograd: {}", fs::path(o.data).filename().string());
   const CheckpointInfo info{o, data->tokenizer(), 0};
@@ -141,74 +254,122 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
                static_cast<long long>(o.block), static_cast<long long>(model->num_parameters()), o.optimizer.c_str(),
                o.lr, static_cast<long long>(o.batch), static_cast<long long>(o.steps), get_num_threads(),
                device.str().c_str(), o.out.c_str());
+  const std::size_t optimizer_bytes =
+      sharded ? sharded->state_bytes() : train::optimizer_state_bytes(*optimizer);
+  if (comm.size() > 1 || o.grad_accum > 1)
+    std::fprintf(out,
+                 "data parallel: %d processes (%s), %lld sequences each per step in %lld micro-batches; gradients "
+                 "all-reduced in %zu buckets; optimizer state %s per process%s\n",
+                 comm.size(), comm.engine().c_str(), static_cast<long long>(o.batch / comm.size()),
+                 static_cast<long long>(o.grad_accum), reducer ? reducer->bucket_count() : 0,
+                 megabytes(optimizer_bytes).c_str(), sharded ? " (sharded, ZeRO-1)" : "");
   if (first_step > 0) std::fprintf(out, "resuming from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first_step));
   std::fflush(out);
 
   const EvaluateOptions eval_options{.max_sequences = o.data.empty() ? 0 : kTrainEvalWindows, .device = device};
-  Progress progress(out, first_step, last_step, {.interactive = ::isatty(::fileno(out)) == 1, .quiet = o.quiet});
-  const auto params = model->named_parameters();
+  Progress progress(out, first_step, last_step,
+                    {.interactive = reporter && ::isatty(::fileno(out)) == 1, .quiet = o.quiet || !reporter});
   TrainSummary summary;
+  summary.rank = comm.rank(), summary.processes = comm.size();
   EvalResult last_eval;
-  double train_seconds = 0, train_tokens = 0;  // the steps alone, for tokens per second
+  double train_seconds = 0, train_tokens = 0, comm_seconds = 0;  // the steps alone, for tokens per second
   // The last checkpoint known to be good: the one resumed from until this run writes its own.
   std::string good_checkpoint = o.resume.empty() ? "" : o.resume;
   std::int64_t good_step = first_step;
   const StopSignalGuard stop_signal_guard;
   std::int64_t stopped_at = last_step;
   int stopped_by = 0;
-  for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double lr = learning_rate(o, step);
-    optimizer->set_lr(lr);
-    const Batch batch = data->train_batch(static_cast<std::uint64_t>(step - 1), o.batch, o.block);
-    model->train();
-    const Tensor loss = model->loss(to(batch.tokens, device), to(batch.targets, device), kIgnoreIndex);
-    backward(loss);
-    const double grad_norm = clip_grad_norm(params, o.grad_clip);
-    const double loss_value = loss.item();
-    // A non-finite loss or gradient would poison every weight: stop before the update,
-    // and before any checkpoint of this step replaces the last good one.
-    if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
-      const std::string kept = good_checkpoint.empty()
-                                   ? std::string("no checkpoint was saved")
-                                   : fmt::format("the last good checkpoint is {} (step {})", good_checkpoint, good_step);
-      const double bad = std::isfinite(loss_value) ? grad_norm : loss_value;
-      fail("train", "the {} became {} at step {} (try a lower --lr or --grad-clip); {}",
-           std::isfinite(loss_value) ? "gradient norm" : "loss", std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf",
-           step, kept);
-    }
-    optimizer->step();
-    optimizer->zero_grad();
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    train_seconds += dt;
-    train_tokens += static_cast<double>(batch.tokens.numel());
-    const double tokens_per_s = static_cast<double>(batch.tokens.numel()) / dt;
-    metrics.log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
-    progress.update(step, loss_value, lr, train_tokens / train_seconds);  // the run's average: a steadier figure
+  try {
+    for (std::int64_t step = first_step + 1; step <= last_step; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const double lr = learning_rate(o, step);
+      optimizer->set_lr(lr);
+      const Batch batch = data->train_batch(static_cast<std::uint64_t>(step - 1), o.batch, o.block);
+      model->train();
+      const train::StepGradients step_grads =
+          train::compute_gradients(*model, batch, device, o.grad_accum, comm, reducer.get());
+      const double grad_norm = clip_grad_norm(params, o.grad_clip);
+      const double loss_value = step_grads.loss;
+      // A non-finite loss or gradient would poison every weight: stop before the update,
+      // and before any checkpoint of this step replaces the last good one. After the
+      // all-reduce every process sees the same values, so all stop here together.
+      if (!std::isfinite(loss_value) || !std::isfinite(grad_norm)) {
+        const std::string kept = good_checkpoint.empty()
+                                     ? std::string("no checkpoint was saved")
+                                     : fmt::format("the last good checkpoint is {} (step {})", good_checkpoint, good_step);
+        const double bad = std::isfinite(loss_value) ? grad_norm : loss_value;
+        train::fail_on_every_process(
+            comm, fmt::format("[train] the {} became {} at step {} (try a lower --lr or --grad-clip); {}",
+                              std::isfinite(loss_value) ? "gradient norm" : "loss",
+                              std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf", step, kept));
+      }
+      optimizer->step();
+      optimizer->zero_grad();
+      // A signal may reach some processes and not others (or a step apart): all stop
+      // at the first step any of them saw one.
+      double signal = StopSignalGuard::received();
+      const auto c0 = std::chrono::steady_clock::now();
+      comm.max(&signal, 1);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      comm_seconds += step_grads.comm_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      train_seconds += dt;
+      train_tokens += static_cast<double>(batch.tokens.numel());
+      const double tokens_per_s = static_cast<double>(batch.tokens.numel()) / dt;
+      if (metrics) metrics->log(TrainRecord{step, loss_value, lr, grad_norm, tokens_per_s, elapsed()});
+      if (comm.size() > 1)
+        progress.set_detail(fmt::format("comm {:.0f}%  optimizer {}/process", 100 * comm_seconds / train_seconds,
+                                        megabytes(optimizer_bytes)));
+      progress.update(step, loss_value, lr, train_tokens / train_seconds);  // the run's average: a steadier figure
 
-    const int signo = StopSignalGuard::received();
-    const bool stop_now = signo != 0;
-    if (stop_now) {
-      stopped_at = step;
-      stopped_by = signo;
-      progress.message(fmt::format("{}: saving step {}; continue with --resume {}", signal_name(signo), step,
-                                   ckpt_path));
+      const int signo = static_cast<int>(signal);
+      const bool stop_now = signo != 0;
+      if (stop_now) {
+        stopped_at = step;
+        stopped_by = signo;
+        progress.message(fmt::format("{}: saving step {}; continue with --resume {}", signal_name(signo), step,
+                                     ckpt_path));
+      }
+      if (step % o.eval_interval == 0 || step == last_step || stop_now) {
+        // Processes that drifted apart (they never should) would make a checkpoint
+        // that is nobody's model: compare every parameter's bits first.
+        const std::vector<std::string> checksums = comm.all_gather(train::parameter_checksum(params));
+        for (int r = 1; r < comm.size(); ++r)
+          if (checksums[static_cast<std::size_t>(r)] != checksums[0])
+            train::fail_on_every_process(
+                comm, fmt::format("[train] the processes' parameters differ at step {}: rank {} has checksum {}, "
+                                  "rank 0 {}; the last good checkpoint is {}",
+                                  step, r, checksums[static_cast<std::size_t>(r)], checksums[0],
+                                  good_checkpoint.empty() ? "none" : good_checkpoint));
+        const OptimizerState state = sharded ? sharded->gather_state() : optimizer_state(optimizer.get());
+        if (reporter) {
+          last_eval = evaluate(*model, *data, eval_options);
+          metrics->log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
+          progress.message(eval_line(step, last_eval));
+          CheckpointInfo at = info;
+          at.step = step;
+          save_checkpoint(ckpt_path, *model, state, at);
+          run_directory->keep();
+          write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics->train(), metrics->eval(), title));
+        }
+        good_checkpoint = ckpt_path, good_step = step;
+      }
+      if (stop_now) break;
     }
-    if (step % o.eval_interval == 0 || step == last_step || stop_now) {
-      last_eval = evaluate(*model, *data, eval_options);
-      metrics.log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
-      progress.message(eval_line(step, last_eval));
-      CheckpointInfo at = info;
-      at.step = step;
-      save_checkpoint(ckpt_path, *model, optimizer.get(), at);
-      good_checkpoint = ckpt_path, good_step = step;
-      run_directory.keep();
-      write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics.train(), metrics.eval(), title));
+  } catch (const train::SharedFailure&) {
+    throw;  // met by every process at the same point
+  } catch (const std::exception& e) {
+    // Met by this process alone (a full disk on rank 0, say): the others would wait
+    // for it forever in the next collective, so this stops the whole run.
+    if (comm.size() > 1) {
+      std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
+                   comm.size());
+      std::fflush(stderr);
+      comm.abort_all(1);
     }
-    if (stop_now) break;
+    throw;
   }
   progress.finish();
-  if (last_step <= first_step) {  // resumed at or past the end: report where the checkpoint stands
+  if (last_step <= first_step && reporter) {  // resumed at or past the end: report where the checkpoint stands
     last_eval = evaluate(*model, *data, eval_options);
     progress.message(eval_line(first_step, last_eval));
   }
@@ -227,6 +388,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   if (!last_eval.whole()) line += fmt::format(" over the first {} validation windows", coverage(last_eval));
   if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
   if (!o.data.empty()) line += fmt::format(" (unigram entropy {:.4f})", summary.unigram_entropy);
+  if (comm.size() > 1) line += fmt::format("; {} processes, {:.0f}% of the steps' time in communication", comm.size(),
+                                           train_seconds > 0 ? 100 * comm_seconds / train_seconds : 0.0);
   line += fmt::format("; checkpoint {}", ckpt_path);
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);

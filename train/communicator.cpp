@@ -1,0 +1,39 @@
+// The one-process communicator: every collective of one process is the identity.
+#include "train/communicator.h"
+
+#include <cstdlib>
+
+namespace attograd::train {
+namespace {
+
+class Done final : public PendingReduce {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+class SingleProcess final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string engine() const override { return "one process"; }
+  std::unique_ptr<PendingReduce> start_sum(float*, std::size_t) override { return std::make_unique<Done>(); }
+  void sum(double*, std::size_t) override {}
+  void max(double*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
+  void transfer(void*, std::size_t, int, int) override {}
+  [[noreturn]] void abort_all(int status) override { std::exit(status); }
+};
+
+}  // namespace
+
+void fail_on_every_process(const Communicator& comm, const std::string& message) {
+  throw SharedFailure(message, comm.rank() == 0);
+}
+
+std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcess>(); }
+
+}  // namespace attograd::train

@@ -1,0 +1,79 @@
+#pragma once
+// The processes of one data-parallel training run, as the trainer sees them:
+// who am I, how many are we, and the few collectives data parallelism needs.
+// Open MPI is the engine (train/mpi_communicator.cpp, built when CMake finds
+// MPI); a run not started by mpirun, or a build without MPI, is one process
+// (train/no_mpi.cpp) and every collective is the identity.
+//
+// Collectives must be called by every process in the same order, as MPI's.
+// A process that fails calls abort_all(), which stops every process of the
+// run (MPI_Abort): a rank that dies must never leave the others waiting.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/error.h"
+
+namespace attograd::train {
+
+// A failure every process of a run meets at the same point (flags that differ,
+// a NaN loss after the all-reduce, parameters that drifted apart), so none is
+// left waiting for the others: rank 0 reports it, the others exit with the
+// same status without repeating it (report() is false there).
+class SharedFailure : public Error {
+ public:
+  SharedFailure(const std::string& message, bool report) : Error(message), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
+
+// A started non-blocking all-reduce; wait() returns once its buffer holds the result.
+class PendingReduce {
+ public:
+  virtual ~PendingReduce() = default;
+  virtual bool test() = 0;  // done yet? (also drives MPI's progress engine)
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;  // among the processes on this machine (picks a GPU)
+  virtual int local_size() const = 0;  // processes on this machine (they share its cores)
+  virtual std::string engine() const = 0;  // "Open MPI 4.1.4", or "one process"
+
+  // Sums `n` floats in place across every process, in the background. The
+  // buffer must stay alive and untouched until the returned reduce is waited for.
+  virtual std::unique_ptr<PendingReduce> start_sum(float* data, std::size_t n) = 0;
+  virtual void sum(double* data, std::size_t n) = 0;  // blocking, for a few scalars
+  virtual void max(double* data, std::size_t n) = 0;
+  // Root's bytes to every process (`bytes` must be the same size everywhere).
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // Every process's string, in rank order, on every process.
+  virtual std::vector<std::string> all_gather(const std::string& value) = 0;
+  // Rank `from` sends `bytes` to `to` (point to point; both must call it).
+  virtual void transfer(void* data, std::size_t bytes, int from, int to) = 0;
+
+  // Stops every process of the run with this exit status (after this process
+  // printed why). Does not return.
+  [[noreturn]] virtual void abort_all(int status) = 0;
+};
+
+// The communicator of this process: MPI's world when started by an MPI
+// launcher (mpirun sets OMPI_COMM_WORLD_SIZE and PMIX_RANK), else one process.
+// A launcher's world of several processes in a build without MPI is an error.
+std::unique_ptr<Communicator> make_communicator();
+// Throws SharedFailure(message) on every process (reported by rank 0).
+[[noreturn]] void fail_on_every_process(const Communicator& comm, const std::string& message);
+std::unique_ptr<Communicator> single_process_communicator();
+
+// True when this build can run on several processes (CMake found MPI).
+bool built_with_mpi();
+
+}  // namespace attograd::train

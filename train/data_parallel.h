@@ -1,0 +1,74 @@
+#pragma once
+// Data parallelism over a Communicator, as PyTorch's DDP and llm.c do it: every
+// process holds the whole model, computes gradients on its share of the batch,
+// and the gradients are summed across processes before the (identical) update.
+//
+// GradientReducer groups the parameters into buckets of a few MB, in reverse
+// registration order (backward reaches the last layers first). Its hook, given
+// to backward() as BackwardOptions::on_leaf_grad_ready, copies each gradient
+// into its bucket as soon as backward has finished it; when a bucket is full
+// its all-reduce starts in the background, overlapping communication with the
+// rest of backward. finish() waits for every bucket and writes the sums back
+// into the parameters' .grad, for the optimizer.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "nn/module.h"
+#include "train/communicator.h"
+
+namespace attograd::train {
+
+inline constexpr std::size_t kDefaultBucketBytes = std::size_t{4} << 20;
+
+class GradientReducer {
+ public:
+  GradientReducer(std::vector<nn::NamedParameter> params, Communicator& comm,
+                  std::size_t bucket_bytes = kDefaultBucketBytes);
+
+  // For the backward whose gradients are final (the last micro-batch's).
+  std::function<void(const Tensor& leaf)> hook();
+  // Starts the buckets still waiting (a parameter that backward did not reach
+  // contributes zeros), waits for all, and writes each summed gradient into
+  // its parameter's .grad. Returns the seconds spent waiting here.
+  double finish();
+
+  std::size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> params;  // indices into params_
+    std::vector<float> flat;          // the bucket's gradients, end to end
+    std::size_t ready = 0;
+    std::unique_ptr<PendingReduce> pending;
+  };
+  void ready(std::size_t param);
+  void start(Bucket& bucket);
+
+  std::vector<nn::NamedParameter> params_;
+  Communicator& comm_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_, offset_;  // per parameter: its bucket and its offset in it
+  std::vector<bool> is_ready_;
+  std::unordered_map<const TensorImpl*, std::size_t> index_;
+};
+
+// Every parameter takes rank `root`'s values.
+void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root = 0);
+// FNV-1a of every parameter's bytes, in order, as 16 hex digits: processes
+// whose parameters differ in any bit (almost surely) differ here.
+std::string parameter_checksum(const std::vector<nn::NamedParameter>& params);
+
+// ZeRO stage 1: which process keeps the optimizer state of (and updates) each
+// parameter. Parameters go, largest first, to the process holding the fewest
+// elements so far, so each keeps about 1/N of the state.
+std::vector<int> shard_owners(const std::vector<nn::NamedParameter>& params, int processes);
+// After each process updated the parameters it owns: every parameter takes its owner's values.
+void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, const std::vector<int>& owners,
+                               Communicator& comm);
+
+}  // namespace attograd::train

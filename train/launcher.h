@@ -1,0 +1,10 @@
+#pragma once
+// What an MPI launcher (mpirun, mpiexec, srun) tells the processes it starts,
+// through their environment, before any MPI call.
+namespace attograd::train {
+
+// The number of processes the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE
+// or PMIX_SIZE), or 0 when this process was not started by one.
+int launcher_world_size();
+
+}  // namespace attograd::train

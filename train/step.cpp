@@ -1,0 +1,60 @@
+#include "train/step.h"
+
+#include <chrono>
+
+#include "autograd/engine.h"
+#include "autograd/ops.h"
+#include "tensor/error.h"
+
+namespace attograd::train {
+namespace {
+
+std::int64_t counted_targets(const Tensor& targets) {
+  std::int64_t n = 0;
+  for (std::int64_t t : targets.to_vector<std::int64_t>()) n += t != kIgnoreIndex;
+  return n;
+}
+
+}  // namespace
+
+StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device device, std::int64_t micro_batches,
+                                Communicator& comm, GradientReducer* reducer) {
+  StepGradients result;
+  if (comm.size() == 1 && micro_batches == 1) {  // the plain step, bit for bit as it always was
+    const Tensor loss = model.loss(to(batch.tokens, device), to(batch.targets, device), kIgnoreIndex);
+    backward(loss);
+    result.loss = loss.item();
+    return result;
+  }
+
+  const std::int64_t rows = batch.tokens.size(0);
+  const std::int64_t pieces = comm.size() * micro_batches;
+  AG_CHECK(rows % pieces == 0, "--batch", "{} sequences do not split into {} processes x --grad-accum {}", rows,
+           comm.size(), micro_batches);
+  const std::int64_t piece_rows = rows / pieces;
+  const double global_count = static_cast<double>(counted_targets(batch.targets));
+  double local_loss = 0;
+  for (std::int64_t m = 0; m < micro_batches; ++m) {
+    const std::int64_t first = (comm.rank() * micro_batches + m) * piece_rows;
+    const Tensor tokens = narrow(batch.tokens, 0, first, piece_rows);
+    const Tensor targets = narrow(batch.targets, 0, first, piece_rows);
+    const std::int64_t count = counted_targets(targets);
+    const bool last = m == micro_batches - 1;
+    if (count == 0) continue;  // nothing to learn here; the reducer counts its gradients as zeros
+    const Tensor loss = model.loss(to(contiguous(tokens), device), to(contiguous(targets), device), kIgnoreIndex) *
+                        (static_cast<double>(count) / global_count);
+    // Only the last piece's backward finishes the gradients, so only it starts their all-reduce.
+    BackwardOptions options;
+    if (last && reducer) options.on_leaf_grad_ready = reducer->hook();
+    backward(loss, {}, options);
+    local_loss += loss.item();
+  }
+  if (reducer) result.comm_seconds += reducer->finish();
+  const auto t0 = std::chrono::steady_clock::now();
+  comm.sum(&local_loss, 1);
+  result.comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.loss = local_loss;
+  return result;
+}
+
+}  // namespace attograd::train
