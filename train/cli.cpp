@@ -14,6 +14,7 @@
 #include "train/commands.h"
 #include "train/signals.h"
 #include "train/communicator.h"
+#include "train/launcher.h"
 #include "train/version.h"
 
 namespace attograd {
@@ -195,13 +196,15 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes a reversed vector
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
+    // Under mpirun every process parses the same command line: rank 0 speaks for all.
+    const bool speaks = train::launcher_rank() == 0;
     if (e.get_exit_code() == 0) {  // --help, --version
       std::ostringstream os, es;
       app.exit(e, os, es);
-      std::fputs(os.str().c_str(), out);
+      if (speaks) std::fputs(os.str().c_str(), out);
       return 0;
     }
-    error_line(std::string(e.what()) + " (see --help)");
+    if (speaks) error_line(std::string(e.what()) + " (see --help)");
     return 2;
   }
 

@@ -34,6 +34,11 @@ void fail_on_every_process(const Communicator& comm, const std::string& message)
   throw SharedFailure(message, comm.rank() == 0);
 }
 
+Communicator& world() {
+  static const std::unique_ptr<Communicator> communicator = make_communicator();
+  return *communicator;
+}
+
 std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcess>(); }
 
 }  // namespace attograd::train

@@ -66,9 +66,13 @@ class Communicator {
 };
 
 // The communicator of this process: MPI's world when started by an MPI
-// launcher (mpirun sets OMPI_COMM_WORLD_SIZE and PMIX_RANK), else one process.
+// launcher (mpirun sets OMPI_COMM_WORLD_SIZE), else one process. Made on the
+// first call and kept until the process exits, when MPI is finalised: every
+// process then leaves together, after rank 0 has printed its last line (an
+// early exit of another rank with a non-zero status makes mpirun kill the rest).
 // A launcher's world of several processes in a build without MPI is an error.
-std::unique_ptr<Communicator> make_communicator();
+Communicator& world();
+std::unique_ptr<Communicator> make_communicator();  // what world() makes
 // Throws SharedFailure(message) on every process (reported by rank 0).
 [[noreturn]] void fail_on_every_process(const Communicator& comm, const std::string& message);
 std::unique_ptr<Communicator> single_process_communicator();

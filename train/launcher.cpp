@@ -1,12 +1,15 @@
 #include "train/launcher.h"
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 namespace attograd::train {
 
-int launcher_world_size() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+namespace {
+
+int first_set(std::initializer_list<const char*> names) {
+  for (const char* name : names)
     if (const char* value = std::getenv(name)) {
       try {
         return std::stoi(value);
@@ -16,5 +19,10 @@ int launcher_world_size() {
     }
   return 0;
 }
+
+}  // namespace
+
+int launcher_world_size() { return first_set({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}); }
+int launcher_rank() { return first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}); }
 
 }  // namespace attograd::train

@@ -6,5 +6,7 @@ namespace attograd::train {
 // The number of processes the launcher started (OMPI_COMM_WORLD_SIZE, PMI_SIZE
 // or PMIX_SIZE), or 0 when this process was not started by one.
 int launcher_world_size();
+// This process's rank among them (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), or 0.
+int launcher_rank();
 
 }  // namespace attograd::train

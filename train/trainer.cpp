@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <optional>
 #include <filesystem>
 #include <fmt/format.h>
 
 #include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "tensor/error.h"
+#include "tensor/kernels.h"
 #include "tensor/parallel.h"
 #include "cuda/runtime.h"
 #include "train/checkpoint.h"
@@ -151,13 +154,23 @@ int default_threads(const train::Communicator& comm) {
   return std::max(1, get_num_threads() / std::max(1, comm.local_size()));
 }
 
+// A test-only hook (tests/test_mpi.cpp): ATTOGRAD_TEST_DRIFT_RANK=r makes rank r
+// nudge one weight, as a flipped bit would, so the next evaluation's parameter
+// checksums must catch it.
+void drift_for_tests(const train::Communicator& comm, const std::vector<nn::NamedParameter>& params) {
+  const char* rank = std::getenv("ATTOGRAD_TEST_DRIFT_RANK");
+  if (!rank || std::atoi(rank) != comm.rank() || comm.size() == 1) return;
+  NoGradGuard no_grad;
+  const Tensor& w = params.front().tensor;
+  kernels::copy_(narrow(flatten(w), 0, 0, 1), narrow(flatten(w), 0, 0, 1) + 1e-3);
+}
+
 std::string megabytes(std::size_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
 
 }  // namespace
 
 TrainSummary train_command(TrainOptions o, std::FILE* out) {
-  const std::unique_ptr<train::Communicator> comm_owner = train::make_communicator();
-  train::Communicator& comm = *comm_owner;
+  train::Communicator& comm = train::world();
   const bool reporter = comm.rank() == 0;  // rank 0 alone prints, evaluates and writes
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent(nullptr, std::fclose);
   if (!reporter) {
@@ -305,6 +318,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       }
       optimizer->step();
       optimizer->zero_grad();
+      if (step == first_step + 3) drift_for_tests(comm, params);
       // A signal may reach some processes and not others (or a step apart): all stop
       // at the first step any of them saw one.
       double signal = StopSignalGuard::received();

@@ -1,0 +1,371 @@
+// Data-parallel training (train/communicator.h, data_parallel.h, step.h,
+// sharded_optimizer.h): the pieces in this process, then real runs under
+// mpirun as child processes (tag [mpi]; each reports itself skipped, by name,
+// where this build has no MPI or mpirun is not installed).
+//
+// What the runs check: N processes follow the one-process run step for step;
+// a checkpoint moves between process counts; kill -9 of one rank or Ctrl-C to
+// mpirun never hangs and never damages the checkpoint; processes started with
+// different flags are refused, naming the flag.
+#include <dirent.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "child_process.h"
+#include "helpers.h"
+#include "program_helpers.h"
+#include "train/checkpoint.h"
+#include "train/communicator.h"
+#include "train/data_parallel.h"
+#include "train/sharded_optimizer.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+
+// ---- in this process: the one-process communicator, buckets, shards ----------------------
+
+nn::NamedParameter param(const std::string& name, const Shape& sizes, std::uint64_t seed) {
+  Generator gen(seed);
+  Tensor t = randn(sizes, {}, gen);
+  t.set_requires_grad(true);
+  return {name, t, true};
+}
+
+}  // namespace
+
+TEST_CASE("gradient buckets: reverse order, sized by bytes, sums written back, missing gradients as zeros", "[mpi]") {
+  auto comm = train::single_process_communicator();
+  const std::vector<nn::NamedParameter> params = {param("a", {10, 10}, 1), param("b", {7}, 2), param("c", {5, 3}, 3),
+                                                  param("d", {300}, 4)};
+  // 400-byte buckets from the last parameter back: {d}, {c, b, a}... d alone fills one (1200 bytes).
+  train::GradientReducer reducer(params, *comm, 400);
+  CHECK(reducer.bucket_count() == 2);
+  train::GradientReducer one_bucket(params, *comm, 1 << 20);
+  CHECK(one_bucket.bucket_count() == 1);
+
+  // a, c and d get gradients through backward (the hook sees each once), b gets none.
+  int hooked = 0;
+  const Tensor loss = sum(params[0].tensor * 2.0) + sum(params[2].tensor * params[2].tensor) + sum(params[3].tensor);
+  auto hook = reducer.hook();
+  backward(loss, {}, {.on_leaf_grad_ready = [&](const Tensor& leaf) {
+                        ++hooked;
+                        hook(leaf);
+                      }});
+  CHECK(hooked == 3);
+  const Tensor want_c = clone(params[2].tensor.grad());
+  reducer.finish();  // one process: the sum is the gradient itself
+  CHECK(max_abs_diff(params[0].tensor.grad(), full({10, 10}, 2.0)) == 0);
+  REQUIRE(params[1].tensor.grad().defined());
+  CHECK(max_abs_diff(params[1].tensor.grad(), zeros({7})) == 0);
+  CHECK(max_abs_diff(params[2].tensor.grad(), want_c) == 0);
+  CHECK(max_abs_diff(params[3].tensor.grad(), ones({300})) == 0);
+}
+
+TEST_CASE("optimizer shards: every parameter has one owner, and each process holds about 1/N", "[mpi]") {
+  std::vector<nn::NamedParameter> params;
+  for (int i = 0; i < 23; ++i) params.push_back(param("p" + std::to_string(i), {1 + (i * 37) % 101, 3}, i));
+  std::int64_t total = 0, largest = 0;
+  for (const auto& p : params) total += p.tensor.numel(), largest = std::max(largest, p.tensor.numel());
+  for (int n : {1, 2, 3, 4, 7}) {
+    INFO(n << " processes");
+    const std::vector<int> owners = train::shard_owners(params, n);
+    REQUIRE(owners.size() == params.size());
+    std::vector<std::int64_t> held(static_cast<std::size_t>(n), 0);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      REQUIRE(owners[i] >= 0);
+      REQUIRE(owners[i] < n);
+      held[static_cast<std::size_t>(owners[i])] += params[i].tensor.numel();
+    }
+    // Largest first onto the least loaded: no process exceeds the mean by more than one parameter.
+    for (std::int64_t h : held) CHECK(h <= total / n + largest);
+  }
+}
+
+TEST_CASE("data-parallel flags checked on one process: --grad-accum, --shard-optimizer, --batch", "[mpi]") {
+  TempDir tmp;
+  const std::vector<std::string> base = {"train", "--task-size", "3", "--layers", "1", "--width", "8", "--heads", "2",
+                                         "--steps", "2", "--heldout", "10", "--threads", "1", "--quiet"};
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli(args);
+  };
+  CliResult r = run({"--out", tmp / "a", "--batch", "8", "--grad-accum", "0"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--grad-accum] must be in [1, --batch 8], got 0"));
+  r = run({"--out", tmp / "b", "--batch", "8", "--grad-accum", "3"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--batch] 8 sequences do not split evenly into 1 processes x --grad-accum 3"));
+  r = run({"--out", tmp / "c", "--shard-optimizer"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--shard-optimizer] needs several processes"));
+  CHECK_FALSE(fs::exists(tmp / "a"));
+  CHECK_FALSE(fs::exists(tmp / "c"));
+
+  // One process in micro-batches follows the plain run (float rounding apart).
+  r = run({"--out", tmp / "plain", "--batch", "8"});
+  REQUIRE(r.code == 0);
+  r = run({"--out", tmp / "accum", "--batch", "8", "--grad-accum", "4"});
+  REQUIRE(r.code == 0);
+  const LoadedCheckpoint plain = load_checkpoint(tmp / "plain/ckpt.safetensors");
+  const LoadedCheckpoint accum = load_checkpoint(tmp / "accum/ckpt.safetensors");
+  const auto a = plain.model->state_dict(), b = accum.model->state_dict();
+  for (const auto& [name, t] : a) CHECK(max_abs_diff(t, b.at(name)) < 1e-5);
+}
+
+// ---- real runs under mpirun --------------------------------------------------------------
+
+namespace {
+
+// mpirun as root (CI runs as root) and beyond the core count.
+const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                                          "OMPI_MCA_rmaps_base_oversubscribe=1"};
+
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && ::access((fs::path(dir) / program).c_str(), X_OK) == 0) return true;
+  return false;
+}
+
+// Skips the test case, visibly, where runs under mpirun cannot happen.
+#define SKIP_WITHOUT_MPI()                                                                        \
+  do {                                                                                            \
+    if (!train::built_with_mpi() || !on_path("mpirun")) {                                         \
+      WARN("skipped: " << (train::built_with_mpi() ? "mpirun is not installed (openmpi-bin)"     \
+                                                     : "this build has no MPI (ATTOGRAD_MPI)")); \
+      return;                                                                                     \
+    }                                                                                             \
+  } while (0)
+
+// `mpirun -np n attograd <args>`, or the program alone for n = 1.
+std::unique_ptr<Child> start(int n, const std::vector<std::string>& args, const TempDir& tmp,
+                             std::vector<std::string> env = {}) {
+  env.insert(env.end(), kMpiEnv.begin(), kMpiEnv.end());
+  if (n == 1) return std::make_unique<Child>(args, tmp.path, env);
+  std::vector<std::string> mpi = {"-np", std::to_string(n), ATTOGRAD_BINARY};
+  mpi.insert(mpi.end(), args.begin(), args.end());
+  return std::make_unique<Child>(mpi, tmp.path, env, "mpirun");
+}
+
+void run_ok(int n, const std::vector<std::string>& args, const TempDir& tmp) {
+  const auto child = start(n, args, tmp);
+  INFO("mpirun -np " << n << " attograd " << fmt::format("{}", fmt::join(args, " ")) << "\nstdout: " << child->out());
+  REQUIRE(child->exit_code(300s) == 0);
+}
+
+struct Metrics {
+  std::vector<double> losses;  // per step, in order
+  double accuracy = -1;        // the last evaluation's exact match
+};
+
+Metrics read_metrics(const std::string& path) {
+  Metrics m;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.at("kind") == "train") m.losses.push_back(j.at("loss").get<double>());
+    if (j.at("kind") == "eval" && j.contains("accuracy")) m.accuracy = j.at("accuracy").get<double>();
+  }
+  return m;
+}
+
+// Step for step within `rtol` of the reference's loss, and the same exact match.
+void check_follows(const Metrics& reference, const Metrics& run, double rtol = 1e-5) {
+  REQUIRE(run.losses.size() == reference.losses.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < run.losses.size(); ++i)
+    worst = std::max(worst, std::abs(run.losses[i] - reference.losses[i]) / std::abs(reference.losses[i]));
+  INFO("largest relative loss difference " << worst);
+  CHECK(worst <= rtol);
+  CHECK(run.accuracy == reference.accuracy);
+}
+
+// The default task and model (sort 8 digits), 100 steps, one thread per process;
+// `extra` flags (each with its value, or a bare switch) add to these or replace them.
+std::vector<std::string> default_run(const std::string& out, const std::vector<std::string>& extra = {}) {
+  std::vector<std::pair<std::string, std::string>> flags = {
+      {"--steps", "100"}, {"--eval-interval", "50"}, {"--threads", "1"}, {"--out", out}};
+  std::vector<std::string> switches = {"--quiet"};
+  for (std::size_t i = 0; i < extra.size(); ++i) {
+    const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
+    if (!has_value) {
+      switches.push_back(extra[i]);
+      continue;
+    }
+    const auto it = std::find_if(flags.begin(), flags.end(), [&](const auto& f) { return f.first == extra[i]; });
+    if (it != flags.end())
+      it->second = extra[i + 1];
+    else
+      flags.emplace_back(extra[i], extra[i + 1]);
+    ++i;
+  }
+  std::vector<std::string> args = {"train"};
+  for (const auto& [flag, value] : flags) args.insert(args.end(), {flag, value});
+  args.insert(args.end(), switches.begin(), switches.end());
+  return args;
+}
+
+// The rank of a process mpirun started, from its environment.
+int rank_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  for (std::string entry; std::getline(in, entry, '\0');)
+    if (entry.rfind("OMPI_COMM_WORLD_RANK=", 0) == 0) return std::stoi(entry.substr(21));
+  return -1;
+}
+
+// The attograd processes of a run, by rank.
+std::map<int, pid_t> ranks_running(const std::string& out_dir) {
+  std::map<int, pid_t> ranks;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmdline = file_text("/proc/" + name + "/cmdline");
+    if (cmdline.rfind(ATTOGRAD_BINARY, 0) != 0 || cmdline.find(out_dir) == std::string::npos) continue;
+    const pid_t pid = std::stoi(name);
+    if (const int r = rank_of(pid); r >= 0) ranks[r] = pid;
+  }
+  return ranks;
+}
+
+std::int64_t count_lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+}  // namespace
+
+TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, sharded optimizer too", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  run_ok(1, default_run(tmp / "one"), tmp);
+  const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
+  REQUIRE(one.losses.size() == 100);
+  REQUIRE(one.accuracy > 0);
+  for (const auto& [n, extra] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {2, {}}, {4, {}}, {2, {"--shard-optimizer"}}, {4, {"--shard-optimizer", "--grad-accum", "2"}}}) {
+    const std::string name = fmt::format("np{}{}", n, fmt::join(extra, ""));
+    INFO(name);
+    run_ok(n, default_run(tmp / name, extra), tmp);
+    check_follows(one, read_metrics(tmp / (name + "/metrics.jsonl")));
+  }
+  // ZeRO-1 changes where the optimizer state lives, not one bit of the result.
+  require_same_checkpoint(tmp / "np2/ckpt.safetensors", tmp / "np2--shard-optimizer/ckpt.safetensors");
+}
+
+TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue the run, 2 -> 2 bit for bit",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  run_ok(1, default_run(tmp / "straight"), tmp);
+  const Metrics straight = read_metrics(tmp / "straight/metrics.jsonl");
+  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 4}}) {
+    const std::string dir = tmp / fmt::format("from{}to{}", before, after);
+    INFO(dir);
+    run_ok(before, default_run(dir, {"--stop-at", "50"}), tmp);
+    REQUIRE(load_checkpoint(dir + "/ckpt.safetensors").info.step == 50);
+    run_ok(after, {"train", "--resume", dir + "/ckpt.safetensors", "--threads", "1", "--quiet"}, tmp);
+    check_follows(straight, read_metrics(dir + "/metrics.jsonl"));
+  }
+  // At the same count, with the optimizer sharded: exactly the uninterrupted run.
+  run_ok(2, default_run(tmp / "whole", {"--shard-optimizer"}), tmp);
+  run_ok(2, default_run(tmp / "halves", {"--shard-optimizer", "--stop-at", "50"}), tmp);
+  run_ok(2, {"train", "--resume", tmp / "halves/ckpt.safetensors", "--threads", "1", "--quiet", "--shard-optimizer"},
+         tmp);
+  require_same_checkpoint(tmp / "whole/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
+}
+
+TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank; the last checkpoint is whole",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  const auto run = start(2, default_run(dir, {"--steps", "1000000", "--eval-interval", "20"}), tmp);
+  REQUIRE(wait_until([&] { return read_metrics(dir + "/metrics.jsonl").accuracy >= 0; }));  // a checkpoint exists
+  std::map<int, pid_t> ranks;
+  REQUIRE(wait_until([&] { return (ranks = ranks_running(dir)).size() == 2; }));
+  REQUIRE(::kill(ranks.at(1), SIGKILL) == 0);
+  const auto killed = std::chrono::steady_clock::now();
+  const int status = run->wait(60s);
+  CHECK(std::chrono::steady_clock::now() - killed < 30s);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  const std::string err = run->err();
+  INFO("stderr: " << err);
+  CHECK(std::regex_search(err, std::regex("process rank 1 .*exited on signal 9")));
+  CHECK(ranks_running(dir).empty());
+  const LoadedCheckpoint last = load_checkpoint(dir + "/ckpt.safetensors");
+  CHECK(last.info.step % 20 == 0);
+  CHECK(last.info.step >= 20);
+}
+
+TEST_CASE("Ctrl-C to mpirun: every rank finishes its step, one checkpoint is saved, and it resumes", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  const std::string dir = tmp / "run";
+  const auto run = start(2, default_run(dir, {"--steps", "1000000", "--eval-interval", "1000000"}), tmp);
+  REQUIRE(wait_until([&] { return count_lines(file_text(dir + "/metrics.jsonl")) >= 5; }));
+  run->signal(SIGINT);
+  const int status = run->wait(60s);
+  // Open MPI's mpirun passes SIGTERM to every rank a second after its SIGINT, and
+  // exits non-zero itself (1) however the ranks end.
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  const std::string out = run->out();
+  INFO("stdout: " << out << "\nstderr: " << run->err());
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex("SIGTERM: saving step ([0-9]+)")));
+  const std::int64_t stopped = std::stoll(m[1]);
+  CHECK(load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped);
+  run_ok(2, {"train", "--resume", dir + "/ckpt.safetensors", "--stop-at", std::to_string(stopped + 2), "--threads",
+             "1", "--quiet"},
+         tmp);
+  CHECK(load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped + 2);
+}
+
+TEST_CASE("under mpirun: differing flags and a batch that does not split are refused once, naming the flag",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  // MPMD: rank 0 and rank 1 started with different learning rates.
+  const std::vector<std::string> a = default_run(tmp / "lr", {"--lr", "0.005"});
+  std::vector<std::string> mpmd = {"-np", "1", ATTOGRAD_BINARY};
+  mpmd.insert(mpmd.end(), a.begin(), a.end());
+  mpmd.insert(mpmd.end(), {":", "-np", "1", ATTOGRAD_BINARY});
+  const std::vector<std::string> b = default_run(tmp / "lr", {"--lr", "0.01"});
+  mpmd.insert(mpmd.end(), b.begin(), b.end());
+  std::vector<std::string> env = kMpiEnv;
+  Child lr(mpmd, tmp.path, env, "mpirun");
+  CHECK(lr.exit_code() != 0);
+  const std::string err = lr.err();
+  INFO("stderr: " << err);
+  const std::string want = "attograd: error: [--lr] differs between the processes of this run: rank 1 has '0.01', "
+                           "rank 0 '0.005'";
+  CHECK_THAT(err, Catch::Contains(want));
+  CHECK(err.find(want) == err.rfind(want));  // once, not once per rank
+  CHECK_FALSE(fs::exists(tmp / "lr"));
+
+  const auto odd = start(3, default_run(tmp / "odd", {"--batch", "8"}), tmp);
+  CHECK(odd->exit_code() != 0);
+  const std::string odd_err = odd->err();
+  INFO("stderr: " << odd_err);
+  const std::string odd_want = "[--batch] 8 sequences do not split evenly into 3 processes x --grad-accum 1";
+  CHECK_THAT(odd_err, Catch::Contains(odd_want));
+  CHECK(odd_err.find(odd_want) == odd_err.rfind(odd_want));
+  CHECK_FALSE(fs::exists(tmp / "odd"));
+}
+
+TEST_CASE("processes whose parameters drift apart are stopped at the next evaluation, naming the step", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  // A test hook: rank 1 nudges one weight after step 3, as a bit flip in one process would.
+  const auto run = start(2, default_run(tmp / "drift", {"--eval-interval", "10"}), tmp, {"ATTOGRAD_TEST_DRIFT_RANK=1"});
+  CHECK(run->exit_code() != 0);
+  const std::string err = run->err();
+  INFO("stderr: " << err);
+  CHECK_THAT(err, Catch::Contains("[train] the processes' parameters differ at step 10: rank 1 has checksum"));
+  CHECK_FALSE(fs::exists(tmp / "drift/ckpt.safetensors"));  // no checkpoint of nobody's model
+}
