@@ -144,10 +144,22 @@ bool on_path(const std::string& program) {
     }                                                                                             \
   } while (0)
 
+// Under AddressSanitizer (the asan-ubsan preset) the ranks keep every check
+// but the leak check at exit: Open MPI leaves allocations behind in PMIx
+// plugins it has unloaded by then, whose stacks LeakSanitizer cannot name, so
+// they cannot be suppressed by library. Our own data-parallel code is leak-checked
+// in this process (the cases above).
+std::vector<std::string> mpi_env() {
+  std::vector<std::string> env = kMpiEnv;
+  if (const char* asan = std::getenv("ASAN_OPTIONS")) env.push_back(std::string("ASAN_OPTIONS=") + asan + ":detect_leaks=0");
+  return env;
+}
+
 // `mpirun -np n attograd <args>`, or the program alone for n = 1.
 std::unique_ptr<Child> start(int n, const std::vector<std::string>& args, const TempDir& tmp,
                              std::vector<std::string> env = {}) {
-  env.insert(env.end(), kMpiEnv.begin(), kMpiEnv.end());
+  const std::vector<std::string> launch_env = mpi_env();
+  env.insert(env.end(), launch_env.begin(), launch_env.end());
   if (n == 1) return std::make_unique<Child>(args, tmp.path, env);
   std::vector<std::string> mpi = {"-np", std::to_string(n), ATTOGRAD_BINARY};
   mpi.insert(mpi.end(), args.begin(), args.end());
@@ -238,7 +250,13 @@ std::int64_t count_lines(const std::string& s) { return std::count(s.begin(), s.
 
 }  // namespace
 
-TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, sharded optimizer too", "[mpi]") {
+// The two cases that compare losses across process counts assert a numerical
+// property of the optimised build: a sum split across processes rounds
+// differently, and 100 AdamW steps amplify that (Release, g++ -O3: at most 7e-6
+// relative, at np 4). The asan-ubsan preset (clang -O1) rounds differently again
+// and leaves them out (CMakePresets.json); the exact cases below run everywhere.
+TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, sharded optimizer too",
+          "[mpi][numerics]") {
   SKIP_WITHOUT_MPI();
   TempDir tmp;
   run_ok(1, default_run(tmp / "one"), tmp);
@@ -252,12 +270,9 @@ TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, shar
     run_ok(n, default_run(tmp / name, extra), tmp);
     check_follows(one, read_metrics(tmp / (name + "/metrics.jsonl")));
   }
-  // ZeRO-1 changes where the optimizer state lives, not one bit of the result.
-  require_same_checkpoint(tmp / "np2/ckpt.safetensors", tmp / "np2--shard-optimizer/ckpt.safetensors");
 }
 
-TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue the run, 2 -> 2 bit for bit",
-          "[mpi]") {
+TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue the run", "[mpi][numerics]") {
   SKIP_WITHOUT_MPI();
   TempDir tmp;
   run_ok(1, default_run(tmp / "straight"), tmp);
@@ -270,12 +285,26 @@ TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue
     run_ok(after, {"train", "--resume", dir + "/ckpt.safetensors", "--threads", "1", "--quiet"}, tmp);
     check_follows(straight, read_metrics(dir + "/metrics.jsonl"));
   }
-  // At the same count, with the optimizer sharded: exactly the uninterrupted run.
-  run_ok(2, default_run(tmp / "whole", {"--shard-optimizer"}), tmp);
-  run_ok(2, default_run(tmp / "halves", {"--shard-optimizer", "--stop-at", "50"}), tmp);
+}
+
+TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 -> 2 resumes bit for bit", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  const std::vector<std::string> short_run = {"--steps", "20", "--eval-interval", "10"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), short_run.begin(), short_run.end());
+    return extra;
+  };
+  // ZeRO-1 changes where the optimizer state lives, not one bit of the result.
+  run_ok(2, default_run(tmp / "whole", with({})), tmp);
+  run_ok(2, default_run(tmp / "sharded", with({"--shard-optimizer"})), tmp);
+  require_same_checkpoint(tmp / "whole/ckpt.safetensors", tmp / "sharded/ckpt.safetensors");
+  // Stopped halfway and resumed at the same count (the sharded state gathered and re-split).
+  run_ok(2, default_run(tmp / "halves", with({"--shard-optimizer", "--stop-at", "10"})), tmp);
+  REQUIRE(load_checkpoint(tmp / "halves/ckpt.safetensors").info.step == 10);
   run_ok(2, {"train", "--resume", tmp / "halves/ckpt.safetensors", "--threads", "1", "--quiet", "--shard-optimizer"},
          tmp);
-  require_same_checkpoint(tmp / "whole/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
+  require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
 }
 
 TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank; the last checkpoint is whole",
@@ -337,8 +366,7 @@ TEST_CASE("under mpirun: differing flags and a batch that does not split are ref
   mpmd.insert(mpmd.end(), {":", "-np", "1", ATTOGRAD_BINARY});
   const std::vector<std::string> b = default_run(tmp / "lr", {"--lr", "0.01"});
   mpmd.insert(mpmd.end(), b.begin(), b.end());
-  std::vector<std::string> env = kMpiEnv;
-  Child lr(mpmd, tmp.path, env, "mpirun");
+  Child lr(mpmd, tmp.path, mpi_env(), "mpirun");
   CHECK(lr.exit_code() != 0);
   const std::string err = lr.err();
   INFO("stderr: " << err);

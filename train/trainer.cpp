@@ -356,13 +356,15 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
                                   good_checkpoint.empty() ? "none" : good_checkpoint));
         const OptimizerState state = sharded ? sharded->gather_state() : optimizer_state(optimizer.get());
         if (reporter) {
-          last_eval = evaluate(*model, *data, eval_options);
-          metrics->log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
-          progress.message(eval_line(step, last_eval));
+          // The checkpoint first: after a stop signal the time left may be short (mpirun
+          // sends SIGKILL a second after its SIGTERM), and evaluating can take longer.
           CheckpointInfo at = info;
           at.step = step;
           save_checkpoint(ckpt_path, *model, state, at);
           run_directory->keep();
+          last_eval = evaluate(*model, *data, eval_options);
+          metrics->log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
+          progress.message(eval_line(step, last_eval));
           write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics->train(), metrics->eval(), title));
         }
         good_checkpoint = ckpt_path, good_step = step;
