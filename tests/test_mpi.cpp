@@ -64,6 +64,20 @@ TEST_CASE("gradient buckets: reverse order, sized by bytes, sums written back, m
   CHECK(max_abs_diff(params[1].tensor.grad(), zeros({7})) == 0);
   CHECK(max_abs_diff(params[2].tensor.grad(), want_c) == 0);
   CHECK(max_abs_diff(params[3].tensor.grad(), ones({300})) == 0);
+
+  // prepare(): every .grad a zeroed view of its bucket, and backward adds into it there.
+  reducer.prepare();
+  for (const auto& p : params) CHECK(max_abs_diff(p.tensor.grad(), zeros(p.tensor.sizes())) == 0);
+  CHECK(params[0].tensor.grad().storage() == params[2].tensor.grad().storage());  // one bucket: c, b, a
+  CHECK(params[0].tensor.grad().storage() != params[3].tensor.grad().storage());  // d has its own
+  const std::shared_ptr<Storage> bucket = params[0].tensor.grad().storage();
+  backward(sum(params[0].tensor * 3.0) + sum(params[3].tensor * 2.0), {}, {.on_leaf_grad_ready = reducer.hook()});
+  reducer.finish();
+  CHECK(params[0].tensor.grad().storage() == bucket);  // accumulated in place, not replaced
+  CHECK(max_abs_diff(params[0].tensor.grad(), full({10, 10}, 3.0)) == 0);
+  CHECK(max_abs_diff(params[1].tensor.grad(), zeros({7})) == 0);
+  CHECK(max_abs_diff(params[2].tensor.grad(), zeros({5, 3})) == 0);  // last step's gradient is gone
+  CHECK(max_abs_diff(params[3].tensor.grad(), full({300}, 2.0)) == 0);
 }
 
 TEST_CASE("optimizer shards: every parameter has one owner, and each process holds about 1/N", "[mpi]") {

@@ -11,6 +11,7 @@
 #include "autograd/ops.h"
 #include "tensor/error.h"
 #include "tensor/kernels.h"
+#include "tensor/shape.h"
 
 namespace attograd::train {
 namespace {
@@ -57,15 +58,40 @@ GradientReducer::GradientReducer(std::vector<nn::NamedParameter> params, Communi
       is_ready_(params_.size(), false) {
   check_float32(params_, "data parallel");
   AG_CHECK(bucket_bytes >= sizeof(float), "data parallel", "bucket size must be at least 4 bytes, got {}", bucket_bytes);
+  std::vector<std::int64_t> sizes;  // elements per bucket
   for (std::size_t i = params_.size(); i-- > 0;) {  // backward finishes the last layers first
-    if (buckets_.empty() || buckets_.back().flat.size() * sizeof(float) >= bucket_bytes) buckets_.emplace_back();
-    Bucket& b = buckets_.back();
+    if (buckets_.empty() || static_cast<std::size_t>(sizes.back()) * sizeof(float) >= bucket_bytes) {
+      buckets_.emplace_back();
+      sizes.push_back(0);
+    }
     bucket_of_[i] = buckets_.size() - 1;
-    offset_[i] = b.flat.size();
-    b.params.push_back(i);
-    b.flat.resize(b.flat.size() + static_cast<std::size_t>(params_[i].tensor.numel()));
+    offset_[i] = static_cast<std::size_t>(sizes.back());
+    buckets_.back().params.push_back(i);
+    sizes.back() += params_[i].tensor.numel();
     index_[params_[i].tensor.impl()] = i;
   }
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    buckets_[b].flat = zeros({sizes[b]}, params_[buckets_[b].params.front()].tensor.options());
+}
+
+Tensor GradientReducer::slot(std::size_t i) const {
+  const Tensor& p = params_[i].tensor;
+  const Tensor& flat = buckets_[bucket_of_[i]].flat;
+  return make_view(flat, p.sizes(), contiguous_strides(p.sizes()), flat.offset() + static_cast<std::int64_t>(offset_[i]));
+}
+
+bool GradientReducer::holds_in_place(std::size_t i) const {
+  const Tensor& g = params_[i].tensor.grad();
+  const Tensor& flat = buckets_[bucket_of_[i]].flat;
+  return g.defined() && g.storage() == flat.storage() &&
+         g.offset() == flat.offset() + static_cast<std::int64_t>(offset_[i]) && g.sizes() == params_[i].tensor.sizes() &&
+         g.is_contiguous();
+}
+
+void GradientReducer::prepare() {
+  NoGradGuard no_grad;
+  for (Bucket& b : buckets_) kernels::fill_(b.flat, 0.0);
+  for (std::size_t i = 0; i < params_.size(); ++i) params_[i].tensor.set_grad(slot(i));
 }
 
 std::function<void(const Tensor&)> GradientReducer::hook() {
@@ -78,13 +104,15 @@ std::function<void(const Tensor&)> GradientReducer::hook() {
 void GradientReducer::ready(std::size_t i) {
   if (is_ready_[i]) return;
   is_ready_[i] = true;
+  if (!holds_in_place(i)) {  // backward wrote a gradient of its own: bring it into the bucket
+    NoGradGuard no_grad;
+    const Tensor& grad = params_[i].tensor.grad();
+    if (grad.defined())
+      kernels::copy_(slot(i), grad);
+    else
+      kernels::fill_(slot(i), 0.0);
+  }
   Bucket& b = buckets_[bucket_of_[i]];
-  const Tensor& grad = params_[i].tensor.grad();
-  float* slot = b.flat.data() + offset_[i];
-  if (grad.defined())
-    read_floats(grad, slot);
-  else
-    std::fill_n(slot, params_[i].tensor.numel(), 0.0f);
   if (++b.ready == b.params.size()) start(b);
   // MPI moves a non-blocking collective along only inside MPI calls: poke the
   // ones in flight so they progress while backward computes.
@@ -92,7 +120,15 @@ void GradientReducer::ready(std::size_t i) {
     if (other.pending) other.pending->test();
 }
 
-void GradientReducer::start(Bucket& b) { b.pending = comm_.start_sum(b.flat.data(), b.flat.size()); }
+void GradientReducer::start(Bucket& b) {
+  if (host_contiguous(b.flat)) {
+    b.pending = comm_.start_sum(b.flat.data<float>(), static_cast<std::size_t>(b.flat.numel()));
+    return;
+  }
+  b.staged.resize(static_cast<std::size_t>(b.flat.numel()));  // a GPU's gradients travel through host memory
+  read_floats(b.flat, b.staged.data());
+  b.pending = comm_.start_sum(b.staged.data(), b.staged.size());
+}
 
 double GradientReducer::finish() {
   const auto t0 = std::chrono::steady_clock::now();
@@ -104,16 +140,13 @@ double GradientReducer::finish() {
     b.pending->wait();
     b.pending.reset();
     b.ready = 0;
+    if (!b.staged.empty()) write_floats(b.flat, b.staged.data());
+    b.flat.bump_version();
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     is_ready_[i] = false;
-    const Tensor& p = params_[i].tensor;
-    const float* summed = buckets_[bucket_of_[i]].flat.data() + offset_[i];
-    if (!p.grad().defined() || !host_contiguous(p.grad()) || p.grad().sizes() != p.sizes())
-      p.set_grad(zeros(p.sizes(), p.options()));
-    write_floats(p.grad(), summed);
+    if (!holds_in_place(i)) params_[i].tensor.set_grad(slot(i));
   }
   return waited;
 }

@@ -4,12 +4,13 @@
 // and the gradients are summed across processes before the (identical) update.
 //
 // GradientReducer groups the parameters into buckets of a few MB, in reverse
-// registration order (backward reaches the last layers first). Its hook, given
-// to backward() as BackwardOptions::on_leaf_grad_ready, copies each gradient
-// into its bucket as soon as backward has finished it; when a bucket is full
-// its all-reduce starts in the background, overlapping communication with the
-// rest of backward. finish() waits for every bucket and writes the sums back
-// into the parameters' .grad, for the optimizer.
+// registration order (backward reaches the last layers first). prepare() makes
+// every parameter's .grad a zeroed view of its bucket's buffer, so backward
+// accumulates the gradients straight into the buckets (nothing is copied). The
+// hook, given to backward() as BackwardOptions::on_leaf_grad_ready, counts the
+// gradients backward has finished; when a bucket's are all done, its all-reduce
+// starts in the background, overlapping communication with the rest of
+// backward. finish() waits for every bucket: the .grads then hold the sums.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -30,11 +31,14 @@ class GradientReducer {
   GradientReducer(std::vector<nn::NamedParameter> params, Communicator& comm,
                   std::size_t bucket_bytes = kDefaultBucketBytes);
 
+  // Before a step's first backward: zeroes the buckets and makes each .grad a view of its slot.
+  void prepare();
   // For the backward whose gradients are final (the last micro-batch's).
   std::function<void(const Tensor& leaf)> hook();
   // Starts the buckets still waiting (a parameter that backward did not reach
-  // contributes zeros), waits for all, and writes each summed gradient into
-  // its parameter's .grad. Returns the seconds spent waiting here.
+  // contributes zeros), waits for all, and leaves each summed gradient in its
+  // parameter's .grad. Returns the seconds spent waiting here. A .grad that is
+  // not the bucket's view (no prepare(), or replaced) is copied in and out.
   double finish();
 
   std::size_t bucket_count() const { return buckets_.size(); }
@@ -42,12 +46,15 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<std::size_t> params;  // indices into params_
-    std::vector<float> flat;          // the bucket's gradients, end to end
+    Tensor flat;                      // the bucket's gradients, end to end, on the parameters' device
+    std::vector<float> staged;        // a device bucket's host copy (MPI reads host memory)
     std::size_t ready = 0;
     std::unique_ptr<PendingReduce> pending;
   };
   void ready(std::size_t param);
   void start(Bucket& bucket);
+  Tensor slot(std::size_t param) const;        // param's view of its bucket, shaped like it
+  bool holds_in_place(std::size_t param) const;  // its .grad is that view
 
   std::vector<nn::NamedParameter> params_;
   Communicator& comm_;

@@ -33,6 +33,7 @@ StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device devic
            comm.size(), micro_batches);
   const std::int64_t piece_rows = rows / pieces;
   const double global_count = static_cast<double>(counted_targets(batch.targets));
+  if (reducer) reducer->prepare();  // backward accumulates into the all-reduce buckets
   double local_loss = 0;
   for (std::int64_t m = 0; m < micro_batches; ++m) {
     const std::int64_t first = (comm.rank() * micro_batches + m) * piece_rows;
