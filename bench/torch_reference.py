@@ -6,11 +6,13 @@ byte formulas, units) in PyTorch on the CPU, float32, and writes the same JSON
 layout as Google Benchmark, so that `bench/compare` can put the two side by side:
 
     /usr/bin/python3 bench/torch_reference.py --threads 2 --benchmark_out=torch.json
+    /opt/torch2/bin/python bench/torch_reference.py ...   # PyTorch 2.x from PyPI, in a venv
     bench/compare torch.json attograd.json
 
 Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formulas):
   attn_core_{fwd,fwdbwd}/{composed,fused}/{S,M,L}, mha_{fwd,fwdbwd}/{composed,fused}/{S,M,L},
-  gpt_step, matmul/<n>, matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
+  gpt_step (and gpt_step/compiled with torch >= 2.0: torch.compile), matmul/<n>,
+  matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
 torch.nn.functional.scaled_dot_product_attention(is_causal=True), which
@@ -44,9 +46,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Attention shapes of /work/shared/DESIGN.md: (B, T, C, H).
+# The attention shapes of the design notes (DESIGN.md, "Benchmark shapes"): (B, T, C, H).
 SHAPES = {"S": (8, 64, 128, 4), "M": (4, 256, 256, 8), "L": (2, 1024, 512, 8)}
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+HAS_COMPILE = hasattr(torch, "compile")
 
 
 def fixed_iterations(shape_name):
@@ -241,10 +244,13 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.view(-1))
 
 
-def gpt_step_case():
+def gpt_step_case(compiled=False):
+    """The toy GPT's training step; `compiled`: its loss (forward and, through AOTAutograd,
+    backward) under torch.compile, whose first calls compile and are not timed."""
     B, T, C, V, n_layer = 32, 128, 128, 65, 4
     torch.manual_seed(1337)
     model = GPT()
+    loss_of = torch.compile(model.loss) if compiled else model.loss
     # AdamW as attograd's: weight decay on Linear weights only (not biases, norms, embeddings).
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
@@ -256,7 +262,7 @@ def gpt_step_case():
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(tokens, targets)
+        loss = loss_of(tokens, targets)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -354,6 +360,8 @@ def all_cases():
                 cases.append(("mha_" + ("fwdbwd" if bwd else "fwd") + tail,
                               lambda s=s, impl=impl, bwd=bwd: mha_case(s, impl, bwd)))
     cases.append(("gpt_step", gpt_step_case))
+    if HAS_COMPILE:  # torch >= 2.0: the same step under torch.compile (attograd has no such case; see side_by_side)
+        cases.append(("gpt_step/compiled", lambda: gpt_step_case(compiled=True)))
     for n in (256, 512, 1024, 2048):
         cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
     for s, (B, T, C, H) in SHAPES.items():
