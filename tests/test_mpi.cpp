@@ -321,7 +321,7 @@ TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 ->
   require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
 }
 
-TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank; the last checkpoint is whole",
+TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank, and the last checkpoint is whole",
           "[mpi]") {
   SKIP_WITHOUT_MPI();
   TempDir tmp;

@@ -601,7 +601,7 @@ TEST_CASE("text runs: train, eval and sample on a small file", "[train]") {
   CHECK_THAT(bad.err, Catch::Contains("[--prompt] 'Z' is not in the model's vocabulary"));
 }
 
-TEST_CASE("eval reads every window of the validation split; --max-batches caps it and says so", "[train]") {
+TEST_CASE("eval reads every window of the validation split, and --max-batches caps it and says so", "[train]") {
   // A text whose validation split holds more than 500 windows of 4 characters: more than the 256
   // that training-time evaluations read, and more than one evaluation batch (500 rows).
   TempDir tmp;
