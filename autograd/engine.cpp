@@ -59,7 +59,9 @@ void backward(const Tensor& root, const Tensor& grad_in, BackwardOptions options
   }
 
   // Pass 1: dependency counts over the reachable graph, with an explicit stack;
-  // leaves count their incoming edges too, to tell when their .grad is final.
+  // with a leaf hook, leaves count their incoming edges too, to tell when their
+  // .grad is final (a backward without one pays nothing for it).
+  const auto& leaf_ready = options.on_leaf_grad_ready;
   std::unordered_map<Node*, int> dependencies;
   std::unordered_map<TensorImpl*, int> leaf_dependencies;
   std::vector<Node*> stack{root.grad_fn().get()};
@@ -68,7 +70,7 @@ void backward(const Tensor& root, const Tensor& grad_in, BackwardOptions options
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->edges()) {
-      if (e.leaf) ++leaf_dependencies[e.leaf.get()];
+      if (e.leaf && leaf_ready) ++leaf_dependencies[e.leaf.get()];
       if (!e.node) continue;
       auto [it, inserted] = dependencies.try_emplace(e.node.get(), 0);
       ++it->second;
@@ -95,8 +97,7 @@ void backward(const Tensor& root, const Tensor& grad_in, BackwardOptions options
       const Tensor& ig = input_grads[i];
       if (e.leaf) {
         if (ig.defined()) accumulate_into_leaf(*e.leaf, ig);
-        if (--leaf_dependencies[e.leaf.get()] == 0 && options.on_leaf_grad_ready)
-          options.on_leaf_grad_ready(Tensor(e.leaf));
+        if (leaf_ready && --leaf_dependencies[e.leaf.get()] == 0) leaf_ready(Tensor(e.leaf));
       } else if (e.node) {
         if (ig.defined()) accumulate(grads[e.node.get()], ig);
         if (--dependencies[e.node.get()] == 0) ready.push_back(e.node);
