@@ -154,16 +154,7 @@ double GradientReducer::finish() {
 // ---- parameters ----------------------------------------------------------------------
 
 void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root) {
-  if (comm.size() == 1) return;
-  check_float32(params, "data parallel");
-  NoGradGuard no_grad;
-  std::vector<float> buffer;
-  for (const auto& p : params) {
-    buffer.resize(static_cast<std::size_t>(p.tensor.numel()));
-    if (comm.rank() == root) read_floats(p.tensor, buffer.data());
-    comm.broadcast(buffer.data(), buffer.size() * sizeof(float), root);
-    if (comm.rank() != root) write_floats(p.tensor, buffer.data());
-  }
+  gather_sharded_parameters(params, std::vector<int>(params.size(), root), comm);
 }
 
 std::string parameter_checksum(const std::vector<nn::NamedParameter>& params) {
@@ -204,6 +195,7 @@ void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, co
                                Communicator& comm) {
   AG_CHECK(owners.size() == params.size(), "shard", "{} owners for {} parameters", owners.size(), params.size());
   if (comm.size() == 1) return;
+  check_float32(params, "data parallel");
   NoGradGuard no_grad;
   std::vector<float> buffer;
   for (std::size_t i = 0; i < params.size(); ++i) {

@@ -64,7 +64,7 @@ class GradientReducer {
   std::unordered_map<const TensorImpl*, std::size_t> index_;
 };
 
-// Every parameter takes rank `root`'s values.
+// Every parameter takes rank `root`'s values (every owner is `root`; see gather_sharded_parameters).
 void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root = 0);
 // FNV-1a of every parameter's bytes, in order, as 16 hex digits: processes
 // whose parameters differ in any bit (almost surely) differ here.

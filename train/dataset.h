@@ -17,6 +17,13 @@ namespace attograd {
 // Targets equal to this carry no loss (prompt positions of a task).
 inline constexpr std::int64_t kIgnoreIndex = -100;
 
+// How many of `targets` carry a loss (are not kIgnoreIndex).
+inline std::int64_t counted_targets(const std::vector<std::int64_t>& targets) {
+  std::int64_t n = 0;
+  for (std::int64_t t : targets) n += t != kIgnoreIndex;
+  return n;
+}
+
 struct Batch {
   Tensor tokens;   // (B, T) int64
   Tensor targets;  // (B, T) int64: the next token, or kIgnoreIndex

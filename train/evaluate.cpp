@@ -31,8 +31,7 @@ EvalResult evaluate(nn::GPT& model, const Dataset& data, const EvaluateOptions& 
     const Tensor logits = model.forward(to(b.tokens, o.device));  // (B, T, V)
     const Tensor targets = b.targets;
     const auto target = targets.to_vector<std::int64_t>();
-    std::int64_t n = 0;
-    for (std::int64_t t : target) n += t != kIgnoreIndex;
+    const std::int64_t n = counted_targets(target);
     if (n > 0) loss_sum += cross_entropy(logits, to(targets, o.device), kIgnoreIndex).item() * static_cast<double>(n);
     counted += n;
     const auto predicted = to_cpu(argmax(logits, -1)).to_vector<std::int64_t>();  // (B, T)

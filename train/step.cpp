@@ -7,15 +7,6 @@
 #include "tensor/error.h"
 
 namespace attograd::train {
-namespace {
-
-std::int64_t counted_targets(const Tensor& targets) {
-  std::int64_t n = 0;
-  for (std::int64_t t : targets.to_vector<std::int64_t>()) n += t != kIgnoreIndex;
-  return n;
-}
-
-}  // namespace
 
 StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device device, std::int64_t micro_batches,
                                 Communicator& comm, GradientReducer* reducer) {
@@ -32,14 +23,14 @@ StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device devic
   AG_CHECK(rows % pieces == 0, "--batch", "{} sequences do not split into {} processes x --grad-accum {}", rows,
            comm.size(), micro_batches);
   const std::int64_t piece_rows = rows / pieces;
-  const double global_count = static_cast<double>(counted_targets(batch.targets));
+  const double global_count = static_cast<double>(counted_targets(batch.targets.to_vector<std::int64_t>()));
   if (reducer) reducer->prepare();  // backward accumulates into the all-reduce buckets
   double local_loss = 0;
   for (std::int64_t m = 0; m < micro_batches; ++m) {
     const std::int64_t first = (comm.rank() * micro_batches + m) * piece_rows;
     const Tensor tokens = narrow(batch.tokens, 0, first, piece_rows);
     const Tensor targets = narrow(batch.targets, 0, first, piece_rows);
-    const std::int64_t count = counted_targets(targets);
+    const std::int64_t count = counted_targets(targets.to_vector<std::int64_t>());
     const bool last = m == micro_batches - 1;
     if (count == 0) continue;  // nothing to learn here; the reducer counts its gradients as zeros
     const Tensor loss = model.loss(to(contiguous(tokens), device), to(contiguous(targets), device), kIgnoreIndex) *
