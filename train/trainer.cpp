@@ -35,6 +35,7 @@
 #include "train/svg.h"
 #include "train/tasks.h"
 #include "train/text_data.h"
+#include "train/version.h"
 
 namespace attograd {
 
@@ -95,33 +96,25 @@ std::string eval_line(std::int64_t step, const EvalResult& r) {
 }
 
 // Every process of a run must be started with the same flags: the first one
-// that differs from rank 0's stops them all, named.
+// that differs from rank 0's stops them all, named. One all-gather per flag
+// (a few dozen at start-up); the version goes first, so processes of different
+// builds, whose flag lists could differ, never reach mismatched collectives.
 void check_same_flags(const TrainOptions& o, train::Communicator& comm) {
   if (comm.size() == 1) return;
-  const auto mine = flag_values(o);
-  std::string packed;
-  for (const auto& [flag, value] : mine) packed += flag + '\x1f' + value + '\x1e';
-  const std::vector<std::string> all = comm.all_gather(packed);
-  for (int r = 1; r < comm.size(); ++r) {
-    if (all[static_cast<std::size_t>(r)] == all[0]) continue;
-    // Unpack rank 0's and rank r's values and name the first flag where they part.
-    const auto unpack = [](const std::string& text) {
-      std::vector<std::pair<std::string, std::string>> out;
-      for (std::size_t at = 0; at < text.size();) {
-        const std::size_t sep = text.find('\x1f', at), end = text.find('\x1e', sep);
-        out.emplace_back(text.substr(at, sep - at), text.substr(sep + 1, end - sep - 1));
-        at = end + 1;
-      }
-      return out;
-    };
-    const auto zero = unpack(all[0]), other = unpack(all[static_cast<std::size_t>(r)]);
-    for (std::size_t i = 0; i < zero.size() && i < other.size(); ++i)
-      if (zero[i] != other[i])
-        train::fail_on_every_process(
-            comm, fmt::format("[{}] differs between the processes of this run: rank {} has '{}', rank 0 '{}' "
-                              "(start every process with the same flags)",
-                              zero[i].first, r, other[i].second, zero[i].second));
+  const auto differs = [&](const std::vector<std::string>& values) {
+    for (std::size_t r = 1; r < values.size(); ++r)
+      if (values[r] != values[0]) return static_cast<int>(r);
+    return 0;
+  };
+  if (const int r = differs(comm.all_gather(version())))
     train::fail_on_every_process(comm, fmt::format("[mpirun] rank {} runs another attograd version than rank 0", r));
+  for (const auto& [flag, value] : flag_values(o)) {
+    const std::vector<std::string> values = comm.all_gather(value);
+    if (const int r = differs(values))
+      train::fail_on_every_process(
+          comm, fmt::format("[{}] differs between the processes of this run: rank {} has '{}', rank 0 '{}' "
+                            "(start every process with the same flags)",
+                            flag, r, values[static_cast<std::size_t>(r)], values[0]));
   }
 }
 
