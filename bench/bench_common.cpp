@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "tensor/cpu/cpu_kernels.h"
 #include "tensor/rng.h"
 
 namespace attograd::bench {
@@ -14,6 +15,11 @@ namespace {
 const bool context_added = [] {
   benchmark::AddCustomContext("framework", "attograd " ATTOGRAD_VERSION);
   benchmark::AddCustomContext("threads", std::to_string(requested_threads()));
+  try {
+    benchmark::AddCustomContext("attention_isa", cpu::attention_isa());
+  } catch (const Error& e) {  // a bad ATTOGRAD_ATTENTION_ISA: every attention case reports it
+    benchmark::AddCustomContext("attention_isa", e.what());
+  }
   return true;
 }();
 

@@ -1,10 +1,13 @@
 // The attention op (fused and composed) and MultiHeadAttention: known values,
 // float64 gradchecks, fused == composed, causal / padding / dropout semantics.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "autograd/attention.h"
 #include "helpers.h"
 #include "nn/attention.h"
+#include "tensor/cpu/cpu_kernels.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -191,6 +194,17 @@ TEST_CASE("attention: fused equals composed, forward and backward", "[attention]
       }
     }
   }
+}
+
+// ctest runs the [attention] cases again on the narrower paths (tests/CMakeLists.txt):
+// this one makes sure they did not silently run on the widest.
+TEST_CASE("attention: the kernels run on the path ATTOGRAD_ATTENTION_ISA names", "[attention]") {
+  const char* env = std::getenv("ATTOGRAD_ATTENTION_ISA");
+  const std::string isa = cpu::attention_isa();
+  if (env != nullptr && *env != '\0')
+    CHECK(isa == env);
+  else
+    CHECK((isa == "avx512" || isa == "avx2" || isa == "baseline"));
 }
 
 TEST_CASE("attention: dropout draws the same mask in both paths and a new one per call", "[attention]") {

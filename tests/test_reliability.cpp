@@ -422,6 +422,23 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
   }
 }
 
+TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, exit 1, no run", "[reliability]") {
+  for (const std::string value : {"avx1024", "AVX2", ""}) {
+    INFO("ATTOGRAD_ATTENTION_ISA=" << value);
+    TempDir tmp;
+    Child run(tiny_run(tmp / "a", 2), tmp.path, {"ATTOGRAD_ATTENTION_ISA=" + value});
+    const int code = run.exit_code();
+    if (value.empty()) {  // unset in effect: the widest path, and a normal run
+      CHECK(code == 0);
+      continue;
+    }
+    CHECK(code == 1);
+    CHECK(run.err() == "attograd: error: [attention] ATTOGRAD_ATTENTION_ISA=" + value +
+                           " is not one of avx512, avx2, baseline\n");
+    CHECK_FALSE(fs::exists(tmp / "a/ckpt.safetensors"));
+  }
+}
+
 // ---- interrupted runs ------------------------------------------------------------------
 
 TEST_CASE("SIGINT and SIGTERM finish the step, save, exit 130 or 143, and --resume continues exactly",

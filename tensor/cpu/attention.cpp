@@ -32,6 +32,7 @@
 // (B, H, Tq, Tk) weights; kept weights are scaled by 1/(1-p).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -99,20 +100,36 @@ struct TileBaseline {
 #define AG_TARGET_AVX2
 #endif
 
-enum class Isa { avx512, avx2, baseline };
+enum class Isa { avx512, avx2, baseline };  // widest first
+constexpr const char* kIsaNames[] = {"avx512", "avx2", "baseline"};
 
-Isa cpu_isa() {
+Isa supported_isa() {
 #if AG_ATTENTION_ISA_DISPATCH
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return Isa::avx512;
+  if (__builtin_cpu_supports("x86-64-v3")) return Isa::avx2;
+#endif
+  return Isa::baseline;
+}
+
+// The widest path the CPU runs, or a narrower one named by
+// ATTOGRAD_ATTENTION_ISA: so the AVX2 and baseline paths can be tested and
+// timed on an AVX-512 machine. A path wider than the CPU's is refused, not
+// run into an illegal instruction.
+Isa cpu_isa() {
   static const Isa isa = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("x86-64-v4")) return Isa::avx512;
-    if (__builtin_cpu_supports("x86-64-v3")) return Isa::avx2;
-    return Isa::baseline;
+    const Isa widest = supported_isa();
+    const char* env = std::getenv("ATTOGRAD_ATTENTION_ISA");
+    if (env == nullptr || *env == '\0') return widest;
+    for (int i = 0; i < 3; ++i) {
+      if (std::strcmp(env, kIsaNames[i]) != 0) continue;
+      AG_CHECK(static_cast<int>(widest) <= i, "attention", "ATTOGRAD_ATTENTION_ISA={} is wider than this CPU's {}",
+               env, kIsaNames[static_cast<int>(widest)]);
+      return static_cast<Isa>(i);
+    }
+    fail("attention", "ATTOGRAD_ATTENTION_ISA={} is not one of avx512, avx2, baseline", env);
   }();
   return isa;
-#else
-  return Isa::baseline;
-#endif
 }
 
 // ---- vectors and the exponential of the softmax ------------------------------------
@@ -910,8 +927,8 @@ void forward_tasks_baseline(const Problem<T>& P, const ForwardOutputs<T>& O, std
   forward_tasks<T, TileBaseline>(P, O, begin, end);
 }
 template <typename T>
-void forward_tasks_any(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin, std::int64_t end) {
-  switch (cpu_isa()) {
+void forward_tasks_any(Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin, std::int64_t end) {
+  switch (isa) {
     case Isa::avx512: return forward_tasks_avx512(P, O, begin, end);
     case Isa::avx2: return forward_tasks_avx2(P, O, begin, end);
     case Isa::baseline: return forward_tasks_baseline(P, O, begin, end);
@@ -933,8 +950,8 @@ void backward_heads_baseline(const Problem<T>& P, const BackwardIo<T>& io, std::
   backward_heads<T, TileBaseline>(P, io, begin, end);
 }
 template <typename T>
-void backward_heads_any(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin, std::int64_t end) {
-  switch (cpu_isa()) {
+void backward_heads_any(Isa isa, const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin, std::int64_t end) {
+  switch (isa) {
     case Isa::avx512: return backward_heads_avx512(P, io, begin, end);
     case Isa::avx2: return backward_heads_avx2(P, io, begin, end);
     case Isa::baseline: return backward_heads_baseline(P, io, begin, end);
@@ -960,6 +977,8 @@ Problem<T> make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 }  // namespace
 
+const char* attention_isa() { return kIsaNames[static_cast<int>(cpu_isa())]; }
+
 kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                                   const kernels::AttentionKernelOptions& options) {
   const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
@@ -971,6 +990,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
   r.lse = empty({B, H, Tq}, q.options());
   if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
   if (r.out.numel() == 0 && !options.return_weights) return r;
+  const Isa isa = cpu_isa();  // here, not in the workers: a bad ATTOGRAD_ATTENTION_ISA throws to the caller
   AG_DISPATCH_FLOAT(q.dtype(), "attention", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
@@ -978,7 +998,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
                               options.return_weights ? r.weights.data<T>() : nullptr};
     const std::int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ;
     parallel_for(0, B * H * blocks, 1,
-                 [&](std::int64_t begin, std::int64_t end) { forward_tasks_any(P, O, begin, end); });
+                 [&](std::int64_t begin, std::int64_t end) { forward_tasks_any(isa, P, O, begin, end); });
   });
   return r;
 }
@@ -992,12 +1012,14 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
                             into.dk.defined() ? into.dk : empty(k.sizes(), k.options()),
                             into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
   if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
+  const Isa isa = cpu_isa();
   AG_DISPATCH_FLOAT(q.dtype(), "attention backward", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
     const BackwardIo<T> io{rows_of<T>(dout),          rows_of<T>(out),          lse.data<T>(),
                            out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv)};
-    parallel_for(0, B * H, 1, [&](std::int64_t begin, std::int64_t end) { backward_heads_any(P, io, begin, end); });
+    parallel_for(0, B * H, 1,
+                 [&](std::int64_t begin, std::int64_t end) { backward_heads_any(isa, P, io, begin, end); });
   });
   return g;
 }

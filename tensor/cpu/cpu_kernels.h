@@ -32,6 +32,9 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Te
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               std::int64_t ignore_index, std::int64_t count, double dloss);
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, DType dtype);
+// The instruction set the fused attention kernels run on: "avx512", "avx2" or
+// "baseline" (SSE2, or any CPU without the x86 dispatch); see attention.cpp.
+const char* attention_isa();
 kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                                   const kernels::AttentionKernelOptions& options);
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
