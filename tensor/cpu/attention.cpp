@@ -577,6 +577,72 @@ struct ForwardScratch {
         acc(kBlockQ * Dp), m(kBlockQ), l(kBlockQ), rescale(kBlockQ), shift(kBlockQ), z_row(kBlockK) {}
 };
 
+// One key tile of the online softmax, over its score tile s (keys c < nk,
+// queries r < nq, rows kBlockQ apart), in place: with m the running max and l
+// the running sum of exp(s - m) of each query,
+//   m_new = max(m, max_c s[c]);  rescale = exp(m - m_new);  l = rescale l + sum_c exp(s[c] - m_new);
+//   s[c] = exp(s[c] - m_new), the tile's P^T.
+// A few vectors of queries at a time, whose max, shift and sum stay in
+// registers down the whole tile (rather than a pass for the max and a load
+// and store of l per score). A query that sees no key yet keeps m = -inf,
+// l = 0 and rescale = 1.
+template <typename T, typename Tile>
+AG_ALWAYS_INLINE void online_softmax_tile(T* __restrict s, std::int64_t nk, std::int64_t nq, T* __restrict m,
+                                          T* __restrict l, T* __restrict rescale) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes;
+  // Vectors of queries at a time: 3 registers each, beside the exponential's
+  // temporaries and constants (AVX-512 has 32 registers, the others 16).
+  constexpr int kVecs = Tile::kBytes == 64 ? 4 : 2;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (std::int64_t r0 = 0; r0 < nq; r0 += kVecs * W) {
+    const int vecs = static_cast<int>(std::min<std::int64_t>(kVecs, (nq - r0) / W));
+    Vec mx[kVecs], shift[kVecs] = {}, sum[kVecs] = {};
+#pragma GCC unroll 4
+    for (int u = 0; u < kVecs; ++u) mx[u] = Vec{} + neg_inf;
+    for (std::int64_t c = 0; c < nk; ++c)
+#pragma GCC unroll 4
+      for (int u = 0; u < kVecs; ++u)
+        if (u < vecs) {
+          Vec x;
+          load(x, s + c * kBlockQ + r0 + u * W);
+          mx[u] = x > mx[u] ? x : mx[u];
+        }
+#pragma GCC unroll 4
+    for (int u = 0; u < kVecs; ++u)
+      if (u < vecs) {
+        const std::int64_t r = r0 + u * W;
+        Vec m_old, l_old;
+        load(m_old, m + r);
+        load(l_old, l + r);
+        const Vec m_new = mx[u] > m_old ? mx[u] : m_old;
+        const auto none = m_new == neg_inf;  // nothing visible to this query yet: keep everything at 0
+        Vec factor = m_old - m_new;
+        exp_softmax(factor);
+        factor = none ? Vec{} + T(1) : factor;
+        shift[u] = none ? Vec{} : m_new;
+        sum[u] = l_old * factor;
+        store(rescale + r, factor);
+        store(m + r, m_new);
+      }
+    for (std::int64_t c = 0; c < nk; ++c)
+#pragma GCC unroll 4
+      for (int u = 0; u < kVecs; ++u)
+        if (u < vecs) {
+          T* sc = s + c * kBlockQ + r0 + u * W;
+          Vec x;
+          load(x, sc);
+          x -= shift[u];
+          exp_softmax(x);
+          store(sc, x);
+          sum[u] += x;
+        }
+#pragma GCC unroll 4
+    for (int u = 0; u < kVecs; ++u)
+      if (u < vecs) store(l + r0 + u * W, sum[u]);
+  }
+}
+
 // Forward over queries [i0, i0 + nq) of (b, h). Per query it keeps a running
 // max m, a running sum l of exp(s - m) and an accumulator of the (dropped)
 // weights times v, rescaled whenever m grows. With weights asked for, a
@@ -617,38 +683,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);  // S^T
     hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
-    // m_new = max(m, max_c s[c]); rescale = exp(m - m_new); P^T = exp(s - m_new), summed into l.
-    std::fill(rescale, rescale + nqp, neg_inf);
-    for (std::int64_t c = 0; c < nkp; ++c)
-      for (std::int64_t r = 0; r < nqp; ++r) rescale[r] = std::max(rescale[r], s[c * kBlockQ + r]);
-    for (std::int64_t r = 0; r < nqp; r += W) {
-      Vec m_old, m_new, l_r;
-      load(m_old, m + r);
-      load(m_new, rescale + r);
-      load(l_r, l + r);
-      m_new = m_new > m_old ? m_new : m_old;
-      const auto none = m_new == neg_inf;  // nothing visible to this query yet: keep everything at 0
-      Vec factor = m_old - m_new;
-      exp_softmax(factor);
-      factor = none ? Vec{} + T(1) : factor;
-      store(shift + r, none ? Vec{} : m_new);
-      store(rescale + r, factor);
-      store(l + r, l_r * factor);
-      store(m + r, m_new);
-    }
-    for (std::int64_t c = 0; c < nkp; ++c) {
-      T* __restrict sc = s + c * kBlockQ;
-      for (std::int64_t r = 0; r < nqp; r += W) {
-        Vec x, shift_r, l_r;
-        load(x, sc + r);
-        load(shift_r, shift + r);
-        load(l_r, l + r);
-        x -= shift_r;
-        exp_softmax(x);
-        store(sc + r, x);
-        store(l + r, l_r + x);
-      }
-    }
+    online_softmax_tile<T, Tile>(s, nkp, nqp, m, l, rescale);
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
       dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
