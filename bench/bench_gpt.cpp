@@ -1,18 +1,34 @@
-// gpt_step: one training step of the design notes' toy GPT (nn/gpt.h defaults:
-// vocab 65, 4 layers, 4 heads, 128 wide, block 128, tied embeddings, no
-// dropout) on a batch of 32 x 128 random tokens, with AdamW (lr 1e-3,
-// weight decay 0.01 on the Linear weights): zero_grad, forward + loss,
-// backward, update. Counters: "tokens" (tokens/s, B*T per step), and
-// "flops", "bytes" as below.
+// Training steps of a GPT (nn/gpt.h, GPT-2's init) on a batch of random
+// tokens, in the trainer's order (train/trainer.cpp): forward + loss, backward,
+// [gradient clipping,] AdamW update, zero_grad. The AdamW decay applies to the
+// Linear weights only (train::AdamW). Cases:
+//   gpt_step     the design notes' toy GPT (nn::GPTConfig's defaults: vocab 65,
+//                4 layers, 4 heads, 128 wide, block 128, tied embeddings, no
+//                dropout), batch 32 x 128, AdamW lr 1e-3, weight decay 0.01,
+//                no clipping;
+//   charlm_step  the character LM of `attograd train --data FILE --layers 4
+//                --width 128 --heads 4 --block 64 --batch 64`, built as the CLI
+//                builds it: the --data preset (train/options.cpp preset_for)
+//                under those flags, gpt_config() with vocab 65 (tiny Shakespeare's
+//                characters). So: dropout 0.1 (embeddings, attention weights,
+//                residual branches; the model in training mode), batch 64 x 64,
+//                AdamW lr 3e-3, betas (0.9, 0.99), weight decay 0.1, global-norm
+//                clipping at 1.0 (clip_grad_norm) between backward and the update.
+//                The schedule's warm-up is left out: the learning rate does not
+//                change a step's cost.
+// Counters: "tokens" (tokens/s, B*T per step), and "flops", "bytes" as below.
 //
 // FLOPs per step (matmul FLOPs only, forward x 3 for forward + backward;
-// layer norms, GELU, softmax, embedding and the optimizer are not counted):
+// layer norms, GELU, softmax, dropout, embedding, clipping and the optimizer are
+// not counted):
 //   per layer forward: the qkv, out, fc and proj matmuls, 2 BT C (3C + C + 4C + 4C)
 //   = 24 BT C^2, plus causal attention 2 B C T (T + 1) (bench_attention.cpp);
-//   the head: 2 BT C V.  Step = 3 (n_layer (24 BT C^2 + 2 B C T (T + 1)) + 2 BT C V).
+//   the head: 2 BT C V.  Step = 3 (n_layer (24 BT C^2 + 2 B C T (T + 1)) + 2 BT C V),
+//   with gpt_step's B = 32, T = 128 and charlm_step's B = 64, T = 64 (C = 128, V = 65).
 // Bytes per step: the compulsory parameter traffic, 40 P for P parameters
 // (read in forward and in backward, gradient written, and AdamW reading p, g,
-// m, v and writing p, m, v); activations are not counted.
+// m, v and writing p, m, v); activations, and clipping's reads of the
+// gradients, are not counted.
 #include <cmath>
 #include <vector>
 
@@ -21,12 +37,13 @@
 #include "bench_common.h"
 #include "nn/gpt.h"
 #include "tensor/rng.h"
+#include "train/grad_clip.h"
+#include "train/model.h"
 #include "train/optimizer.h"
+#include "train/options.h"
 
 namespace attograd::bench {
 namespace {
-
-constexpr std::int64_t kBatch = 32;
 
 // Token ids in [0, vocab), (B, T) int64, from a fixed seed.
 Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
@@ -38,25 +55,36 @@ Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::ui
   return from_vector(ids, {B, T});
 }
 
-double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
-  optimizer.zero_grad();
+// What a case trains and how.
+struct StepCase {
+  nn::GPTConfig config;
+  std::int64_t batch;
+  train::AdamWOptions adamw;
+  double clip_norm;  // max global gradient norm; 0: no clipping (not even the norm is computed)
+};
+
+// One step in the trainer's order: loss, backward, clip, update, zero_grad. Returns the loss.
+double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, const Tensor& targets,
+                 double clip_norm) {
   Tensor loss = model.loss(tokens, targets);
   backward(loss);
+  if (clip_norm > 0) clip_grad_norm(optimizer.params(), clip_norm);
   optimizer.step();
+  optimizer.zero_grad();
   return loss.item();
 }
 
-void gpt_step_case(benchmark::State& state) {
-  const nn::GPTConfig config;  // the toy GPT of the design notes
-  const std::int64_t B = kBatch, T = config.block_size, C = config.n_embd, V = config.vocab_size;
-  nn::GPT model(config);
-  train::AdamW optimizer(model.named_parameters(), train::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
+void step_case(benchmark::State& state, const StepCase& c) {
+  const std::int64_t B = c.batch, T = c.config.block_size, C = c.config.n_embd, V = c.config.vocab_size;
+  nn::GPT model(c.config);
+  model.train();  // dropout on, when the config has any
+  train::AdamW optimizer(model.named_parameters(), c.adamw);
   const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
 
   // Checks before timing: at GPT-2's init (weights ~ N(0, 0.02)) the logits
   // are near zero, so the loss is near ln(V); and a few AdamW steps on one
   // batch must lower the loss on it.
-  const double first = step_loss(model, optimizer, tokens, targets);
+  const double first = step_loss(model, optimizer, tokens, targets, c.clip_norm);
   if (!(std::abs(first - std::log(static_cast<double>(V))) < 0.1)) {
     state.SkipWithError(("check failed: initial loss " + std::to_string(first) + " is not near ln(V) = " +
                          std::to_string(std::log(static_cast<double>(V))))
@@ -64,7 +92,7 @@ void gpt_step_case(benchmark::State& state) {
     return;
   }
   double last = first;
-  for (int i = 0; i < 3; ++i) last = step_loss(model, optimizer, tokens, targets);
+  for (int i = 0; i < 3; ++i) last = step_loss(model, optimizer, tokens, targets, c.clip_norm);
   if (!(last < first - 0.01)) {
     state.SkipWithError(("check failed: 4 AdamW steps on one batch did not lower its loss (" +
                          std::to_string(first) + " -> " + std::to_string(last) + ")")
@@ -72,18 +100,39 @@ void gpt_step_case(benchmark::State& state) {
     return;
   }
 
-  for (auto _ : state) benchmark::DoNotOptimize(step_loss(model, optimizer, tokens, targets));
+  for (auto _ : state) benchmark::DoNotOptimize(step_loss(model, optimizer, tokens, targets, c.clip_norm));
 
   const double BT = static_cast<double>(B * T);
   const double layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1);
-  const double flops = 3 * (config.n_layer * layer + 2 * BT * C * V);
+  const double flops = 3 * (c.config.n_layer * layer + 2 * BT * C * V);
   set_counters(state, flops, 40.0 * static_cast<double>(model.num_parameters()));
   state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
+// The toy GPT of the design notes.
+StepCase gpt_step() {
+  return {.config = nn::GPTConfig{}, .batch = 32, .adamw = {.lr = 1e-3, .weight_decay = 0.01}, .clip_norm = 0};
+}
+
+// `attograd train --data FILE --layers 4 --width 128 --heads 4 --block 64 --batch 64`:
+// the --data preset with the given flags over it, as train/cli.cpp composes them,
+// and the model and optimizer the trainer builds from it.
+StepCase charlm_step() {
+  TrainOptions given;
+  given.data = "FILE";  // only its being set matters: it picks the text preset
+  TrainOptions o = preset_for(given, /*task_size_given=*/false);
+  o.layers = 4, o.width = 128, o.heads = 4, o.block = 64, o.batch = 64;
+  constexpr std::int64_t kVocab = 65;  // tiny Shakespeare's characters
+  return {.config = gpt_config(o, kVocab),
+          .batch = o.batch,
+          .adamw = {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = 1e-8, .weight_decay = o.weight_decay},
+          .clip_norm = o.grad_clip};
+}
+
 // A step is ~0.1-1 s on two cores; a fixed count keeps the figure stable and the suite short.
 const bool registered = [] {
-  register_case("gpt_step", gpt_step_case)->Iterations(5);
+  register_case("gpt_step", [](benchmark::State& st) { step_case(st, gpt_step()); })->Iterations(5);
+  register_case("charlm_step", [](benchmark::State& st) { step_case(st, charlm_step()); })->Iterations(5);
   return true;
 }();
 

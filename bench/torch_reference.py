@@ -11,8 +11,9 @@ layout as Google Benchmark, so that `bench/compare` can put the two side by side
 
 Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formulas):
   attn_core_{fwd,fwdbwd}/{composed,fused}/{S,M,L}, mha_{fwd,fwdbwd}/{composed,fused}/{S,M,L},
-  gpt_step (and gpt_step/compiled with torch >= 2.0: torch.compile), matmul/<n>,
-  matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
+  gpt_step (and gpt_step/compiled with torch >= 2.0: torch.compile), charlm_step,
+  matmul/<n>, matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
+(attograd's fma_peak/* cases, the machine's FMA peak, have no counterpart here.)
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
 torch.nn.functional.scaled_dot_product_attention(is_causal=True), which
@@ -28,8 +29,8 @@ PASSIVE). attograd's own pool always sleeps (tensor/parallel.cpp). The script
 warns when the load exceeds the cores and the policy is unset.
 
 Timing follows Google Benchmark: wall-clock mean over a run of at least
---benchmark_min_time seconds (or a fixed iteration count for the L cases and
-gpt_step, as the C++ suite), after one checked, untimed run. Stdlib + torch only.
+--benchmark_min_time seconds (or a fixed iteration count for the L cases,
+gpt_step and charlm_step, as the C++ suite), after one checked, untimed run. Stdlib + torch only.
 """
 import argparse
 import datetime
@@ -82,16 +83,18 @@ def causal_hidden(T):
     return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # (T, T), True above the diagonal
 
 
-def attention_composed(q, k, v, hidden):
+def attention_composed(q, k, v, hidden, dropout_p=0.0):
     scale = 1.0 / math.sqrt(q.size(-1))
     att = (q @ k.transpose(-2, -1)) * scale  # (B, H, T, T)
     att = att.masked_fill(hidden, float("-inf"))
     att = F.softmax(att, dim=-1)
+    if dropout_p > 0:
+        att = F.dropout(att, dropout_p)
     return att @ v  # (B, H, T, D)
 
 
-def attention_fused(q, k, v, hidden):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+def attention_fused(q, k, v, hidden, dropout_p=0.0):
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
 
 
 ATTENTION = {"composed": attention_composed, "fused": attention_fused}
@@ -143,11 +146,12 @@ def attn_core_case(shape_name, impl, backward_too):
 
 
 class MultiHeadAttention(nn.Module):
-    """attograd's nn::MultiHeadAttention: q, k, v packed as one (C, 3C) Linear, then out_proj."""
+    """attograd's nn::MultiHeadAttention: q, k, v packed as one (C, 3C) Linear, then out_proj;
+    `dropout` on the attention weights in training mode."""
 
-    def __init__(self, C, H, impl):
+    def __init__(self, C, H, impl, dropout=0.0):
         super().__init__()
-        self.H, self.attend = H, ATTENTION[impl]
+        self.H, self.attend, self.dropout = H, ATTENTION[impl], dropout
         self.qkv = nn.Linear(C, 3 * C)
         self.out_proj = nn.Linear(C, C)
 
@@ -155,7 +159,8 @@ class MultiHeadAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
         q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        y = self.attend(q, k, v, hidden).transpose(1, 2).contiguous().view(B, T, C)
+        y = self.attend(q, k, v, hidden, self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.out_proj(y)
 
 
@@ -202,29 +207,34 @@ def mha_case(shape_name, impl, backward_too):
     return step, (3 if backward_too else 1) * fwd, bytes_, fixed_iterations(shape_name)
 
 
-# ---- the toy GPT (nn/gpt.h): nanoGPT's layout and GPT-2's init ----------------------
+# ---- the GPT (nn/gpt.h): nanoGPT's layout and GPT-2's init ---------------------------
 
 
 class Block(nn.Module):
-    def __init__(self, C, H):
+    def __init__(self, C, H, dropout):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C)
-        self.attn = MultiHeadAttention(C, H, "fused" if HAS_SDPA else "composed")
+        self.attn = MultiHeadAttention(C, H, "fused" if HAS_SDPA else "composed", dropout)
         self.ln_2 = nn.LayerNorm(C)
         self.fc = nn.Linear(C, 4 * C)
         self.proj = nn.Linear(4 * C, C)
+        self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x, hidden):
-        x = x + self.attn(self.ln_1(x), hidden)
-        return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+        x = x + self.resid_dropout(self.attn(self.ln_1(x), hidden))
+        return x + self.resid_dropout(self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh")))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=65, block=128, n_layer=4, n_head=4, C=128):
+    """Dropout, as attograd's GPTConfig::dropout, on the embeddings, the attention weights and
+    the residual branches (training mode, torch's default for a new module)."""
+
+    def __init__(self, vocab=65, block=128, n_layer=4, n_head=4, C=128, dropout=0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab, C)
         self.wpe = nn.Embedding(block, C)
-        self.blocks = nn.ModuleList(Block(C, n_head) for _ in range(n_layer))
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(C, n_head, dropout) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(C)
         self.register_buffer("hidden", causal_hidden(block), persistent=False)
         for name, p in self.named_parameters():
@@ -236,7 +246,7 @@ class GPT(nn.Module):
 
     def loss(self, tokens, targets):
         B, T = tokens.shape
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(T)))
         hidden = self.hidden[:T, :T]
         for block in self.blocks:
             x = block(x, hidden)
@@ -244,27 +254,34 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(B * T, -1), targets.view(-1))
 
 
-def gpt_step_case(compiled=False):
-    """The toy GPT's training step; `compiled`: its loss (forward and, through AOTAutograd,
-    backward) under torch.compile, whose first calls compile and are not timed."""
-    B, T, C, V, n_layer = 32, 128, 128, 65, 4
+def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01,
+                  clip_norm=0.0):
+    """A training step of the GPT (vocab 65, 4 layers, 4 heads, width 128, block T) on a batch
+    of B x T tokens, in attograd's trainer's order: loss, backward, clip (clip_norm > 0),
+    update, zero_grad. The defaults are gpt_step's (the toy GPT); see charlm_step_case.
+    `compiled`: its loss (forward and, through AOTAutograd, backward) under torch.compile,
+    whose first calls compile and are not timed."""
+    C, V, n_layer = 128, 65, 4
     torch.manual_seed(1337)
-    model = GPT()
+    model = GPT(block=T, dropout=dropout)
     loss_of = torch.compile(model.loss) if compiled else model.loss
     # AdamW as attograd's: weight decay on Linear weights only (not biases, norms, embeddings).
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() == 2 and not n.startswith(("wte", "wpe")))]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-3)
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=1e-8)
+    params = list(model.parameters())
     g = torch.Generator().manual_seed(31)
     tokens = torch.randint(0, V, (B, T), generator=g)
     targets = torch.randint(0, V, (B, T), generator=g)
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
         loss = loss_of(tokens, targets)
         loss.backward()
+        if clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip_norm)
         optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
     # Checks, as bench_gpt.cpp: initial loss near ln(V); 4 steps on one batch lower it.
@@ -279,8 +296,15 @@ def gpt_step_case(compiled=False):
     BT = float(B * T)
     layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1)
     flops = 3 * (n_layer * layer + 2 * BT * C * V)
-    params = sum(p.numel() for p in model.parameters())
-    return step, flops, 40.0 * params, 5, {"tokens": BT}
+    n_params = sum(p.numel() for p in params)
+    return step, flops, 40.0 * n_params, 5, {"tokens": BT}
+
+
+def charlm_step_case():
+    """`attograd train --data FILE --layers 4 --width 128 --heads 4 --block 64 --batch 64`'s step
+    (bench_gpt.cpp): the --data preset's dropout 0.1, lr 3e-3, betas (0.9, 0.99) and weight decay
+    0.1, gradients clipped to a global norm of 1.0."""
+    return gpt_step_case(B=64, T=64, dropout=0.1, lr=3e-3, betas=(0.9, 0.99), weight_decay=0.1, clip_norm=1.0)
 
 
 # ---- single ops (bench_ops.cpp) ------------------------------------------------------
@@ -362,6 +386,7 @@ def all_cases():
     cases.append(("gpt_step", gpt_step_case))
     if HAS_COMPILE:  # torch >= 2.0: the same step under torch.compile (attograd has no such case; see side_by_side)
         cases.append(("gpt_step/compiled", lambda: gpt_step_case(compiled=True)))
+    cases.append(("charlm_step", charlm_step_case))
     for n in (256, 512, 1024, 2048):
         cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
     for s, (B, T, C, H) in SHAPES.items():
