@@ -2,6 +2,7 @@
 #include <sstream>
 
 #include "helpers.h"
+#include "tensor/cpu/philox_block.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -54,6 +55,25 @@ TEST_CASE("philox matches the Random123 known-answer vector", "[tensor][rng]") {
   CHECK(r.v[1] == 0xe169c58du);
   CHECK(r.v[2] == 0xbc57ac4cu);
   CHECK(r.v[3] == 0x9b00dbd8u);
+}
+
+TEST_CASE("block Philox dropout factors equal philox_uniform's, whatever the start and length", "[tensor][rng]") {
+  // The block version (tensor/cpu/philox_block.h) draws 16 counters at once;
+  // ranges that start or end inside a counter or a block use part of one.
+  // Keys and offsets with high words set, and a counter whose low word wraps.
+  const float threshold = 0.3f;
+  for (const std::uint64_t seed : {std::uint64_t{0}, std::uint64_t{0x123456789abcdefULL}})
+    for (const std::uint64_t offset : {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{0xfffffff9ULL}})
+      for (const std::uint64_t first : {0, 1, 3, 4, 61, 64, 130})
+        for (const std::int64_t n : {0, 1, 3, 5, 63, 64, 65, 200}) {
+          std::vector<double> got(static_cast<std::size_t>(n), -1.0);
+          cpu::philox_dropout_factors(seed, offset, first, n, threshold, 2.0, got.data());
+          for (std::int64_t j = 0; j < n; ++j) {
+            const double want = philox_uniform(seed, offset, first + static_cast<std::uint64_t>(j)) < threshold ? 0 : 2.0;
+            INFO("seed " << seed << " offset " << offset << " first " << first << " n " << n << " j " << j);
+            REQUIRE(got[static_cast<std::size_t>(j)] == want);
+          }
+        }
 }
 
 TEST_CASE("views share storage, contiguity is computed", "[tensor][views]") {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/philox_block.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
 #include "tensor/rng.h"
@@ -336,20 +337,12 @@ struct Problem {
 };
 
 // z[j] = dropout factor of weight (b, h, i, j0 + j), j < n: 0 when
-// philox_uniform(seed, offset, flat) < p, else 1/(1-p). One Philox call
-// serves the 4 consecutive flat indices that share its counter.
+// philox_uniform(seed, offset, flat) < p, else 1/(1-p).
 template <typename T>
 AG_ALWAYS_INLINE void dropout_factors(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i,
                                       std::int64_t j0, std::int64_t n, T* z) {
   const std::uint64_t first = static_cast<std::uint64_t>(((b * P.H + h) * P.Tq + i) * P.Tk + j0);
-  const float threshold = static_cast<float>(P.dropout_p);
-  std::int64_t j = 0;
-  while (j < n) {
-    const std::uint64_t flat = first + static_cast<std::uint64_t>(j);
-    const Philox4 bits = philox4x32(P.offset + flat / 4, P.seed);
-    for (std::uint64_t lane = flat % 4; lane < 4 && j < n; ++lane, ++j)
-      z[j] = uniform_from_bits(bits.v[lane]) < threshold ? T(0) : P.keep_scale;
-  }
+  philox_dropout_factors(P.seed, P.offset, first, n, static_cast<float>(P.dropout_p), P.keep_scale, z);
 }
 
 // ---- packing ---------------------------------------------------------------------------
