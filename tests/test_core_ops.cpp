@@ -146,6 +146,7 @@ TEST_CASE("matmul with a bias equals matmul + bias on every threading path", "[m
                         {"batches", {4, 64, 128}, {4, 128, 80}},
                         {"tall", {700, 96}, {96, 130}},
                         {"wide and short", {20, 300}, {300, 900}},
+                        {"wider than tall, as a weight gradient", {200, 64}, {64, 600}},
                         {"K = 0", {6, 0}, {0, 4}}};
   for (const Case& c : cases)
     for (DType dtype : {DType::f32, DType::f64})

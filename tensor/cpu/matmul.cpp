@@ -111,8 +111,14 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
         }
       });
     } else {
-      // Few batches: split each product into row (or column) blocks of C.
-      const bool split_rows = m >= n || m >= 64 * threads;
+      // Few batches: split each product into row (or column) blocks of C. Each
+      // thread packs the whole of the operand the blocks share, B (k x n) for
+      // row blocks and A (m x k) for column blocks, so cut the dimension whose
+      // shared operand is the smaller, m >= n for rows. Column blocks narrower
+      // than 64 waste the GEMM's micro-tiles: then rows anyway. (A weight
+      // gradient x^T dy, 128 x 384 x 4096, ran 10-30% faster on 2 threads cut
+      // into columns than into rows, which packed all of dy twice.)
+      const bool split_rows = m >= n || n < 64 * threads;
       const std::int64_t extent = split_rows ? m : n;
       const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
       for (std::int64_t i = 0; i < batches; ++i) {
