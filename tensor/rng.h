@@ -21,21 +21,29 @@ struct Philox4 {
   std::uint32_t v[4];
 };
 
+// The key's words at round r: each round adds the Weyl constants.
+constexpr std::uint32_t kPhiloxKeyStep0 = 0x9E3779B9u, kPhiloxKeyStep1 = 0xBB67AE85u;
+
+// One Philox4x32 round on the counter words c0..c3 with the round's key words
+// k0, k1. tensor/cpu/philox_block.h runs it on many counters at once.
+AG_HOST_DEVICE inline void philox_round(std::uint32_t& c0, std::uint32_t& c1, std::uint32_t& c2, std::uint32_t& c3,
+                                        std::uint32_t k0, std::uint32_t k1) {
+  const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
+  const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
+  c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;
+  c1 = static_cast<std::uint32_t>(p1);
+  c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;
+  c3 = static_cast<std::uint32_t>(p0);
+}
+
 AG_HOST_DEVICE inline Philox4 philox4x32(std::uint64_t counter, std::uint64_t key) {
   std::uint32_t c0 = static_cast<std::uint32_t>(counter), c1 = static_cast<std::uint32_t>(counter >> 32);
   std::uint32_t c2 = 0, c3 = 0;
   std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
   for (int round = 0; round < 10; ++round) {
-    const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;
-    const std::uint64_t p1 = static_cast<std::uint64_t>(0xCD9E8D57u) * c2;
-    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
-    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    philox_round(c0, c1, c2, c3, k0, k1);
+    k0 += kPhiloxKeyStep0;
+    k1 += kPhiloxKeyStep1;
   }
   return {{c0, c1, c2, c3}};
 }

@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -85,8 +86,9 @@ struct Simd {
 // vectors, it runs as kRows / kWideRows micro-tiles of kWideRows x kWideVecs
 // instead (kWideRows = 0: never): with AVX-512, 4 x 4 vectors feed 16
 // multiply-adds from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, and at
-// D = 64 (one 4-vector row of output) the wide tile made the L forward 10%
-// and forward + backward 5% faster; at D = 32 only 8 x 2 fits the output rows.
+// D = 64 (one 4-vector row of output) the wide tile made the L forward about
+// 10% and forward + backward 5-12% faster; at D = 32 only 8 x 2 fits the
+// output rows.
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
   static constexpr int kWideRows = 4, kWideVecs = 4;       // also 16
@@ -131,7 +133,7 @@ Isa cpu_isa() {
     const Isa widest = supported_isa();
     const char* env = std::getenv("ATTOGRAD_ATTENTION_ISA");
     if (env == nullptr || *env == '\0') return widest;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < static_cast<int>(std::size(kIsaNames)); ++i) {
       if (std::strcmp(env, kIsaNames[i]) != 0) continue;
       AG_CHECK(static_cast<int>(widest) <= i, "attention", "ATTOGRAD_ATTENTION_ISA={} is wider than this CPU's {}",
                env, kIsaNames[static_cast<int>(widest)]);

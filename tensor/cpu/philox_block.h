@@ -4,7 +4,8 @@
 // xors on one counter; one counter per call leaves the vector units idle and
 // cost about 7 ns an element (dropout was a third of the char-LM training
 // step). Here the rounds run on a block of counters, one array per word, so
-// each round is a handful of vector multiplies (vpmuludq) and xors. Every
+// each round is a handful of vector multiplies (vpmuludq with AVX2, vpmullq
+// with AVX-512) and xors. Every
 // value is bit for bit philox_uniform's: the draws, and so every mask, stay
 // what the CUDA kernels and older checkpoints' runs drew.
 //
@@ -37,16 +38,9 @@ inline __attribute__((always_inline)) void philox4x32_block(std::uint64_t first,
   for (int round = 0; round < 10; ++round) {  // tensor/rng.h's philox4x32, lane by lane
     // Not unrolled: GCC then vectorises this loop across the counters; unrolled, it went scalar.
 #pragma GCC unroll 1
-    for (int i = 0; i < kPhiloxCounters; ++i) {
-      const std::uint64_t p0 = std::uint64_t{0xD2511F53u} * c0[i];
-      const std::uint64_t p1 = std::uint64_t{0xCD9E8D57u} * c2[i];
-      c0[i] = static_cast<std::uint32_t>(p1 >> 32) ^ c1[i] ^ k0;
-      c1[i] = static_cast<std::uint32_t>(p1);
-      c2[i] = static_cast<std::uint32_t>(p0 >> 32) ^ c3[i] ^ k1;
-      c3[i] = static_cast<std::uint32_t>(p0);
-    }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    for (int i = 0; i < kPhiloxCounters; ++i) philox_round(c0[i], c1[i], c2[i], c3[i], k0, k1);
+    k0 += kPhiloxKeyStep0;
+    k1 += kPhiloxKeyStep1;
   }
   for (int i = 0; i < kPhiloxCounters; ++i) {
     words[4 * i] = c0[i];
