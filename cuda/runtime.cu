@@ -25,6 +25,13 @@ int device_count() {
   return count;
 }
 
+std::string pci_bus_id(int device) {
+  AG_CHECK(device >= 0 && device < device_count(), "cuda", "no CUDA device {} ({} present)", device, device_count());
+  char id[32] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  return id;
+}
+
 cudaStream_t stream(int device) {
   AG_CHECK(device >= 0 && device < device_count(), "cuda", "no CUDA device {} ({} present)", device, device_count());
   static std::mutex mutex;

@@ -6,11 +6,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace attograd::cuda {
 
 bool built_with_cuda();
 int device_count();  // 0 when built without CUDA or when no GPU is present
+// The GPU's PCI address ("0000:65:00.0"): the same GPU gives the same one in
+// every process, whatever CUDA_VISIBLE_DEVICES numbers it.
+std::string pci_bus_id(int device);
 
 // Device memory comes from a caching allocator (cuda/allocator.cu): freed blocks
 // wait in free lists keyed by their rounded size, so a training step that asks

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 
 #include "child_process.h"
@@ -78,6 +79,102 @@ TEST_CASE("gradient buckets: reverse order, sized by bytes, sums written back, m
   CHECK(max_abs_diff(params[1].tensor.grad(), zeros({7})) == 0);
   CHECK(max_abs_diff(params[2].tensor.grad(), zeros({5, 3})) == 0);  // last step's gradient is gone
   CHECK(max_abs_diff(params[3].tensor.grad(), full({300}, 2.0)) == 0);
+}
+
+// ---- GPU gradients: NCCL in device memory, or staged through the host ---------------------
+// These run where a GPU is (tags [mpi][cuda]) and report themselves skipped, by name, elsewhere.
+
+namespace {
+
+bool gpu_or_nccl_missing(bool need_nccl) {
+  if (cuda::device_count() == 0) {
+    WARN("skipped: no CUDA device" << (cuda::built_with_cuda() ? "" : " (this build has no CUDA backend)"));
+    return true;
+  }
+  if (need_nccl && !train::built_with_nccl()) {
+    WARN("skipped: this build has no NCCL (ATTOGRAD_NCCL, NCCL_ROOT)");
+    return true;
+  }
+  return false;
+}
+
+// ATTOGRAD_NCCL set (or unset, for nullptr) while it lives.
+class NcclSetting {
+ public:
+  explicit NcclSetting(const char* value) {
+    if (const char* old = std::getenv("ATTOGRAD_NCCL")) old_ = old;
+    value ? ::setenv("ATTOGRAD_NCCL", value, 1) : ::unsetenv("ATTOGRAD_NCCL");
+  }
+  ~NcclSetting() { old_ ? ::setenv("ATTOGRAD_NCCL", old_->c_str(), 1) : ::unsetenv("ATTOGRAD_NCCL"); }
+
+ private:
+  std::optional<std::string> old_;
+};
+
+}  // namespace
+
+TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backward's gradients, bit for bit",
+          "[mpi][cuda]") {
+  if (gpu_or_nccl_missing(true)) return;
+  auto comm = train::single_process_communicator();
+  const NcclSetting unset(nullptr);
+  train::DeviceReduction nccl = train::choose_device_reduction(*comm, Device::cuda(0));
+  REQUIRE(nccl.comm);
+  CHECK_THAT(nccl.how, Catch::StartsWith("in device memory by NCCL 2."));
+
+  std::vector<nn::NamedParameter> params = {param("a", {64, 33}, 1), param("b", {33}, 2), param("c", {33, 70}, 3),
+                                            param("d", {5000}, 4)};
+  std::vector<nn::NamedParameter> plain;
+  for (auto& p : params) {
+    p.tensor = to(p.tensor.detach(), Device::cuda(0));
+    p.tensor.set_requires_grad(true);
+    Tensor twin = clone(p.tensor.detach());
+    twin.set_requires_grad(true);
+    plain.push_back({p.name, twin, true});
+  }
+  // 8 KB buckets: d alone, then c and b, then a, each summed as backward finishes it.
+  train::GradientReducer reducer(params, *comm, 8 << 10, nccl.comm.get());
+  REQUIRE(reducer.bucket_count() == 3);
+  const auto loss_of = [](const std::vector<nn::NamedParameter>& p, const Tensor& x) {
+    const Tensor h = tanh(matmul(matmul(x, p[0].tensor) + p[1].tensor, p[2].tensor));
+    return sum(h * h) + sum(p[3].tensor * p[3].tensor) * 0.5;
+  };
+  Generator gen(7);
+  for (int step = 0; step < 3; ++step) {  // the buckets are reused, and zeroed by prepare(), every step
+    INFO("step " << step);
+    const Tensor x = to(randn({16, 64}, {}, gen), Device::cuda(0));
+    for (auto& p : plain) p.tensor.set_grad(Tensor());
+    backward(loss_of(plain, x));
+    reducer.prepare();
+    backward(loss_of(params, x), {}, {.on_leaf_grad_ready = reducer.hook()});
+    reducer.finish();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      INFO(params[i].name);
+      REQUIRE(params[i].tensor.grad().device() == Device::cuda(0));
+      CHECK(max_abs_diff(params[i].tensor.grad(), plain[i].tensor.grad()) == 0);
+    }
+  }
+}
+
+TEST_CASE("the GPU's gradient path is chosen alike everywhere: NCCL, ATTOGRAD_NCCL=0, or a bad value named",
+          "[mpi][cuda]") {
+  if (gpu_or_nccl_missing(false)) return;
+  auto comm = train::single_process_communicator();
+  {
+    const NcclSetting off("0");
+    const train::DeviceReduction staged = train::choose_device_reduction(*comm, Device::cuda(0));
+    CHECK_FALSE(staged.comm);
+    CHECK_THAT(staged.how, Catch::StartsWith("staged through host memory ("));
+    CHECK_THAT(staged.how, Catch::Contains(train::built_with_nccl() ? "ATTOGRAD_NCCL=0" : "this build has no NCCL"));
+  }
+  {
+    const NcclSetting bad("yes");
+    CHECK_THROWS_WITH(train::choose_device_reduction(*comm, Device::cuda(0)),
+                      Catch::Contains("[ATTOGRAD_NCCL] must be 0 or 1 (or unset), but rank 0 has 'yes'"));
+  }
+  const train::DeviceReduction cpu = train::choose_device_reduction(*comm, Device::cpu());
+  CHECK_FALSE(cpu.comm);
+  CHECK(cpu.how == "in host memory");
 }
 
 TEST_CASE("optimizer shards: every parameter has one owner, and each process holds about 1/N", "[mpi]") {
@@ -284,6 +381,28 @@ TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, shar
     run_ok(n, default_run(tmp / name, extra), tmp);
     check_follows(one, read_metrics(tmp / (name + "/metrics.jsonl")));
   }
+}
+
+// Two processes on the GPU(s) at hand: each takes GPU local_rank % count. With
+// one GPU both share it and the gradients are staged through host memory (NCCL
+// needs a GPU per process); with two or more NCCL sums them in device memory.
+// Either way the run follows the one-process GPU run.
+TEST_CASE("mpirun -np 2 --device cuda follows the one-process GPU run, naming how gradients travel",
+          "[mpi][cuda][numerics]") {
+  SKIP_WITHOUT_MPI();
+  if (gpu_or_nccl_missing(false)) return;
+  TempDir tmp;
+  run_ok(1, default_run(tmp / "one", {"--device", "cuda"}), tmp);
+  const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
+  REQUIRE(one.losses.size() == 100);
+  const auto two = start(2, default_run(tmp / "two", {"--device", "cuda"}), tmp);
+  INFO("stdout: " << two->out() << "\nstderr: " << two->err());
+  REQUIRE(two->exit_code(300s) == 0);
+  const std::string path = !train::built_with_nccl()     ? "buckets staged through host memory (this build has no NCCL)"
+                           : cuda::device_count() < 2 ? "buckets staged through host memory (ranks 0 and 1 share the GPU at "
+                                                      : "buckets in device memory by NCCL 2.";
+  CHECK_THAT(two->out(), Catch::Contains(path));
+  check_follows(one, read_metrics(tmp / "two/metrics.jsonl"));
 }
 
 TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue the run", "[mpi][numerics]") {

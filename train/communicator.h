@@ -65,6 +65,20 @@ class Communicator {
   [[noreturn]] virtual void abort_all(int status) = 0;
 };
 
+// The GPUs of a run joined by NCCL: sums in device memory, with no copy through
+// the host. Made by make_device_communicator() (train/data_parallel.h), only
+// when every process drives a GPU of its own.
+class DeviceCommunicator {
+ public:
+  virtual ~DeviceCommunicator() = default;
+  virtual std::string engine() const = 0;  // "NCCL 2.30.3"
+  // Sums `n` floats of device memory in place across every process, on a stream
+  // of the library's own: it starts after the work already queued on the
+  // device's stream, and wait() makes later work there wait for it (and returns
+  // once the sum is done). The buffer must stay alive until then.
+  virtual std::unique_ptr<PendingReduce> start_sum(float* device_data, std::size_t n) = 0;
+};
+
 // The communicator of this process: MPI's world when started by an MPI
 // launcher (mpirun sets OMPI_COMM_WORLD_SIZE), else one process. Made on the
 // first call and kept until the process exits, when MPI is finalised: every
@@ -79,5 +93,10 @@ std::unique_ptr<Communicator> single_process_communicator();
 
 // True when this build can run on several processes (CMake found MPI).
 bool built_with_mpi();
+// True when this build sums GPU gradients with NCCL (CMake found it, CUDA on).
+bool built_with_nccl();
+// Every process of `comm` joins one NCCL group on its GPU `device` (a
+// collective: every process calls it). Throws in a build without NCCL.
+std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& comm, int device);
 
 }  // namespace attograd::train

@@ -2,13 +2,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
@@ -50,9 +55,10 @@ void check_float32(const std::vector<nn::NamedParameter>& params, const char* wh
 // ---- GradientReducer ------------------------------------------------------------------
 
 GradientReducer::GradientReducer(std::vector<nn::NamedParameter> params, Communicator& comm,
-                                 std::size_t bucket_bytes)
+                                 std::size_t bucket_bytes, DeviceCommunicator* device_comm)
     : params_(std::move(params)),
       comm_(comm),
+      device_comm_(device_comm),
       bucket_of_(params_.size()),
       offset_(params_.size()),
       is_ready_(params_.size(), false) {
@@ -121,6 +127,10 @@ void GradientReducer::ready(std::size_t i) {
 }
 
 void GradientReducer::start(Bucket& b) {
+  if (device_comm_ && b.flat.device().is_cuda()) {
+    b.pending = device_comm_->start_sum(b.flat.data<float>(), static_cast<std::size_t>(b.flat.numel()));
+    return;
+  }
   if (host_contiguous(b.flat)) {
     b.pending = comm_.start_sum(b.flat.data<float>(), static_cast<std::size_t>(b.flat.numel()));
     return;
@@ -149,6 +159,37 @@ double GradientReducer::finish() {
     if (!holds_in_place(i)) params_[i].tensor.set_grad(slot(i));
   }
   return waited;
+}
+
+// ---- how a GPU's gradients travel ----------------------------------------------------
+
+DeviceReduction choose_device_reduction(Communicator& comm, Device device) {
+  if (device.is_cpu()) return {nullptr, "in host memory"};
+  // Every process's wish ("1", "0", or "?" for a value that is neither), GPU and
+  // machine, gathered first, so that every process decides alike and none is left
+  // waiting in a collective the others skipped.
+  const char* setting = std::getenv("ATTOGRAD_NCCL");
+  const std::string wish = !setting || std::string(setting) == "1" ? "1" : std::string(setting) == "0" ? "0" : "?";
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::vector<std::string> all =
+      comm.all_gather(fmt::format("{} {} on {}", wish, cuda::pci_bus_id(device.index), host));
+  const std::string staged = "staged through host memory";
+  std::map<std::string, int> first_on;  // "GPU on host" -> the first rank driving it
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const std::string& entry = all[static_cast<std::size_t>(r)];
+    AG_CHECK(entry[0] != '?', "ATTOGRAD_NCCL", "must be 0 or 1 (or unset), but rank {} has '{}'", r,
+             r == comm.rank() && setting ? setting : "another value");
+    if (entry[0] == '0' || !built_with_nccl())
+      return {nullptr, staged + (built_with_nccl() ? " (ATTOGRAD_NCCL=0)" : " (this build has no NCCL)")};
+    const std::string gpu = entry.substr(2);
+    if (const auto [it, fresh] = first_on.emplace(gpu, r); !fresh)
+      return {nullptr, fmt::format("{} (ranks {} and {} share the GPU at {}; NCCL needs one per process)", staged,
+                                   it->second, r, gpu)};
+  }
+  auto nccl = make_nccl_communicator(comm, device.index);
+  const std::string how = "in device memory by " + nccl->engine();
+  return {std::move(nccl), how};
 }
 
 // ---- parameters ----------------------------------------------------------------------

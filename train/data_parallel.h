@@ -11,6 +11,8 @@
 // gradients backward has finished; when a bucket's are all done, its all-reduce
 // starts in the background, overlapping communication with the rest of
 // backward. finish() waits for every bucket: the .grads then hold the sums.
+// GPU buckets are summed in device memory by NCCL when a DeviceCommunicator is
+// given (see choose_device_reduction), else staged through host memory.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,7 +31,7 @@ inline constexpr std::size_t kDefaultBucketBytes = std::size_t{4} << 20;
 class GradientReducer {
  public:
   GradientReducer(std::vector<nn::NamedParameter> params, Communicator& comm,
-                  std::size_t bucket_bytes = kDefaultBucketBytes);
+                  std::size_t bucket_bytes = kDefaultBucketBytes, DeviceCommunicator* device_comm = nullptr);
 
   // Before a step's first backward: zeroes the buckets and makes each .grad a view of its slot.
   void prepare();
@@ -58,11 +60,23 @@ class GradientReducer {
 
   std::vector<nn::NamedParameter> params_;
   Communicator& comm_;
+  DeviceCommunicator* device_comm_;
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_, offset_;  // per parameter: its bucket and its offset in it
   std::vector<bool> is_ready_;
   std::unordered_map<const TensorImpl*, std::size_t> index_;
 };
+
+// How a run's gradients on `device` are summed. On a GPU: through NCCL in
+// device memory when this build has it and every process drives a GPU of its
+// own (NCCL refuses two processes on one GPU), else staged through host memory
+// over MPI; ATTOGRAD_NCCL=0 in the environment asks for the host path. Every
+// process gets the same answer (a collective: every process calls it).
+struct DeviceReduction {
+  std::unique_ptr<DeviceCommunicator> comm;  // null: host memory
+  std::string how;                           // for the progress line: which path, and why
+};
+DeviceReduction choose_device_reduction(Communicator& comm, Device device);
 
 // Every parameter takes rank `root`'s values (every owner is `root`; see gather_sharded_parameters).
 void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root = 0);

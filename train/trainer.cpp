@@ -234,8 +234,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   const auto params = model->named_parameters();
   // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
   train::broadcast_parameters(params, comm);
+  train::DeviceReduction device_reduction;  // outlives the reducer, whose sums it runs
   std::unique_ptr<train::GradientReducer> reducer;
-  if (comm.size() > 1) reducer = std::make_unique<train::GradientReducer>(params, comm);
+  if (comm.size() > 1) {
+    on_every_process(comm, [&] { device_reduction = train::choose_device_reduction(comm, device); });
+    reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
+                                                       device_reduction.comm.get());
+  }
 
   // ---- 2. everything is valid: only now does the run directory appear (rank 0's)
   const fs::path run_dir(o.out);
@@ -265,9 +270,10 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   if (comm.size() > 1 || o.grad_accum > 1)
     std::fprintf(out,
                  "data parallel: %d processes (%s), %lld sequences each per step in %lld micro-batches; gradients "
-                 "all-reduced in %zu buckets; optimizer state %s per process%s\n",
+                 "all-reduced in %zu buckets%s%s; optimizer state %s per process%s\n",
                  comm.size(), comm.engine().c_str(), static_cast<long long>(o.batch / comm.size()),
                  static_cast<long long>(o.grad_accum), reducer ? reducer->bucket_count() : 0,
+                 device_reduction.how.empty() ? "" : " ", device_reduction.how.c_str(),
                  megabytes(optimizer_bytes).c_str(), sharded ? " (sharded, ZeRO-1)" : "");
   if (first_step > 0) std::fprintf(out, "resuming from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first_step));
   std::fflush(out);
