@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <thread>
 
 #include "child_process.h"
 #include "helpers.h"
@@ -438,6 +439,45 @@ TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 ->
   run_ok(2, {"train", "--resume", tmp / "halves/ckpt.safetensors", "--threads", "1", "--quiet", "--shard-optimizer"},
          tmp);
   require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
+}
+
+// Several machines, stood in for by this one: a hostfile of two node names that
+// are not this machine, and an "ssh" that runs the command here. Open MPI then
+// treats the ranks as on two machines: one daemon per node, TCP between them
+// (no shared memory), and each process alone on its node (local rank 0 of 1).
+// What this cannot show: real network latency and bandwidth, and a data file
+// or binary missing on a remote machine.
+TEST_CASE("two machines stood in for by one (a hostfile, ssh replaced): the run is the one-node run, bit for bit",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  write_text(tmp / "hosts", "nodea slots=1\nnodeb slots=1\n");
+  // Drops ssh's options and the host name, and runs the remote command here.
+  write_text(tmp / "ssh", "#!/bin/sh\nwhile [ $# -gt 0 ]; do case \"$1\" in -*) shift;; *) shift; break;; esac; done\n"
+                          "exec sh -c \"$*\"\n");
+  fs::permissions(tmp / "ssh", fs::perms::owner_all);
+  const std::vector<std::string> nodes_env = {"OMPI_MCA_plm_rsh_agent=" + (tmp / "ssh"),
+                                              "OMPI_MCA_routed=direct",  // each daemon talks to mpirun itself
+                                              "OMPI_MCA_btl=self,tcp"};
+  const auto on_nodes = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> mpi = {"-np", "2", "--hostfile", tmp / "hosts", ATTOGRAD_BINARY};
+    mpi.insert(mpi.end(), args.begin(), args.end());
+    std::vector<std::string> env = mpi_env();
+    env.insert(env.end(), nodes_env.begin(), nodes_env.end());
+    return std::make_unique<Child>(mpi, tmp.path, env, "mpirun");
+  };
+  const std::vector<std::string> short_run = {"--steps", "20", "--eval-interval", "10"};
+  run_ok(2, default_run(tmp / "one_node", short_run), tmp);
+  const auto two = on_nodes(default_run(tmp / "two_nodes", short_run));
+  INFO("stdout: " << two->out() << "\nstderr: " << two->err());
+  REQUIRE(two->exit_code(300s) == 0);
+  require_same_checkpoint(tmp / "one_node/ckpt.safetensors", tmp / "two_nodes/ckpt.safetensors");
+
+  // Without --threads, each process takes all of its machine's cores: it is alone there.
+  const auto alone = on_nodes({"train", "--steps", "1", "--out", tmp / "alone", "--quiet"});
+  INFO("stdout: " << alone->out() << "\nstderr: " << alone->err());
+  REQUIRE(alone->exit_code(300s) == 0);
+  CHECK_THAT(alone->out(), Catch::Contains(fmt::format("; {} threads, cpu;", std::thread::hardware_concurrency())));
 }
 
 TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank, and the last checkpoint is whole",
