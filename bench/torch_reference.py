@@ -14,6 +14,12 @@ Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formu
   gpt_step (and gpt_step/compiled with torch >= 2.0: torch.compile), charlm_step,
   matmul/<n>, matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
 (attograd's fma_peak/* cases, the machine's FMA peak, have no counterpart here.)
+
+With --device cuda it runs the GPU cases of bench/bench_cuda.cpp instead, on the
+GPU, float32 with TF32 off (so matmul is cuBLAS's float32 SGEMM, the yardstick of
+cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_attn_core_{fwd,fwdbwd}/{composed,
+fused}/{S..XXL} (no composed XXL), cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step;
+each iteration timed with CUDA events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
 torch.nn.functional.scaled_dot_product_attention(is_causal=True), which
@@ -49,18 +55,22 @@ import torch.nn.functional as F
 
 # The attention shapes of the design notes (DESIGN.md, "Benchmark shapes"): (B, T, C, H).
 SHAPES = {"S": (8, 64, 128, 4), "M": (4, 256, 256, 8), "L": (2, 1024, 512, 8)}
+# And on the GPU (bench_cuda.cpp) two more.
+GPU_SHAPES = dict(SHAPES, XL=(8, 1024, 768, 12), XXL=(4, 4096, 768, 12))
+DEVICE = torch.device("cpu")  # --device
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 HAS_COMPILE = hasattr(torch, "compile")
 
 
 def fixed_iterations(shape_name):
-    """The C++ suite runs the L attention cases a fixed 3 times (bench_attention.cpp)."""
-    return 3 if shape_name == "L" else None
+    """The C++ suite runs the L attention cases a fixed 3 times on the CPU (bench_attention.cpp);
+    its GPU cases run for a minimum time."""
+    return 3 if shape_name == "L" and DEVICE.type == "cpu" else None
 
 
 def randn(*sizes, seed, requires_grad=False):
     g = torch.Generator().manual_seed(seed)
-    t = torch.randn(*sizes, generator=g, dtype=torch.float32)
+    t = torch.randn(*sizes, generator=g, dtype=torch.float32).to(DEVICE)
     return t.requires_grad_(requires_grad)
 
 
@@ -80,7 +90,7 @@ def check_close(what, got, want, atol=1e-4, rtol=1e-3):
 
 
 def causal_hidden(T):
-    return torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # (T, T), True above the diagonal
+    return torch.triu(torch.ones(T, T, dtype=torch.bool, device=DEVICE), diagonal=1)  # (T, T), True above the diagonal
 
 
 def attention_composed(q, k, v, hidden, dropout_p=0.0):
@@ -106,7 +116,7 @@ def core_fwd_flops(B, T, C, H):
 
 
 def attn_core_case(shape_name, impl, backward_too):
-    B, T, C, H = SHAPES[shape_name]
+    B, T, C, H = GPU_SHAPES[shape_name]
     D = C // H
     q, k, v = (randn(B, H, T, D, seed=s, requires_grad=True) for s in (11, 12, 13))
     dout = randn(B, H, T, D, seed=14)
@@ -165,13 +175,13 @@ class MultiHeadAttention(nn.Module):
 
 
 def mha_case(shape_name, impl, backward_too):
-    B, T, C, H = SHAPES[shape_name]
+    B, T, C, H = GPU_SHAPES[shape_name]
     x = randn(B, T, C, seed=21, requires_grad=backward_too)
     dout = randn(B, T, C, seed=22)
     hidden = causal_hidden(T)
     torch.manual_seed(23)
-    mha = MultiHeadAttention(C, H, impl)
-    reference = MultiHeadAttention(C, H, "composed").double()
+    mha = MultiHeadAttention(C, H, impl).to(DEVICE)
+    reference = MultiHeadAttention(C, H, "composed").double().to(DEVICE)
     reference.load_state_dict({n: p.double() for n, p in mha.state_dict().items()})
 
     def run(module, dtype):
@@ -246,7 +256,7 @@ class GPT(nn.Module):
 
     def loss(self, tokens, targets):
         B, T = tokens.shape
-        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(T)))
+        x = self.drop(self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device)))
         hidden = self.hidden[:T, :T]
         for block in self.blocks:
             x = block(x, hidden)
@@ -263,7 +273,7 @@ def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9,
     whose first calls compile and are not timed."""
     C, V, n_layer = 128, 65, 4
     torch.manual_seed(1337)
-    model = GPT(block=T, dropout=dropout)
+    model = GPT(block=T, dropout=dropout).to(DEVICE)
     loss_of = torch.compile(model.loss) if compiled else model.loss
     # AdamW as attograd's: weight decay on Linear weights only (not biases, norms, embeddings).
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
@@ -272,8 +282,8 @@ def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9,
                                    {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=betas, eps=1e-8)
     params = list(model.parameters())
     g = torch.Generator().manual_seed(31)
-    tokens = torch.randint(0, V, (B, T), generator=g)
-    targets = torch.randint(0, V, (B, T), generator=g)
+    tokens = torch.randint(0, V, (B, T), generator=g).to(DEVICE)
+    targets = torch.randint(0, V, (B, T), generator=g).to(DEVICE)
 
     def step():
         loss = loss_of(tokens, targets)
@@ -297,7 +307,7 @@ def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9,
     layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1)
     flops = 3 * (n_layer * layer + 2 * BT * C * V)
     n_params = sum(p.numel() for p in params)
-    return step, flops, 40.0 * n_params, 5, {"tokens": BT}
+    return step, flops, 40.0 * n_params, 5 if DEVICE.type == "cpu" else None, {"tokens": BT}
 
 
 def charlm_step_case():
@@ -402,6 +412,22 @@ def all_cases():
     return cases
 
 
+def gpu_cases():
+    """bench_cuda.cpp's cases, in its order; make() as in all_cases()."""
+    cases = [(f"cuda_matmul/{n}", lambda n=n: matmul_case(n, n, n)) for n in (1024, 2048, 4096)]
+    for bwd in (False, True):
+        for impl in ("fused", "composed"):
+            for s, (B, T, C, H) in GPU_SHAPES.items():
+                if impl == "composed" and T > 1024:
+                    continue  # as bench_cuda.cpp: its (T, T) matrices alone are 3 GiB
+                cases.append((f"cuda_attn_core_{'fwdbwd' if bwd else 'fwd'}/{impl}/{s}",
+                              lambda s=s, impl=impl, bwd=bwd: attn_core_case(s, impl, bwd)))
+    for s in GPU_SHAPES:
+        cases.append((f"cuda_mha_fwdbwd/fused/{s}", lambda s=s: mha_case(s, "fused", True)))
+    cases.append(("cuda_gpt_step", gpt_step_case))
+    return cases
+
+
 def full_name(name, iterations):
     """Google Benchmark's run name: the case plus the attributes it appends (fixed iterations, wall-clock time)."""
     return name + (f"/iterations:{iterations}" if iterations else "") + "/real_time"
@@ -411,11 +437,21 @@ def run_case(name, make, min_time):
     made = make()
     step, flops, bytes_, iterations = made[:4]
     extra_rates = made[4] if len(made) > 4 else {}
-    n, real0, cpu0 = 0, time.perf_counter(), time.thread_time()
+    n, real0, cpu0, gpu_seconds = 0, time.perf_counter(), time.thread_time(), 0.0
     while (iterations and n < iterations) or (not iterations and time.perf_counter() - real0 < min_time):
-        step()
+        if DEVICE.type == "cuda":  # the GPU's time for this iteration's work, as attograd's cuda::time_gpu_ms
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            gpu_seconds += start.elapsed_time(end) / 1e3
+        else:
+            step()
         n += 1
     real, cpu = time.perf_counter() - real0, time.thread_time() - cpu0
+    if DEVICE.type == "cuda":
+        real = gpu_seconds
     run = {
         "name": full_name(name, iterations), "run_name": full_name(name, iterations), "run_type": "iteration",
         "repetitions": 1, "repetition_index": 0, "threads": 1, "iterations": n,
@@ -446,7 +482,19 @@ def main():
     parser.add_argument("--benchmark_repetitions", type=int, default=1,
                         help="run each case this many times; adds mean and median aggregates, as Google Benchmark")
     parser.add_argument("--benchmark_list_tests", action="store_true")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda: bench_cuda.cpp's cases on GPU 0 instead of the CPU suite")
     args = parser.parse_args()
+    global DEVICE
+    DEVICE = torch.device(args.device)
+    if DEVICE.type == "cuda" and not args.benchmark_list_tests:
+        if not torch.cuda.is_available():
+            print("torch_reference.py: --device cuda: torch sees no CUDA device", file=sys.stderr)
+            return 2
+        # float32 as attograd computes it: no TF32 in matmul (cuBLAS's SGEMM) or in cuDNN.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_float32_matmul_precision("highest")
 
     # torch.set_num_threads sizes torch's own pool but not OpenBLAS's, which
     # starts one thread per core unless told otherwise before it loads: "1
@@ -460,7 +508,7 @@ def main():
     torch.set_num_interop_threads(1)
     pattern = re.compile(args.benchmark_filter)
     selected = []
-    for name, make in all_cases():
+    for name, make in (gpu_cases() if DEVICE.type == "cuda" else all_cases()):
         if "/fused/" in name and not HAS_SDPA:
             continue
         if pattern.search(full_name(name, None)):
@@ -483,6 +531,7 @@ def main():
         "framework": f"torch {torch.__version__}", "threads": str(torch.get_num_threads()),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "(unset)"),
+        "device": torch.cuda.get_device_name(0) if DEVICE.type == "cuda" else "cpu",
     }
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {context['load_avg']}")
     print(f"{'Benchmark':<52}{'Time':>14}{'Iterations':>12}  Counters")
