@@ -10,7 +10,7 @@
 if(NOT TARGET attograd::nccl)
   set(_attograd_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} ${CUDAToolkit_LIBRARY_ROOT})
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_attograd_nccl_hints} ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_attograd_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_attograd_nccl_hints} ${CUDAToolkit_LIBRARY_DIR}
                PATH_SUFFIXES lib lib64)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(NCCL_FOUND ON)
