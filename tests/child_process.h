@@ -8,11 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,8 +43,18 @@ class Child {
     std::vector<char*> argv;
     for (auto& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
+    // extra_env replaces the inherited variables of the same names: a duplicate
+    // name reads as the first to getenv() but as the last to a shell (dash), so a
+    // command run through `sh -c` would see the inherited value.
     std::vector<std::string> env_s(extra_env);
-    for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+    const auto overridden = [&](std::string_view entry) {
+      const std::string_view name = entry.substr(0, entry.find('='));
+      return std::any_of(extra_env.begin(), extra_env.end(), [&](const std::string& e) {
+        return std::string_view(e).substr(0, e.find('=')) == name;
+      });
+    };
+    for (char** e = environ; *e; ++e)
+      if (!overridden(*e)) env_s.emplace_back(*e);
     std::vector<char*> envp;
     for (auto& e : env_s) envp.push_back(e.data());
     envp.push_back(nullptr);
