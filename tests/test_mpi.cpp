@@ -155,6 +155,16 @@ TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backwa
       CHECK(max_abs_diff(params[i].tensor.grad(), plain[i].tensor.grad()) == 0);
     }
   }
+  // ZeRO-1's gather as one NCCL group of broadcasts, queued after a write on the
+  // device's stream: at world size 1 every parameter keeps its (just written) values.
+  std::vector<Tensor> want;
+  for (auto& p : params) {
+    NoGradGuard no_grad;
+    kernels::add_(p.tensor, full(p.tensor.sizes(), 0.5, p.tensor.options()), 1.0);
+    want.push_back(clone(p.tensor.detach()));
+  }
+  train::gather_sharded_parameters(params, std::vector<int>(params.size(), 0), *comm, nccl.comm.get());
+  for (std::size_t i = 0; i < params.size(); ++i) CHECK(max_abs_diff(params[i].tensor, want[i]) == 0);
 }
 
 TEST_CASE("the GPU's gradient path is chosen alike everywhere: NCCL, ATTOGRAD_NCCL=0, or a bad value named",
@@ -399,11 +409,14 @@ TEST_CASE("mpirun -np 2 --device cuda follows the one-process GPU run, naming ho
   const auto two = start(2, default_run(tmp / "two", {"--device", "cuda"}), tmp);
   INFO("stdout: " << two->out() << "\nstderr: " << two->err());
   REQUIRE(two->exit_code(300s) == 0);
+  check_follows(one, read_metrics(tmp / "two/metrics.jsonl"));
+  // ZeRO-1 on GPUs: parameters gathered through NCCL (two GPUs) or the host (one).
+  run_ok(2, default_run(tmp / "two_sharded", {"--device", "cuda", "--shard-optimizer"}), tmp);
+  check_follows(one, read_metrics(tmp / "two_sharded/metrics.jsonl"));
   const std::string path = !train::built_with_nccl()     ? "buckets staged through host memory (this build has no NCCL)"
                            : cuda::device_count() < 2 ? "buckets staged through host memory (ranks 0 and 1 share the GPU at "
                                                       : "buckets in device memory by NCCL 2.";
   CHECK_THAT(two->out(), Catch::Contains(path));
-  check_follows(one, read_metrics(tmp / "two/metrics.jsonl"));
 }
 
 TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue the run", "[mpi][numerics]") {

@@ -77,6 +77,16 @@ class DeviceCommunicator {
   // device's stream, and wait() makes later work there wait for it (and returns
   // once the sum is done). The buffer must stay alive until then.
   virtual std::unique_ptr<PendingReduce> start_sum(float* device_data, std::size_t n) = 0;
+
+  // Each buffer of device memory takes its root's values on every process, in
+  // place, all in one NCCL group: after the work queued on the device's stream,
+  // and before whatever is queued there next (the host does not wait).
+  struct Broadcast {
+    float* device_data;
+    std::size_t n;
+    int root;
+  };
+  virtual void broadcast(const std::vector<Broadcast>& buffers) = 0;
 };
 
 // The communicator of this process: MPI's world when started by an MPI

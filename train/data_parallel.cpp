@@ -194,8 +194,9 @@ DeviceReduction choose_device_reduction(Communicator& comm, Device device) {
 
 // ---- parameters ----------------------------------------------------------------------
 
-void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root) {
-  gather_sharded_parameters(params, std::vector<int>(params.size(), root), comm);
+void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root,
+                          DeviceCommunicator* device_comm) {
+  gather_sharded_parameters(params, std::vector<int>(params.size(), root), comm, device_comm);
 }
 
 std::string parameter_checksum(const std::vector<nn::NamedParameter>& params) {
@@ -233,11 +234,23 @@ std::vector<int> shard_owners(const std::vector<nn::NamedParameter>& params, int
 }
 
 void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, const std::vector<int>& owners,
-                               Communicator& comm) {
+                               Communicator& comm, DeviceCommunicator* device_comm) {
   AG_CHECK(owners.size() == params.size(), "shard", "{} owners for {} parameters", owners.size(), params.size());
-  if (comm.size() == 1) return;
+  if (comm.size() == 1 && !device_comm) return;
   check_float32(params, "data parallel");
   NoGradGuard no_grad;
+  const bool in_device_memory = device_comm && std::all_of(params.begin(), params.end(), [](const auto& p) {
+    return p.tensor.device().is_cuda() && p.tensor.is_contiguous();
+  });
+  if (in_device_memory) {  // one NCCL group, queued on the GPU: no copy through the host
+    std::vector<DeviceCommunicator::Broadcast> buffers;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      buffers.push_back({params[i].tensor.data<float>(), static_cast<std::size_t>(params[i].tensor.numel()), owners[i]});
+    device_comm->broadcast(buffers);
+    for (const auto& p : params) p.tensor.bump_version();
+    return;
+  }
+  if (comm.size() == 1) return;
   std::vector<float> buffer;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i].tensor;

@@ -79,7 +79,8 @@ struct DeviceReduction {
 DeviceReduction choose_device_reduction(Communicator& comm, Device device);
 
 // Every parameter takes rank `root`'s values (every owner is `root`; see gather_sharded_parameters).
-void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root = 0);
+void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communicator& comm, int root = 0,
+                          DeviceCommunicator* device_comm = nullptr);
 // FNV-1a of every parameter's bytes, in order, as 16 hex digits: processes
 // whose parameters differ in any bit (almost surely) differ here.
 std::string parameter_checksum(const std::vector<nn::NamedParameter>& params);
@@ -89,7 +90,8 @@ std::string parameter_checksum(const std::vector<nn::NamedParameter>& params);
 // elements so far, so each keeps about 1/N of the state.
 std::vector<int> shard_owners(const std::vector<nn::NamedParameter>& params, int processes);
 // After each process updated the parameters it owns: every parameter takes its owner's values.
+// GPU parameters go through NCCL in device memory when `device_comm` is given, else through the host.
 void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, const std::vector<int>& owners,
-                               Communicator& comm);
+                               Communicator& comm, DeviceCommunicator* device_comm = nullptr);
 
 }  // namespace attograd::train

@@ -93,6 +93,22 @@ class NcclGroup final : public DeviceCommunicator {
     return std::make_unique<NcclSum>(done, device_);
   }
 
+  void broadcast(const std::vector<Broadcast>& buffers) override {
+    const cudaStream_t compute = cuda::stream(device_);
+    const cudaEvent_t written = new_event(), done = new_event();
+    CUDA_CHECK(cudaEventRecord(written, compute));
+    CUDA_CHECK(cudaStreamWaitEvent(stream_, written, 0));
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (const Broadcast& b : buffers)
+      check_nccl(ncclBroadcast(b.device_data, b.device_data, b.n, ncclFloat32, b.root, nccl_, stream_),
+                 "ncclBroadcast");
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    CUDA_CHECK(cudaEventRecord(done, stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
+    CUDA_CHECK(cudaEventDestroy(written));  // both released once they have fired
+    CUDA_CHECK(cudaEventDestroy(done));
+  }
+
  private:
   int device_;
   cudaStream_t stream_ = nullptr;

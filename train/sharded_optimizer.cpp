@@ -22,7 +22,7 @@ void ShardedOptimizer::step() {
   ++step_count_;
   local_->set_lr(lr());
   local_->step();
-  gather_sharded_parameters(params_, owners_, comm_);
+  gather_sharded_parameters(params_, owners_, comm_, device_comm_);
 }
 
 void ShardedOptimizer::load_state(const std::map<std::string, Tensor>& state, std::int64_t step_count) {

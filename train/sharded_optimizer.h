@@ -34,9 +34,12 @@ class ShardedOptimizer : public Optimizer {
   // Collective: the whole state on rank 0 (empty on the others).
   OptimizerState gather_state() const;
   std::size_t state_bytes() const;  // this process's optimizer state
+  // GPU parameters are then gathered through NCCL in device memory (null: through the host).
+  void use_device_communicator(DeviceCommunicator* device_comm) { device_comm_ = device_comm; }
 
  private:
   Communicator& comm_;
+  DeviceCommunicator* device_comm_ = nullptr;
   std::vector<int> owners_;
   std::unique_ptr<Optimizer> local_;
 };

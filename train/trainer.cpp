@@ -180,8 +180,9 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   LoadedCheckpoint resumed;
   std::unique_ptr<Dataset> data;
   std::unique_ptr<nn::GPT> model;
+  train::DeviceReduction device_reduction;  // NCCL on GPUs: outlives the optimizer and the reducer that use it
   std::unique_ptr<train::Optimizer> optimizer;
-  const train::ShardedOptimizer* sharded = nullptr;
+  train::ShardedOptimizer* sharded = nullptr;
   Device device = Device::cpu();
   on_every_process(comm, [&] {
     if (!o.resume.empty()) {
@@ -232,15 +233,15 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   const std::int64_t first_step = o.resume.empty() ? 0 : resumed.info.step;
   const std::int64_t last_step = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
   const auto params = model->named_parameters();
-  // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
-  train::broadcast_parameters(params, comm);
-  train::DeviceReduction device_reduction;  // outlives the reducer, whose sums it runs
-  std::unique_ptr<train::GradientReducer> reducer;
-  if (comm.size() > 1) {
+  if (comm.size() > 1)
     on_every_process(comm, [&] { device_reduction = train::choose_device_reduction(comm, device); });
+  // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
+  train::broadcast_parameters(params, comm, 0, device_reduction.comm.get());
+  if (sharded) sharded->use_device_communicator(device_reduction.comm.get());
+  std::unique_ptr<train::GradientReducer> reducer;
+  if (comm.size() > 1)
     reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
                                                        device_reduction.comm.get());
-  }
 
   // ---- 2. everything is valid: only now does the run directory appear (rank 0's)
   const fs::path run_dir(o.out);
