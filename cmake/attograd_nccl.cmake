@@ -2,7 +2,7 @@
 # package of its own. It is looked for under NCCL_ROOT (a CMake or environment
 # variable: a prefix with include/nccl.h and lib/libnccl.so*, such as the CUDA
 # Toolkit's, or PyPI's nvidia-nccl-cu13 wheel, whose folder
-#   python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))'
+#   python3 -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])'
 # prints), then beside the CUDA Toolkit and in the system's paths. The wheel ships
 # only libnccl.so.2, with no libnccl.so link, hence both names. Expects
 # find_package(CUDAToolkit) to have run. attogradConfig.cmake includes this file

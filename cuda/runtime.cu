@@ -25,15 +25,21 @@ int device_count() {
   return count;
 }
 
-std::string pci_bus_id(int device) {
+namespace {
+void check_device(int device) {
   AG_CHECK(device >= 0 && device < device_count(), "cuda", "no CUDA device {} ({} present)", device, device_count());
+}
+}  // namespace
+
+std::string pci_bus_id(int device) {
+  check_device(device);
   char id[32] = {};
   CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof id, device));
   return id;
 }
 
 cudaStream_t stream(int device) {
-  AG_CHECK(device >= 0 && device < device_count(), "cuda", "no CUDA device {} ({} present)", device, device_count());
+  check_device(device);
   static std::mutex mutex;
   static std::vector<cudaStream_t> streams;
   CUDA_CHECK(cudaSetDevice(device));

@@ -66,7 +66,7 @@ class Communicator {
 };
 
 // The GPUs of a run joined by NCCL: sums in device memory, with no copy through
-// the host. Made by make_device_communicator() (train/data_parallel.h), only
+// the host. Made by choose_device_reduction() (train/data_parallel.h), only
 // when every process drives a GPU of its own.
 class DeviceCommunicator {
  public:

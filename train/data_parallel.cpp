@@ -236,12 +236,12 @@ std::vector<int> shard_owners(const std::vector<nn::NamedParameter>& params, int
 void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, const std::vector<int>& owners,
                                Communicator& comm, DeviceCommunicator* device_comm) {
   AG_CHECK(owners.size() == params.size(), "shard", "{} owners for {} parameters", owners.size(), params.size());
-  if (comm.size() == 1 && !device_comm) return;
-  check_float32(params, "data parallel");
-  NoGradGuard no_grad;
   const bool in_device_memory = device_comm && std::all_of(params.begin(), params.end(), [](const auto& p) {
     return p.tensor.device().is_cuda() && p.tensor.is_contiguous();
   });
+  if (comm.size() == 1 && !in_device_memory) return;  // (a one-GPU NCCL group still runs: its tests)
+  check_float32(params, "data parallel");
+  NoGradGuard no_grad;
   if (in_device_memory) {  // one NCCL group, queued on the GPU: no copy through the host
     std::vector<DeviceCommunicator::Broadcast> buffers;
     for (std::size_t i = 0; i < params.size(); ++i)
@@ -250,7 +250,6 @@ void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, co
     for (const auto& p : params) p.tensor.bump_version();
     return;
   }
-  if (comm.size() == 1) return;
   std::vector<float> buffer;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& p = params[i].tensor;

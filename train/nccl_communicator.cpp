@@ -35,6 +35,14 @@ cudaEvent_t new_event() {
   return event;
 }
 
+// Work queued on `waiter` from now on starts after the work already queued on `producer`.
+void wait_for(cudaStream_t waiter, cudaStream_t producer) {
+  const cudaEvent_t event = new_event();
+  CUDA_CHECK(cudaEventRecord(event, producer));
+  CUDA_CHECK(cudaStreamWaitEvent(waiter, event, 0));
+  CUDA_CHECK(cudaEventDestroy(event));  // released once it has fired
+}
+
 class NcclSum final : public PendingReduce {
  public:
   NcclSum(cudaEvent_t done, int device) : done_(done), device_(device) {}
@@ -82,11 +90,7 @@ class NcclGroup final : public DeviceCommunicator {
   std::string engine() const override { return engine_; }
 
   std::unique_ptr<PendingReduce> start_sum(float* device_data, std::size_t n) override {
-    const cudaStream_t compute = cuda::stream(device_);
-    const cudaEvent_t written = new_event();
-    CUDA_CHECK(cudaEventRecord(written, compute));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, written, 0));
-    CUDA_CHECK(cudaEventDestroy(written));  // released once it has fired
+    wait_for(stream_, cuda::stream(device_));  // backward has written the bucket
     check_nccl(ncclAllReduce(device_data, device_data, n, ncclFloat32, ncclSum, nccl_, stream_), "ncclAllReduce");
     const cudaEvent_t done = new_event();
     CUDA_CHECK(cudaEventRecord(done, stream_));
@@ -95,18 +99,13 @@ class NcclGroup final : public DeviceCommunicator {
 
   void broadcast(const std::vector<Broadcast>& buffers) override {
     const cudaStream_t compute = cuda::stream(device_);
-    const cudaEvent_t written = new_event(), done = new_event();
-    CUDA_CHECK(cudaEventRecord(written, compute));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, written, 0));
+    wait_for(stream_, compute);  // the owners' updates are written
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (const Broadcast& b : buffers)
       check_nccl(ncclBroadcast(b.device_data, b.device_data, b.n, ncclFloat32, b.root, nccl_, stream_),
                  "ncclBroadcast");
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
-    CUDA_CHECK(cudaEventDestroy(written));  // both released once they have fired
-    CUDA_CHECK(cudaEventDestroy(done));
+    wait_for(compute, stream_);  // what reads the parameters next sees their owners' values
   }
 
  private:
