@@ -174,15 +174,17 @@ DeviceReduction choose_device_reduction(Communicator& comm, Device device) {
   ::gethostname(host, sizeof host - 1);
   const std::vector<std::string> all =
       comm.all_gather(fmt::format("{} {} on {}", wish, cuda::pci_bus_id(device.index), host));
+  for (int r = 0; r < static_cast<int>(all.size()); ++r)  // every rank's value, before any rank's choice
+    AG_CHECK(all[static_cast<std::size_t>(r)][0] != '?', "ATTOGRAD_NCCL",
+             "must be 0 or 1 (or unset), but rank {} has '{}'", r,
+             r == comm.rank() && setting ? setting : "another value");
   const std::string staged = "staged through host memory";
+  if (!built_with_nccl()) return {nullptr, staged + " (this build has no NCCL)"};
+  if (std::any_of(all.begin(), all.end(), [](const std::string& entry) { return entry[0] == '0'; }))
+    return {nullptr, staged + " (ATTOGRAD_NCCL=0)"};
   std::map<std::string, int> first_on;  // "GPU on host" -> the first rank driving it
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    const std::string& entry = all[static_cast<std::size_t>(r)];
-    AG_CHECK(entry[0] != '?', "ATTOGRAD_NCCL", "must be 0 or 1 (or unset), but rank {} has '{}'", r,
-             r == comm.rank() && setting ? setting : "another value");
-    if (entry[0] == '0' || !built_with_nccl())
-      return {nullptr, staged + (built_with_nccl() ? " (ATTOGRAD_NCCL=0)" : " (this build has no NCCL)")};
-    const std::string gpu = entry.substr(2);
+    const std::string gpu = all[static_cast<std::size_t>(r)].substr(2);
     if (const auto [it, fresh] = first_on.emplace(gpu, r); !fresh)
       return {nullptr, fmt::format("{} (ranks {} and {} share the GPU at {}; NCCL needs one per process)", staged,
                                    it->second, r, gpu)};
@@ -245,7 +247,8 @@ void gather_sharded_parameters(const std::vector<nn::NamedParameter>& params, co
   if (in_device_memory) {  // one NCCL group, queued on the GPU: no copy through the host
     std::vector<DeviceCommunicator::Broadcast> buffers;
     for (std::size_t i = 0; i < params.size(); ++i)
-      buffers.push_back({params[i].tensor.data<float>(), static_cast<std::size_t>(params[i].tensor.numel()), owners[i]});
+      buffers.push_back(
+          {params[i].tensor.data<float>(), static_cast<std::size_t>(params[i].tensor.numel()), owners[i]});
     device_comm->broadcast(buffers);
     for (const auto& p : params) p.tensor.bump_version();
     return;
