@@ -277,13 +277,15 @@ std::vector<std::string> mpi_env() {
   return env;
 }
 
-// `mpirun -np n attograd <args>`, or the program alone for n = 1.
+// `mpirun -np n [mpirun_options] attograd <args>`, or the program alone for n = 1.
 std::unique_ptr<Child> start(int n, const std::vector<std::string>& args, const TempDir& tmp,
-                             std::vector<std::string> env = {}) {
+                             std::vector<std::string> env = {}, const std::vector<std::string>& mpirun_options = {}) {
   const std::vector<std::string> launch_env = mpi_env();
   env.insert(env.end(), launch_env.begin(), launch_env.end());
   if (n == 1) return std::make_unique<Child>(args, tmp.path, env);
-  std::vector<std::string> mpi = {"-np", std::to_string(n), ATTOGRAD_BINARY};
+  std::vector<std::string> mpi = {"-np", std::to_string(n)};
+  mpi.insert(mpi.end(), mpirun_options.begin(), mpirun_options.end());
+  mpi.push_back(ATTOGRAD_BINARY);
   mpi.insert(mpi.end(), args.begin(), args.end());
   return std::make_unique<Child>(mpi, tmp.path, env, "mpirun");
 }
@@ -476,11 +478,7 @@ TEST_CASE("two machines stood in for by one (a hostfile, ssh replaced): the run 
                                               "OMPI_MCA_routed=direct",  // each daemon talks to mpirun itself
                                               "OMPI_MCA_btl=self,tcp"};
   const auto on_nodes = [&](const std::vector<std::string>& args) {
-    std::vector<std::string> mpi = {"-np", "2", "--hostfile", tmp / "hosts", ATTOGRAD_BINARY};
-    mpi.insert(mpi.end(), args.begin(), args.end());
-    std::vector<std::string> env = mpi_env();
-    env.insert(env.end(), nodes_env.begin(), nodes_env.end());
-    return std::make_unique<Child>(mpi, tmp.path, env, "mpirun");
+    return start(2, args, tmp, nodes_env, {"--hostfile", tmp / "hosts"});
   };
   const std::vector<std::string> short_run = {"--steps", "20", "--eval-interval", "10"};
   run_ok(2, default_run(tmp / "one_node", short_run), tmp);
