@@ -244,6 +244,33 @@ TEST_CASE("attention: rows with every key hidden give zeros and zero gradient", 
   }
 }
 
+// The float32 kernels' exponential skips the usual clamps (tensor/cpu/attention.cpp):
+// a NaN must still reach every output that depends on it, and no other.
+TEST_CASE("attention: a NaN key reaches exactly the queries that see it", "[attention]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    // D = 64 and two tiles of queries and keys: the AVX-512 path's 4 x 4 micro-tiles, and a later key tile.
+    const Tensor q = input({1, 2, 130, 64}, 1, dtype), v = input({1, 2, 130, 64}, 3, dtype);
+    Tensor k = kernels::clone(input({1, 2, 130, 64}, 2, dtype));
+    constexpr std::int64_t kNanKey = 70;
+    if (dtype == DType::f32)
+      k.data<float>()[kNanKey * 64 + 5] = std::nanf("");
+    else
+      k.data<double>()[kNanKey * 64 + 5] = std::nan("");
+    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+      DYNAMIC_SECTION(dtype_name(dtype) << (impl == AttentionImpl::fused ? " fused" : " composed")) {
+        const Tensor out = attention(q, k, v, {.causal = true, .impl = impl}).out;
+        for (std::int64_t h = 0; h < 2; ++h)
+          for (std::int64_t i = 0; i < 130; ++i) {
+            INFO("head " << h << " query " << i);
+            const bool sees_nan = h == 0 && i >= kNanKey;
+            CHECK(std::isnan(out.at({0, h, i, 0})) == sees_nan);
+            CHECK(std::isnan(out.at({0, h, i, 63})) == sees_nan);
+          }
+      }
+    }
+  }
+}
+
 TEST_CASE("attention: returned weights sum to one over visible keys", "[attention]") {
   const Tensor q = input({2, 3, 70, 4}, 1, DType::f32), k = input({2, 3, 70, 4}, 2, DType::f32),
                v = input({2, 3, 70, 4}, 3, DType::f32);

@@ -158,24 +158,25 @@ AG_ALWAYS_INLINE void store(T* p, const Vec& v) {
 // x = exp(x) lane by lane, for the softmax's arguments s - max <= 0 (-inf
 // gives 0, NaN stays NaN): the range reduction and polynomial of exp_fast
 // (tensor/cpu/vec_math.h), with its values, written on vectors and without
-// the overflow handling arbitrary arguments need; about half the
-// instructions of the auto-vectorised exp_fast. Valid for x <= 88. float64
-// serves gradcheck: it takes libm's exp, lane by lane.
+// the overflow handling arbitrary arguments need: 17 vector instructions
+// with AVX-512, under half of the auto-vectorised exp_fast's. Valid for x <= 88, where it
+// equals exp_fast bit for bit. float64 serves gradcheck: it takes libm's exp,
+// lane by lane.
 template <typename Vec>
 AG_ALWAYS_INLINE void exp_softmax(Vec& x) {
   using T = std::remove_cvref_t<decltype(x[0])>;
-  using Index = typename Simd<T, sizeof(Vec)>::Index;
   constexpr std::int64_t kLanes = Simd<T, sizeof(Vec)>::kLanes;
   if constexpr (std::is_same_v<T, double>) {
     for (std::int64_t l = 0; l < kLanes; ++l) x[l] = std::exp(x[l]);
   } else {
-    const Vec lo = Vec{} + -87.33654f, hi = Vec{} + 88.0f;
-    // NaN clamps to lo (comparisons with NaN are false): converting a NaN to int is undefined.
-    Vec xc = x > lo ? x : lo;
-    xc = xc < hi ? xc : hi;
-    constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-    const Vec n = (xc * 1.44269504088896341f + kRound) - kRound;
-    Vec r = xc - n * 0.693359375f;  // ln 2 split in two for an exact product
+    // No clamping: lanes below lo (-inf among them) are set to 0 at the end, whatever
+    // they computed on the way, and a NaN makes er, so the result, NaN.
+    const Vec lo = Vec{} + -87.33654f;
+    // Adding 1.5 * 2^23 rounds to an integer n, which t then holds in its low mantissa bits.
+    constexpr float kRound = 12582912.0f;
+    const Vec t = x * 1.44269504088896341f + kRound;
+    const Vec n = t - kRound;
+    Vec r = x - n * 0.693359375f;  // ln 2 split in two for an exact product
     r = r - n * -2.12194440e-4f;
     Vec p = Vec{} + 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -184,11 +185,16 @@ AG_ALWAYS_INLINE void exp_softmax(Vec& x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const Vec er = p * r * r + r + 1.0f;
-    // 2^n from its exponent bits, n in [-126, 127].
-    const Index bits = (__builtin_convertvector(n, Index) + 127) << 23;
+    // 2^n, n in [-126, 127], from t's bits: they are kRound's plus n, and kRound's
+    // (0x4B400000) shifted left by 23 are 0, so 2^n's are (bits(t) + 127) << 23.
+    // Cheaper than converting n to integers, and no conversion of a NaN.
+    typedef std::uint32_t Bits __attribute__((vector_size(sizeof(Vec))));
+    Bits bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    bits = (bits + 127u) << 23;
     Vec two_n;
     std::memcpy(&two_n, &bits, sizeof two_n);
-    x = x >= lo ? er * two_n : (x < lo ? Vec{} : x);
+    x = x < lo ? Vec{} : er * two_n;
   }
 }
 
@@ -259,6 +265,13 @@ AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, s
     micro_kernel<T, Tile::kBytes, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
 }
 
+// What the products below do between row groups: nothing, or a few software
+// prefetches, so that a tile's prefetches do not all wait at once for the
+// line fill buffers.
+struct NoOp {
+  void operator()() const {}
+};
+
 // In the three products below, a score tile (S^T, P^T or dS^T) has keys c
 // for rows and queries r for columns, and key c is visible to query r only
 // when c <= r + diag (diag = i0 - j0 for a causal tile at (i0, j0),
@@ -268,14 +281,16 @@ AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, s
 // Scores: C (m keys, n queries) = A (m, K) Bt (K, n), A(c, k) = a[c * lda + k].
 // Columns of a row group that none of its keys is visible to are left
 // unwritten; the caller hides them.
-template <typename T, typename Tile>
+template <typename T, typename Tile, typename Between = NoOp>
 AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_t K, const T* a, std::int64_t lda,
-                                     const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag) {
+                                     const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
+                                     Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows, W = Simd<T, Tile::kBytes>::kLanes;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t first = std::clamp<std::int64_t>(c0 - diag, 0, n) / W * W;  // first query key c0 is visible to
     row_group<T, Tile>(n - first, a + c0 * lda, lda, 1, bt + first, ldb, 0, K, c + c0 * ldc + first, ldc,
                        Into::overwrite);
+    between();
   }
 }
 
@@ -283,14 +298,16 @@ AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_
 // (kk keys, m queries) with rows lda apart, zero where hidden, so row group r
 // stops at the last key it sees. For out += P v (each row first rescaled by
 // row_scale) and dq += dS k.
-template <typename T, typename Tile>
+template <typename T, typename Tile, typename Between = NoOp>
 AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a,
                                          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
-                                         std::int64_t diag, Into into, const T* row_scale = nullptr) {
+                                         std::int64_t diag, Into into, const T* row_scale = nullptr,
+                                         Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows;
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
     row_group<T, Tile>(n, a + r, 1, lda, b, ldb, 0, end, c + r * ldc, ldc, into, row_scale ? row_scale + r : nullptr);
+    between();
   }
 }
 
@@ -500,12 +517,19 @@ class PrefetchQueue {
     rows_ += n;
   }
   std::int64_t rows() const { return rows_; }
+  // Spreads the queued rows over `steps` calls of step().
+  void pace(std::int64_t steps) { per_step_ = (rows_ + steps - 1) / std::max<std::int64_t>(steps, 1); }
+  template <int kLocality = 1>
+  void step() {
+    request<kLocality>(per_step_);
+  }
   // Requests the next n queued rows.
+  template <int kLocality = 1>
   void request(std::int64_t n) {
     while (n > 0 && current_ < count_) {
       const Run& run = runs_[current_];
       const std::int64_t take = std::min(n, run.n - done_);
-      prefetch_rows<T, 1>(run.x, run.b, run.h, run.t0 + done_, take, D_);
+      prefetch_rows<T, kLocality>(run.x, run.b, run.h, run.t0 + done_, take, D_);
       n -= take;
       done_ += take;
       if (done_ == run.n) ++current_, done_ = 0;
@@ -521,12 +545,17 @@ class PrefetchQueue {
   std::int64_t D_;
   Run runs_[kMaxRuns] = {};
   int count_ = 0, current_ = 0;
-  std::int64_t rows_ = 0, done_ = 0;
+  std::int64_t rows_ = 0, done_ = 0, per_step_ = 0;
 };
 
 // A task's successor is prefetched only when what it reads first is this
 // small; bigger ones would push the current task's data out of L2.
 constexpr std::int64_t kPrefetchBytes = 256 << 10;
+// The forward requests the next key tile into L1 (prefetcht0), spread over
+// the current tile's row groups. Requested all at once before the tile, its
+// 2 x 64 rows (some 600 prefetches) waited for the line fill buffers: 7% of
+// the forward's samples at L sat on them. Into L2 only, it gained less.
+constexpr int kNextTileLocality = 3;
 
 // ---- hiding keys in a score tile ------------------------------------------------------
 
@@ -689,13 +718,18 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
+    // The next tile's keys and values, a few rows after each row group of this tile's two products.
     const std::int64_t next_nk = std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
-    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
-    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
+    PrefetchQueue<T> next_tile(D);
+    next_tile.add(P.k, b, h, j0 + kBlockK, next_nk);
+    next_tile.add(P.v, b, h, j0 + kBlockK, next_nk);
+    next_tile.pace(nkp / MR + nqp / MR);
+    auto prefetch_next_tile = [&next_tile] { next_tile.template step<kNextTileLocality>(); };
     successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
-    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);  // S^T
+    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
+                            prefetch_next_tile);  // S^T
     hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
     online_softmax_tile<T, Tile>(s, nkp, nqp, m, l, rescale);
@@ -706,7 +740,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
         for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
     }
     accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
-                                rescale);  // acc = rescale acc + P v
+                                rescale, prefetch_next_tile);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -824,15 +858,17 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   T* __restrict ds = w.ds.data();
   T* __restrict delta = w.delta.data();
   T* __restrict shift = w.shift.data();
-  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ) {
-    const std::int64_t nq = std::min(kBlockQ, Tq - i0);
-    pack_transposed<T, Tile>(P.q, b, h, i0, nq, kBlockQ, D, kBlockQ, P.scale, w.qt.data() + i0 * D);
-    pack_transposed<T, Tile>(io.dout, b, h, i0, nq, kBlockQ, D, kBlockQ, T(1), w.dout_t.data() + i0 * D);
-  }
-  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tq, D, Dp, w.q.data());
-  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tq, D, Dp, w.dout.data());
+  // The first pass over the head's query rows, delta, streams o and do from
+  // memory (a long head's are not prefetched with it: see backward_heads), so
+  // it requests rows a few ahead, and q's for the packing after it.
   const T* lse = io.lse + bh * Tq;
+  constexpr std::int64_t kRowsAhead = 8;
   for (std::int64_t i = 0; i < Tp; ++i) {
+    if (i + kRowsAhead < Tq) {
+      prefetch_rows(io.out, b, h, i + kRowsAhead, 1, D);
+      prefetch_rows(io.dout, b, h, i + kRowsAhead, 1, D);
+      prefetch_rows<T, 2>(P.q, b, h, i + kRowsAhead, 1, D);
+    }
     if (i >= Tq || lse[i] == neg_inf) {  // padding, or every key hidden: P = exp(s - inf) = 0
       delta[i] = 0;
       shift[i] = -neg_inf;
@@ -850,6 +886,13 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     delta[i] = acc;
     shift[i] = lse[i];
   }
+  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ) {
+    const std::int64_t nq = std::min(kBlockQ, Tq - i0);
+    pack_transposed<T, Tile>(P.q, b, h, i0, nq, kBlockQ, D, kBlockQ, P.scale, w.qt.data() + i0 * D);
+    pack_transposed<T, Tile>(io.dout, b, h, i0, nq, kBlockQ, D, kBlockQ, T(1), w.dout_t.data() + i0 * D);
+  }
+  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tq, D, Dp, w.q.data());
+  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tq, D, Dp, w.dout.data());
   // dq goes straight into the output when its rows are as the micro-kernel
   // writes them (Dp wide, no padding rows), ld_dq apart.
   const bool dq_direct = D == Dp && Tq % QP == 0;
