@@ -32,6 +32,7 @@
 // (B, H, Tq, Tk) weights; kept weights are scaled by 1/(1-p).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -493,15 +494,15 @@ AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int
 // starts with and requests a slice of them after each of its own tiles, and
 // each key tile requests the next tile's keys and values.
 
-// Requests the lines of rows [t0, t0 + n) of (b, h).
+// Requests the lines of rows [t0, t0 + n) of (b, h), each line once.
 template <typename T, int kLocality = 3>
 AG_ALWAYS_INLINE void prefetch_rows(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
                                     std::int64_t D) {
   const std::int64_t bytes = D * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t t = t0; t < t0 + n; ++t) {
-    const char* row = reinterpret_cast<const char*>(x.row(b, h, t));
-    for (std::int64_t byte = 0; byte < bytes; byte += 64) __builtin_prefetch(row + byte, 0, kLocality);
-    __builtin_prefetch(row + bytes - 1, 0, kLocality);
+    const auto row = reinterpret_cast<std::uintptr_t>(x.row(b, h, t));
+    for (std::uintptr_t line = row & ~std::uintptr_t(63); line < row + bytes; line += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, kLocality);
   }
 }
 
