@@ -119,7 +119,10 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int rr = 0; rr < kRows; ++rr) {
         const std::int64_t i = i0 + warp * kRows + rr;
         const float sv = hidden(p, b, h, i, j) ? neg_inf : s[rr];
-        const float m_new = fmaxf(m[rr], warp_reduce(sv, MaxOp{}));
+        // NaN-propagating, so every lane gets the same m_new (the branch below and the shuffles after
+        // it need the whole warp), and a NaN score makes the row NaN, as on the CPU, instead of the
+        // zeros of a row that sees no key.
+        const float m_new = NanMaxOp{}(m[rr], warp_reduce(sv, NanMaxOp{}));
         pd[rr] = 0.0f;
         if (m_new == neg_inf) continue;  // nothing visible to this row yet (warp-uniform)
         const float correction = expf(m[rr] - m_new);  // 0 while m was -inf

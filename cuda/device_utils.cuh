@@ -37,6 +37,14 @@ struct SumOp {
 struct MaxOp {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return b > a ? b : a; }
 };
+// A max that any NaN wins, in either order. MaxOp's answer to a NaN depends on
+// the order, so after a warp_reduce the lanes of a warp can disagree; where
+// code branches on the max (the attention forward), they must not.
+struct NanMaxOp {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return a != a ? a : (b != b ? b : (b > a ? b : a));
+  }
+};
 
 // Reduces v over the 32 lanes of a warp; every lane gets the result.
 template <typename T, typename Op>

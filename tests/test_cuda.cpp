@@ -580,6 +580,31 @@ TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cu
   }
 }
 
+// A NaN score once made the lanes of a warp disagree on a row's max (a NaN-skipping max answers by
+// order), so some lanes skipped the row's shuffles while others made them. Now a NaN wins the max:
+// the GPU's NaN pattern must be the CPU's, a NaN key poisoning the queries that see it and a NaN
+// query its own row, and nothing else.
+TEST_CASE("cuda: fused attention with NaN inputs gives the CPU's NaNs", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  for (bool causal : {true, false}) {
+    Tensor q = kernels::clone(randn({1, 2, 70, 32})), k = kernels::clone(randn({1, 2, 70, 32}));
+    const Tensor v = randn({1, 2, 70, 32});
+    k.data<float>()[5 * 32 + 3] = std::nanf("");         // head 0, key 5
+    q.data<float>()[(70 + 40) * 32 + 7] = std::nanf("");  // head 1, query 40
+    const AttentionOptions o{.causal = causal, .impl = AttentionImpl::fused};
+    const Tensor cpu = attention(q, k, v, o).out;
+    const Tensor gpu = on_cpu(attention(on_gpu(q), on_gpu(k), on_gpu(v), o).out);
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 70; ++i) {
+        INFO("causal " << causal << " head " << h << " query " << i);
+        const bool expected = h == 0 ? (!causal || i >= 5) : i == 40;
+        REQUIRE(std::isnan(cpu.at({0, h, i, 0})) == expected);
+        REQUIRE(std::isnan(gpu.at({0, h, i, 0})) == expected);
+        REQUIRE(std::isnan(gpu.at({0, h, i, 31})) == expected);
+      }
+  }
+}
+
 // ---- optimizer and a training step -------------------------------------------------------------------
 
 TEST_CASE("cuda: fused AdamW steps match the CPU", "[cuda]") {
