@@ -26,15 +26,17 @@ __global__ void cross_entropy_rows_kernel(T* lse, double* row_loss, const T* log
     if (active)
       for (std::int64_t i = lane; i < n; i += Threads) m = MaxOp{}(m, xr[i]);
     m = row_reduce<Threads>(m, MaxOp{});
-    T s = 0;
+    // Summed, and the loss taken, in double, as the CPU's row_logsumexp does: a float sum over a
+    // long row drifts, and a float lse rounds the loss by up to half an ulp of the logits.
+    double s = 0;
     if (active)
-      for (std::int64_t i = lane; i < n; i += Threads) s += dmath::exp(xr[i] - m);
+      for (std::int64_t i = lane; i < n; i += Threads) s += static_cast<double>(dmath::exp(xr[i] - m));
     s = row_reduce<Threads>(s, SumOp{});
     if (!active || lane != 0) continue;
-    const T l = m + dmath::log(s);
-    lse[r] = l;
+    const double l = static_cast<double>(m) + dmath::log(s);
+    lse[r] = static_cast<T>(l);
     const std::int64_t t = targets[r];
-    row_loss[r] = t == ignore_index ? 0.0 : static_cast<double>(l) - static_cast<double>(xr[t]);
+    row_loss[r] = t == ignore_index ? 0.0 : l - static_cast<double>(xr[t]);
   }
 }
 

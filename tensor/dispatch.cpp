@@ -112,6 +112,10 @@ void copy_(const Tensor& dst, const Tensor& src) {
       // Another device's stream may still be writing src: wait for it first.
       if (src.device() != dst.device()) cuda::synchronize(src.device().index);
       cuda::copy_device_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
+      // The copy reads src on dst's stream, outside the order of src's device, whose allocator
+      // may hand src's block out again as soon as src dies (to_device's temporary does at once):
+      // wait for the copy too.
+      if (src.device() != dst.device()) cuda::synchronize(dst.device().index);
     }
   } else if (dst.device() == src.device()) {  // one CUDA device: any layouts, casts, broadcasts
     gpu::copy_(dst, src);
