@@ -30,6 +30,27 @@ std::size_t round_size(std::size_t nbytes) {
   return (nbytes + kLarge - 1) / kLarge * kLarge;
 }
 
+// Makes a device current for its scope and then restores the caller's, so
+// that a free (run by a destructor, anywhere) does not leave the launches that
+// follow it pointed at another GPU.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    status_ = cudaGetDevice(&previous_);
+    if (status_ == cudaSuccess && previous_ != device) status_ = cudaSetDevice(device);
+  }
+  ~OnDevice() {
+    if (status_ == cudaSuccess) cudaSetDevice(previous_);
+  }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+  cudaError_t status() const { return status_; }
+
+ private:
+  int previous_ = 0;
+  cudaError_t status_;
+};
+
 class DeviceCache {
  public:
   explicit DeviceCache(int device) : device_(device) {}
@@ -59,7 +80,7 @@ class DeviceCache {
     stats_.allocated -= size;
     if (!caching_) {
       // Called from destructors: a failure here cannot be thrown, and is reported by the next checked call.
-      cudaSetDevice(device_);
+      const OnDevice on(device_);
       cudaFree(p);
       return;
     }
@@ -80,7 +101,8 @@ class DeviceCache {
  private:
   // cudaMalloc, and on failure once more after giving every cached block back.
   void* fresh(std::size_t size) {
-    CUDA_CHECK(cudaSetDevice(device_));
+    const OnDevice on(device_);
+    CUDA_CHECK(on.status());
     void* p = nullptr;
     cudaError_t status = cudaMalloc(&p, size);
     if (status == cudaErrorMemoryAllocation && stats_.cached > 0) {
@@ -98,12 +120,22 @@ class DeviceCache {
   }
 
   void release_locked() {
-    CUDA_CHECK(cudaSetDevice(device_));
-    // cudaFree waits for the device, so no queued kernel can still be using a block.
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) CUDA_CHECK(cudaFree(p));
-    free_.clear();
+    const OnDevice on(device_);
+    CUDA_CHECK(on.status());
+    // The lists are emptied before any cudaFree, so that a failing one cannot
+    // leave freed blocks in them to be handed out again; the rest are still
+    // freed, and the first failure is reported after.
+    std::map<std::size_t, std::vector<void*>> blocks;
+    blocks.swap(free_);
     stats_.cached = 0;
+    cudaError_t first_error = cudaSuccess;
+    // cudaFree waits for the device, so no queued kernel can still be using a block.
+    for (auto& [size, list] : blocks)
+      for (void* p : list) {
+        const cudaError_t status = cudaFree(p);
+        if (first_error == cudaSuccess) first_error = status;
+      }
+    CUDA_CHECK(first_error);
   }
 
   const int device_;
