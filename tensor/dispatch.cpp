@@ -108,14 +108,15 @@ void copy_(const Tensor& dst, const Tensor& src) {
       cuda::copy_host_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
     else if (dst.device().is_cpu())
       cuda::copy_device_to_host(dst.raw_data(), src.raw_data(), nbytes, src.device().index);
-    else {
-      // Another device's stream may still be writing src: wait for it first.
-      if (src.device() != dst.device()) cuda::synchronize(src.device().index);
+    else if (src.device() == dst.device()) {
       cuda::copy_device_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
-      // The copy reads src on dst's stream, outside the order of src's device, whose allocator
-      // may hand src's block out again as soon as src dies (to_device's temporary does at once):
-      // wait for the copy too.
-      if (src.device() != dst.device()) cuda::synchronize(dst.device().index);
+    } else {
+      // Another device's stream may still be writing src: wait for it first. And the copy reads
+      // src on dst's stream, outside the order of src's device, whose allocator may hand src's
+      // block out again as soon as src dies (to_device's temporary does at once): wait for it too.
+      cuda::synchronize(src.device().index);
+      cuda::copy_device_to_device(dst.raw_data(), src.raw_data(), nbytes, dst.device().index);
+      cuda::synchronize(dst.device().index);
     }
   } else if (dst.device() == src.device()) {  // one CUDA device: any layouts, casts, broadcasts
     gpu::copy_(dst, src);
