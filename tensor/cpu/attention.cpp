@@ -95,7 +95,7 @@ struct TileAvx512 {
   static constexpr int kWideRows = 4, kWideVecs = 4;       // also 16
 };
 struct TileAvx2 {
-  static constexpr int kBytes = 32, kRows = 4, kVecs = 2;  // 8 of 16
+  static constexpr int kBytes = 32, kRows = 4, kVecs = 3;  // 12 of 16
   static constexpr int kWideRows = 0, kWideVecs = 0;
 };
 struct TileBaseline {
@@ -240,8 +240,25 @@ AG_ALWAYS_INLINE void micro_kernel(const T* __restrict a, std::int64_t a_rs, std
     for (int v = 0; v < NV; ++v) std::memcpy(c + i * ldc + v * W, &acc[i][v], sizeof(Vec));
 }
 
+// The last n < (NV + 1) vectors of a row group's columns: one micro-kernel as
+// wide as fits, then the narrower ones, so that a rest of 2 vectors runs as
+// one tile of 2 x MR accumulators, not two of MR that wait on their latency.
+template <typename T, typename Tile, int NV>
+AG_ALWAYS_INLINE void narrow_tiles(std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
+                                   std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c, std::int64_t ldc,
+                                   Into into, const T* row_scale) {
+  if constexpr (NV > 0) {
+    constexpr std::int64_t kWidth = NV * Simd<T, Tile::kBytes>::kLanes;
+    if (n >= kWidth) {
+      micro_kernel<T, Tile::kBytes, Tile::kRows, NV>(a, a_rs, a_ks, b, ldb, k0, k1, c, ldc, into, row_scale);
+      b += kWidth, c += kWidth, n -= kWidth;
+    }
+    narrow_tiles<T, Tile, NV - 1>(n, a, a_rs, a_ks, b, ldb, k0, k1, c, ldc, into, row_scale);
+  }
+}
+
 // The micro-kernel over the columns [0, n) of one row group, n a multiple of
-// the vector width: full MR x NR tiles, then one vector wide for the rest.
+// the vector width: full MR x NR tiles, then narrower ones for the rest.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
                                 std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c, std::int64_t ldc,
@@ -262,8 +279,7 @@ AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, s
   for (; j + NR <= n; j += NR)
     micro_kernel<T, Tile::kBytes, Tile::kRows, Tile::kVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into,
                                                             row_scale);
-  for (; j < n; j += W)
-    micro_kernel<T, Tile::kBytes, Tile::kRows, 1>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+  narrow_tiles<T, Tile, Tile::kVecs - 1>(n - j, a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
 }
 
 // What the products below do between row groups: nothing, or a few software
