@@ -438,6 +438,32 @@ Tensor cat(const std::vector<Tensor>& xs, int dim) {
 // ---- fused attention -------------------------------------------------------------
 namespace attograd::kernels {
 
+namespace {
+
+// q, k, v are (B, H, T, D) sharing B, H and D, k and v of one shape; a mask,
+// when given, is bool on q's device and broadcasts to the scores (B, H, Tq,
+// Tk). The backward checks them again: the CUDA kernels index by these dims,
+// and a caller of the kernels need not come through autograd.
+void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& mask) {
+  AG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k, v must be (B, H, T, D), got {}, {}, {}",
+           shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  const Shape& qs = q.sizes();
+  const Shape& ks = k.sizes();
+  AG_CHECK(ks == v.sizes() && qs[0] == ks[0] && qs[1] == ks[1] && qs[3] == ks[3], op,
+           "q {} and k, v {}, {} must share B, H and D, and k and v must match", shape_str(qs), shape_str(ks),
+           shape_str(v.sizes()));
+  if (!mask.defined()) return;
+  AG_CHECK(mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}", dtype_name(mask.dtype()));
+  check_same_device(op, q, mask);
+  const Shape scores{qs[0], qs[1], qs[2], ks[2]};
+  AG_CHECK(mask.dim() <= 4 && broadcast_shapes(op, mask.sizes(), scores) == scores, op,
+           "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()),
+           shape_str(scores));
+}
+
+}  // namespace
+
 AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                                          const Tensor& mask, const AttentionKernelOptions& options) {
   const char* op = "attention";
@@ -449,22 +475,7 @@ AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in,
   check_same_dtype(op, q_in, v_in);
   check_same_device(op, q_in, k_in);
   check_same_device(op, q_in, v_in);
-  AG_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, op,
-           "q, k, v must be (B, H, T, D), got {}, {}, {}", shape_str(q_in.sizes()), shape_str(k_in.sizes()),
-           shape_str(v_in.sizes()));
-  const Shape& qs = q_in.sizes();
-  const Shape& ks = k_in.sizes();
-  AG_CHECK(ks == v_in.sizes() && qs[0] == ks[0] && qs[1] == ks[1] && qs[3] == ks[3], op,
-           "q {} and k, v {}, {} must share B, H and D, and k and v must match", shape_str(qs), shape_str(ks),
-           shape_str(v_in.sizes()));
-  if (mask.defined()) {
-    AG_CHECK(mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}", dtype_name(mask.dtype()));
-    check_same_device(op, q_in, mask);
-    const Shape scores{qs[0], qs[1], qs[2], ks[2]};
-    AG_CHECK(mask.dim() <= 4 && broadcast_shapes(op, mask.sizes(), scores) == scores, op,
-             "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()),
-             shape_str(scores));
-  }
+  check_attention_operands(op, q_in, k_in, v_in, mask);
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
   const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
@@ -477,12 +488,12 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
   check_same_dtype(op, dout, q);
+  check_attention_operands(op, q, k, v, mask);
   AG_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), op, "dout {} and out {} must match q {}",
            shape_str(dout.sizes()), shape_str(out.sizes()), shape_str(q.sizes()));
   AG_CHECK(lse.sizes() == Shape(q.sizes().begin(), q.sizes().end() - 1) && lse.is_contiguous(), op,
            "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
   for (const Tensor* t : {&dout, &k, &v, &out, &lse}) check_same_device(op, q, *t);
-  if (mask.defined()) check_same_device(op, q, mask);
   const std::pair<const Tensor*, const Tensor*> outputs[] = {{&into.dq, &q}, {&into.dk, &k}, {&into.dv, &v}};
   for (const auto& [grad, input] : outputs) {
     if (!grad->defined()) continue;

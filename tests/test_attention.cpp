@@ -144,6 +144,24 @@ TEST_CASE("attention: d_model not divisible by num_heads is an error that says s
                       Catch::Contains("mask must be bool"));
 }
 
+// The kernels are public (tensor/kernels.h): a caller that skips autograd, and
+// so the forward's checks, still gets an error naming the backward, not a
+// read past the mask or q (the CUDA kernels index by the four dims unchecked).
+TEST_CASE("attention: the backward kernel checks its operands and mask itself", "[attention][errors]") {
+  const Tensor q = zeros({1, 2, 3, 4}), kv = zeros({1, 2, 5, 4});
+  const kernels::AttentionForwardResult f = kernels::attention_forward(q, kv, kv, {}, {});
+  auto backward = [&](const Tensor& qb, const Tensor& k, const Tensor& mask) {
+    return kernels::attention_backward(f.out, qb, k, kv, mask, f.out, f.lse, {});
+  };
+  CHECK_NOTHROW(backward(q, kv, zeros({3, 5}, {DType::b8})));
+  CHECK_THROWS_WITH(backward(q, kv, zeros({3, 4}, {DType::b8})),
+                    Catch::StartsWith("[attention backward]") && Catch::Contains("[3,4] and [1,2,3,5] cannot be broadcast"));
+  CHECK_THROWS_WITH(backward(q, kv, zeros({1, 1, 1, 3, 5}, {DType::b8})),
+                    Catch::Contains("mask [1,1,1,3,5] does not broadcast"));
+  CHECK_THROWS_WITH(backward(q, kv, zeros({3, 5})), Catch::Contains("mask must be bool"));
+  CHECK_THROWS_WITH(backward(q, zeros({1, 2, 5, 3}), {}), Catch::Contains("must share B, H and D"));
+}
+
 // ---- fused == composed ---------------------------------------------------------------------
 
 TEST_CASE("attention: fused equals composed, forward and backward", "[attention]") {
