@@ -24,9 +24,10 @@ if {fail}:
     sys.exit("fake bench: broken on purpose")
 drift = 1 + calls // 2  # the same for both binaries of a round (two calls), another each round
 rows = []
-for _ in range(int(args["benchmark_repetitions"])):
+for rep in range(int(args["benchmark_repetitions"])):
+    spike = {spike} if rep == 0 else 1  # another tenant slowing the first repetition of every call
     rows.append({{"name": "case_a/real_time", "run_type": "iteration", "time_unit": "ms",
-                 "real_time": {speed} * drift, "cpu_time": {speed} * drift * 0.5}})
+                 "real_time": {speed} * drift * spike, "cpu_time": {speed} * drift * spike * 0.5}})
 rows.append({{"name": "case_a/real_time_median", "run_type": "aggregate", "time_unit": "ms",
              "real_time": 1e9, "cpu_time": 1e9}})
 with open(args["benchmark_out"], "w") as f:
@@ -34,9 +35,9 @@ with open(args["benchmark_out"], "w") as f:
 '''
 
 
-def fake(directory, name, speed, counter, fail=False):
+def fake(directory, name, speed, counter, fail=False, spike=1):
     path = pathlib.Path(directory) / name
-    path.write_text(FAKE.format(python=sys.executable, counter=str(counter), speed=speed, fail=fail))
+    path.write_text(FAKE.format(python=sys.executable, counter=str(counter), speed=speed, fail=fail, spike=spike))
     path.chmod(0o755)
     return str(path)
 
@@ -62,7 +63,15 @@ def main():
         row = [line for line in r.stdout.splitlines() if line.startswith("| `")]
         check(len(row) == 1, "one row, for case_a: none for the aggregate", r)
         # Rounds drift by 1x, 2x, 3x: base median 2 ms x 2 = 4 ms; every paired ratio exactly 0.5.
-        check(row[0] == "| `case_a` | 4 | 0.500 [0.50..0.50] |", f"row is {row[0]!r}", r)
+        check(row[0] == "| `case_a` | 4 | 0.500 [0.50..0.50], fastest 0.500 |", f"row is {row[0]!r}", r)
+
+        # The new binary's first repetition is 3x slow in every call: the median of its two
+        # repetitions (1 and 3 ms x drift) equals the old one's, while its fastest run is still half.
+        counter.unlink()
+        spiky = fake(tmp, "spiky_bench", 1.0, counter, spike=3)
+        r = run(interleave, old, spiky, "--filter", "case", "--rounds", "3", "--repetitions", "2")
+        check(r.returncode == 0 and "| `case_a` | 4 | 1.000 [1.00..1.00], fastest 0.500 |" in r.stdout,
+              "the fastest runs' ratio sees past a slowed repetition", r)
 
         counter.unlink()
         r = run(interleave, old, new, "--filter", "case", "--rounds", "1", "--clock", "cpu")
