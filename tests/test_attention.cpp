@@ -155,7 +155,8 @@ TEST_CASE("attention: the backward kernel checks its operands and mask itself", 
   };
   CHECK_NOTHROW(backward(q, kv, zeros({3, 5}, {DType::b8})));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 4}, {DType::b8})),
-                    Catch::StartsWith("[attention backward]") && Catch::Contains("[3,4] and [1,2,3,5] cannot be broadcast"));
+                    Catch::StartsWith("[attention backward]") &&
+                        Catch::Contains("[3,4] and [1,2,3,5] cannot be broadcast"));
   CHECK_THROWS_WITH(backward(q, kv, zeros({1, 1, 1, 3, 5}, {DType::b8})),
                     Catch::Contains("mask [1,1,1,3,5] does not broadcast"));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 5})), Catch::Contains("mask must be bool"));

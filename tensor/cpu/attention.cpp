@@ -160,9 +160,9 @@ AG_ALWAYS_INLINE void store(T* p, const Vec& v) {
 // gives 0, NaN stays NaN): the range reduction and polynomial of exp_fast
 // (tensor/cpu/vec_math.h), with its values, written on vectors and without
 // the overflow handling arbitrary arguments need: 17 vector instructions
-// with AVX-512, under half of the auto-vectorised exp_fast's. Valid for x <= 88, where it
-// equals exp_fast bit for bit. float64 serves gradcheck: it takes libm's exp,
-// lane by lane.
+// with AVX-512, under half of the auto-vectorised exp_fast's. Valid for
+// x <= 88, where it equals exp_fast bit for bit. float64 serves gradcheck: it
+// takes libm's exp, lane by lane.
 template <typename Vec>
 AG_ALWAYS_INLINE void exp_softmax(Vec& x) {
   using T = std::remove_cvref_t<decltype(x[0])>;
