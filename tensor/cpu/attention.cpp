@@ -11,11 +11,13 @@
 // A feeding MR x NR/lanes multiply-adds. The two products of the forward and
 // the five of the backward differ only in the strides A is read with.
 //
-// Score tiles are kept transposed, (keys, queries): S^T = k (scale q)^T needs
-// only the queries transposed (once per query block, D x 64 values), reads
-// k and v rows where they lie, and puts queries along the vector lanes, so
-// the online softmax's per-query max, sum and rescaling are plain vector
-// operations down the rows, with no horizontal reductions.
+// The forward keeps its score tiles transposed, (keys, queries): S^T =
+// k (scale q)^T needs only the queries transposed (once per query block,
+// D x 64 values), reads k and v rows where they lie, and puts queries along
+// the vector lanes, so the online softmax's per-query max, sum and rescaling
+// are plain vector operations down the rows, with no horizontal reductions.
+// The backward, which has no running reduction, keeps them (queries, keys):
+// it transposes each key tile once and reads q and do rows where they lie.
 // Tiles, micro-tiles and key ranges wholly hidden by the causal flag are
 // skipped. The exponentials are tensor/cpu/vec_math.h's polynomial for
 // float32, trimmed to the softmax's arguments (libm's for float64, which
@@ -289,56 +291,77 @@ struct NoOp {
   void operator()() const {}
 };
 
-// In the three products below, a score tile (S^T, P^T or dS^T) has keys c
-// for rows and queries r for columns, and key c is visible to query r only
-// when c <= r + diag (diag = i0 - j0 for a causal tile at (i0, j0),
-// kNoDiagonal otherwise). Row and column counts are multiples of the
-// micro-tile; buffers are zero-padded to them.
+// In the three products below, a score tile (S, P or dS) is kept one of two
+// ways round: with keys c for rows and queries r for columns (the forward's
+// S^T, so the online softmax runs down rows), or with queries for rows (the
+// backward's, so it reads q and do rows where they lie). Key c is visible to
+// query r only when c <= r + diag (diag = i0 - j0 for a causal tile at
+// (i0, j0), kNoDiagonal otherwise). Row and column counts are multiples of
+// the micro-tile; buffers are zero-padded to them.
+enum class TileRows { keys, queries };
 
-// Scores: C (m keys, n queries) = A (m, K) Bt (K, n), A(c, k) = a[c * lda + k].
-// Columns of a row group that none of its keys is visible to are left
-// unwritten; the caller hides them.
-template <typename T, typename Tile, typename Between = NoOp>
+// Scores: C (m, n) = A (m, K) Bt (K, n), A(x, k) = a[x * lda + k]. Columns of
+// a row group that none of its rows sees are left unwritten (with keys for
+// rows, the queries before the first that sees key c0; with queries for rows,
+// the keys after the last that query r + MR - 1 sees); the caller hides them.
+template <typename T, typename Tile, TileRows kRows, typename Between = NoOp>
 AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_t K, const T* a, std::int64_t lda,
                                      const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
                                      Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows, W = Simd<T, Tile::kBytes>::kLanes;
-  for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
-    const std::int64_t first = std::clamp<std::int64_t>(c0 - diag, 0, n) / W * W;  // first query key c0 is visible to
-    row_group<T, Tile>(n - first, a + c0 * lda, lda, 1, bt + first, ldb, 0, K, c + c0 * ldc + first, ldc,
+  for (std::int64_t x0 = 0; x0 < m; x0 += MR) {
+    std::int64_t first = 0, last = n;
+    if constexpr (kRows == TileRows::keys)
+      first = std::clamp<std::int64_t>(x0 - diag, 0, n) / W * W;
+    else
+      last = round_up(std::clamp<std::int64_t>(x0 + MR + diag, 0, n), W);
+    row_group<T, Tile>(last - first, a + x0 * lda, lda, 1, bt + first, ldb, 0, K, c + x0 * ldc + first, ldc,
                        Into::overwrite);
     between();
   }
 }
 
+// Element (key c, query r) of a score tile with rows ld apart.
+template <TileRows kRows>
+constexpr std::int64_t key_stride(std::int64_t ld) {
+  return kRows == TileRows::keys ? ld : 1;
+}
+template <TileRows kRows>
+constexpr std::int64_t query_stride(std::int64_t ld) {
+  return kRows == TileRows::keys ? 1 : ld;
+}
+
 // Query-side accumulation: C (m queries, n) (+)= A^T B for the score tile A
-// (kk keys, m queries) with rows lda apart, zero where hidden, so row group r
+// of kk keys and m queries, rows lda apart, zero where hidden, so row group r
 // stops at the last key it sees. For out += P v (each row first rescaled by
 // row_scale) and dq += dS k.
-template <typename T, typename Tile, typename Between = NoOp>
+template <typename T, typename Tile, TileRows kRows, typename Between = NoOp>
 AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a,
                                          std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                                          std::int64_t diag, Into into, const T* row_scale = nullptr,
                                          Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows;
+  const std::int64_t a_rs = query_stride<kRows>(lda), a_ks = key_stride<kRows>(lda);
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
-    row_group<T, Tile>(n, a + r, 1, lda, b, ldb, 0, end, c + r * ldc, ldc, into, row_scale ? row_scale + r : nullptr);
+    row_group<T, Tile>(n, a + r * a_rs, a_rs, a_ks, b, ldb, 0, end, c + r * ldc, ldc, into,
+                       row_scale ? row_scale + r : nullptr);
     between();
   }
 }
 
-// Key-side accumulation: C (m keys, n) (+)= A B for the score tile A (m keys,
-// kk queries) with rows lda apart, zero where hidden, so row group c starts
-// at the first query that sees it. For dv += P^T do and dk += dS^T q.
-template <typename T, typename Tile>
+// Key-side accumulation: C (m keys, n) (+)= A B for the score tile A of m
+// keys and kk queries, rows lda apart, zero where hidden, so row group c
+// starts at the first query that sees it. For dv += P^T do and dk += dS^T q.
+template <typename T, typename Tile, TileRows kRows>
 AG_ALWAYS_INLINE void accumulate_keys(std::int64_t m, std::int64_t n, std::int64_t kk, const T* a, std::int64_t lda,
                                       const T* b, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
                                       Into into) {
   constexpr std::int64_t MR = Tile::kRows;
+  const std::int64_t a_rs = key_stride<kRows>(lda), a_ks = query_stride<kRows>(lda);
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t begin = std::clamp<std::int64_t>(c0 - diag, 0, kk);
-    row_group<T, Tile>(n, a + c0 * lda, lda, 1, b, ldb, begin, kk, c + c0 * ldc, ldc, into);
+    row_group<T, Tile>(n, a + c0 * a_rs, a_rs, a_ks, b, ldb, begin, kk, c + c0 * ldc, ldc, into);
   }
 }
 
@@ -576,41 +599,52 @@ constexpr int kNextTileLocality = 3;
 
 // ---- hiding keys in a score tile ------------------------------------------------------
 
-// s (keys, queries), rows ld apart: sets hidden[c][r] entries to `hidden` for
-// the causally hidden queries r < c - diag of each row c < m (the columns
-// product_scores may have left unwritten among them) and for whole rows
-// c >= nk (padding keys), over columns [0, n).
-template <typename T>
+// Sets the hidden entries of the score tile s (m rows ld apart, n columns)
+// to `hidden`: those of causally hidden pairs (key c > query r + diag; the
+// columns product_scores may have left unwritten are among them) and those of
+// padding keys c >= nk.
+template <TileRows kRows, typename T>
 AG_ALWAYS_INLINE void hide_causal(T* __restrict s, std::int64_t ld, std::int64_t m, std::int64_t nk, std::int64_t n,
                                   std::int64_t diag, T hidden) {
-  for (std::int64_t c = 0; c < m; ++c) {
-    const std::int64_t end = c >= nk ? n : std::clamp<std::int64_t>(c - diag, 0, n);
-    std::fill(s + c * ld, s + c * ld + end, hidden);
+  for (std::int64_t x = 0; x < m; ++x) {
+    T* row = s + x * ld;
+    if constexpr (kRows == TileRows::keys) {  // row x is key c: hide queries r < c - diag, or all
+      std::fill(row, row + (x >= nk ? n : std::clamp<std::int64_t>(x - diag, 0, n)), hidden);
+    } else {  // row x is query r: hide keys c > r + diag and c >= nk
+      std::fill(row + std::clamp<std::int64_t>(std::min(x + diag + 1, nk), 0, n), row + n, hidden);
+    }
   }
 }
 
-// s[c][r] = -inf where the mask hides key j0 + c from query i0 + r, c < nk, r < nq.
-template <typename T>
+// Entry (key c, query r) of the score tile s (rows ld apart) = -inf where the
+// mask hides key j0 + c from query i0 + r, c < nk, r < nq.
+template <TileRows kRows, typename T>
 AG_ALWAYS_INLINE void hide_masked(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
                                   std::int64_t nq, std::int64_t j0, std::int64_t nk, T* __restrict s, std::int64_t ld) {
   if (!P.mask) return;
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::int64_t ms = P.mask_strides[3];
+  const std::int64_t ms = P.mask_strides[3], ks = key_stride<kRows>(ld), qs = query_stride<kRows>(ld);
   for (std::int64_t r = 0; r < nq; ++r) {
     const bool* m = P.mask_row(b, h, i0 + r) + j0 * ms;
     for (std::int64_t c = 0; c < nk; ++c)
-      if (m[c * ms]) s[c * ld + r] = neg_inf;
+      if (m[c * ms]) s[c * ks + r * qs] = neg_inf;
   }
 }
 
-// z (nk, ld): z[c][r] = dropout factor of weight (i0 + r, j0 + c), r < nq.
-template <typename T>
+// Entry (key c, query r) of the tile z (rows ld apart) = dropout factor of
+// weight (i0 + r, j0 + c), r < nq, c < nk. With keys for rows, each query's
+// factors are drawn into `row` (nk values) first; with queries, row is unused.
+template <TileRows kRows, typename T>
 AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t i0,
-                                   std::int64_t nq, std::int64_t j0, std::int64_t nk, T* __restrict row,
-                                   T* __restrict z, std::int64_t ld) {
+                                   std::int64_t nq, std::int64_t j0, std::int64_t nk,
+                                   std::type_identity_t<T>* __restrict row, T* __restrict z, std::int64_t ld) {
   for (std::int64_t r = 0; r < nq; ++r) {
-    dropout_factors(P, b, h, i0 + r, j0, nk, row);
-    for (std::int64_t c = 0; c < nk; ++c) z[c * ld + r] = row[c];
+    if constexpr (kRows == TileRows::queries) {
+      dropout_factors(P, b, h, i0 + r, j0, nk, z + r * ld);
+    } else {
+      dropout_factors(P, b, h, i0 + r, j0, nk, row);
+      for (std::int64_t c = 0; c < nk; ++c) z[c * ld + r] = row[c];
+    }
   }
 }
 
@@ -745,18 +779,18 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
-    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
+    product_scores<T, Tile, TileRows::keys>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
                             prefetch_next_tile);  // S^T
-    hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-    hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    hide_causal<TileRows::keys>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked<TileRows::keys>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
     online_softmax_tile<T, Tile>(s, nkp, nqp, m, l, rescale);
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
-      dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+      dropout_tile<TileRows::keys>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
       for (std::int64_t c = 0; c < nk; ++c)
         for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
     }
-    accumulate_queries<T, Tile>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
+    accumulate_queries<T, Tile, TileRows::keys>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
                                 rescale, prefetch_next_tile);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
@@ -781,9 +815,9 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
-    product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
-    hide_causal(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-    hide_masked(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    product_scores<T, Tile, TileRows::keys>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
+    hide_causal<TileRows::keys>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked<TileRows::keys>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
     for (std::int64_t c = 0; c < nk; ++c) {
       T* __restrict sc = s + c * kBlockQ;
       for (std::int64_t r = 0; r < nqp; r += W) {
@@ -839,18 +873,17 @@ struct BackwardIo {
 // rounded up to whole query blocks.
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> qt, dout_t;    // (Tp / kBlockQ) blocks of (D, kBlockQ): scale * q and do, transposed
   std::vector<T> q, dout;       // (Tp, Dp) rows of q and do, when they need padding
   std::vector<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
   std::vector<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
-  std::vector<T> k, v;          // (kBlockK, Dp) keys and values of a tile, when they need padding
+  std::vector<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed
+  std::vector<T> k;             // (kBlockK, Dp) keys of a tile, when they need padding
   std::vector<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
-  std::vector<T> p, ds, z;      // (kBlockK, kBlockQ) P^T Z^T, dS^T, Z^T
-  std::vector<T> z_row;         // (kBlockK)
+  std::vector<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
   BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp)
-      : qt(Tp * D), dout_t(Tp * D), q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp),
-        k(kBlockK * Dp), v(kBlockK * Dp), dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockK * kBlockQ),
-        ds(kBlockK * kBlockQ), z(kBlockK * kBlockQ), z_row(kBlockK) {}
+      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(D * kBlockK), vt(D * kBlockK),
+        k(kBlockK * Dp), dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK),
+        z(kBlockQ * kBlockK) {}
 };
 
 // Backward of (b, h), FlashAttention-2's order: for each key tile, for each
@@ -862,12 +895,20 @@ struct BackwardScratch {
 //       dS_ij = P_ij (dP_ij - delta_i) with delta_i = sum_j P_ij dP_ij = do_i . o_i;
 //       dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
 // The tiles hold scale dS, so dq and dk need no scaling afterwards.
+//
+// Unlike the forward's, the score tiles have queries for rows: S = q (scale
+// k)^T and dP = do v^T read q and do rows where they lie, and only the key
+// tile's k and v are transposed, once per tile. Kept the other way round, a
+// whole head's q and do were transposed up front, and q, do, their
+// transposes and dq (1.25 MiB at T = 1024, D = 64) no longer fit in L2 with
+// the tiles.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
                                     std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
   using Vec = typename Simd<T, Tile::kBytes>::Vec;
   constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
-  constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);  // padding of queries, as in the forward
+  constexpr std::int64_t KP = std::max<std::int64_t>(W, MR);  // keys are score columns and rows of dk, dv
+  constexpr TileRows kQueryRows = TileRows::queries;
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   const std::int64_t bh = b * P.H + h;
@@ -877,7 +918,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   T* __restrict shift = w.shift.data();
   // The first pass over the head's query rows, delta, streams o and do from
   // memory (a long head's are not prefetched with it: see backward_heads), so
-  // it requests rows a few ahead, and q's for the packing after it.
+  // it requests rows a few ahead, and q's for the tiles after it.
   const T* lse = io.lse + bh * Tq;
   constexpr std::int64_t kRowsAhead = 8;
   for (std::int64_t i = 0; i < Tp; ++i) {
@@ -903,16 +944,13 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     delta[i] = acc;
     shift[i] = lse[i];
   }
-  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ) {
-    const std::int64_t nq = std::min(kBlockQ, Tq - i0);
-    pack_transposed<T, Tile>(P.q, b, h, i0, nq, kBlockQ, D, kBlockQ, P.scale, w.qt.data() + i0 * D);
-    pack_transposed<T, Tile>(io.dout, b, h, i0, nq, kBlockQ, D, kBlockQ, T(1), w.dout_t.data() + i0 * D);
-  }
-  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tq, D, Dp, w.q.data());
-  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tq, D, Dp, w.dout.data());
+  // Queries are rows of the score tiles, so q and do are read in whole row groups (zero padding rows).
+  const std::int64_t Tqp = round_up(Tq, MR);
+  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, w.q.data());
+  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, w.dout.data());
   // dq goes straight into the output when its rows are as the micro-kernel
   // writes them (Dp wide, no padding rows), ld_dq apart.
-  const bool dq_direct = D == Dp && Tq % QP == 0;
+  const bool dq_direct = D == Dp && Tq == Tqp;
   T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
   const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
   // dq, dk and dv are written, not accumulated, by the first tile that reaches them (trimmed row groups
@@ -920,7 +958,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   auto zero_rows = [Dp](T* x, std::int64_t rows, std::int64_t ld) {
     for (std::int64_t r = 0; r < rows; ++r) std::fill(x + r * ld, x + r * ld + Dp, T(0));
   };
-  if (Tk == 0) zero_rows(dq, dq_direct ? Tq : round_up(Tq, QP), ld_dq);
+  if (Tk == 0) zero_rows(dq, Tqp, ld_dq);
   // Causal: query tiles wholly before j0 see none of its keys.
   auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
   std::int64_t tiles = 0;
@@ -928,12 +966,13 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     tiles += std::max<std::int64_t>(0, Tq - first_query_tile(j0) + kBlockQ - 1) / kBlockQ;
   const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / std::max<std::int64_t>(tiles, 1);
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
+    const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, KP);
     const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
     prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
     prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
+    pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
+    pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
-    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, w.v.data());
     const bool dkv_direct = D == Dp && nk == nkp;
     T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
     T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
@@ -943,51 +982,50 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
       zero_rows(dv, nkp, ld_dv);
     }
     for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
-      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
+      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, MR);
       const std::int64_t diag = P.diagonal(i0, j0);
       const Into into_dkv = i0 == first_query_tile(j0) ? Into::overwrite : Into::accumulate;
       const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
+      const T* q_tile = q.data + i0 * q.ld;
+      const T* dout_tile = dout.data + i0 * dout.ld;
       successor.request(successor_rows_per_tile);
-      product_scores<T, Tile>(nkp, nqp, D, k.data, k.ld, w.qt.data() + i0 * D, kBlockQ, p, kBlockQ, diag);  // S^T
-      product_scores<T, Tile>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
-                              diag);  // (do v^T)^T
-      hide_causal(p, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-      hide_causal(ds, kBlockQ, nkp, nk, nqp, diag, T(0));
-      hide_masked(P, b, h, i0, nq, j0, nk, p, kBlockQ);
-      const T* __restrict sh = shift + i0;
-      const T* __restrict de = delta + i0;
+      product_scores<T, Tile, kQueryRows>(nqp, nkp, D, q_tile, q.ld, w.kt.data(), kBlockK, p, kBlockK, diag);  // S
+      product_scores<T, Tile, kQueryRows>(nqp, nkp, D, dout_tile, dout.ld, w.vt.data(), kBlockK, ds, kBlockK,
+                                          diag);  // do v^T
+      hide_causal<kQueryRows>(p, kBlockK, nqp, nk, nkp, diag, neg_inf);
+      hide_causal<kQueryRows>(ds, kBlockK, nqp, nk, nkp, diag, T(0));
+      hide_masked<kQueryRows>(P, b, h, i0, nq, j0, nk, p, kBlockK);
       if (P.dropout_p > 0) {
         T* __restrict z = w.z.data();
-        std::fill(z, z + nkp * kBlockQ, T(0));
-        dropout_tile(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+        std::fill(z, z + nqp * kBlockK, T(0));
+        dropout_tile<kQueryRows>(P, b, h, i0, nq, j0, nk, nullptr, z, kBlockK);
       }
-      for (std::int64_t c = 0; c < nkp; ++c) {
-        T* __restrict pc = p + c * kBlockQ;
-        T* __restrict dc = ds + c * kBlockQ;
-        const T* __restrict zc = w.z.data() + c * kBlockQ;
-        for (std::int64_t r = 0; r < nqp; r += W) {
-          Vec pr, shift_r, dp, delta_r;
-          load(pr, pc + r);
-          load(shift_r, sh + r);
-          load(dp, dc + r);
-          load(delta_r, de + r);
-          pr -= shift_r;
-          exp_softmax(pr);  // P_ij
+      for (std::int64_t r = 0; r < nqp; ++r) {
+        T* __restrict pr = p + r * kBlockK;
+        T* __restrict dr = ds + r * kBlockK;
+        const T* __restrict zr = w.z.data() + r * kBlockK;
+        const Vec shift_r = Vec{} + shift[i0 + r], delta_r = Vec{} + delta[i0 + r];
+        for (std::int64_t c = 0; c < nkp; c += W) {
+          Vec x, dp;
+          load(x, pr + c);
+          load(dp, dr + c);
+          x -= shift_r;
+          exp_softmax(x);  // P_ij
           if (P.dropout_p > 0) {
             Vec z;
-            load(z, zc + r);
-            store(dc + r, P.scale * pr * (dp * z - delta_r));
-            store(pc + r, pr * z);
+            load(z, zr + c);
+            store(dr + c, P.scale * x * (dp * z - delta_r));
+            store(pr + c, x * z);
           } else {
-            store(dc + r, P.scale * pr * (dp - delta_r));
-            store(pc + r, pr);
+            store(dr + c, P.scale * x * (dp - delta_r));
+            store(pr + c, x);
           }
         }
       }
-      accumulate_keys<T, Tile>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, ld_dv, diag,
-                               into_dkv);
-      accumulate_keys<T, Tile>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, ld_dk, diag, into_dkv);
-      accumulate_queries<T, Tile>(nqp, Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * ld_dq, ld_dq, diag, into_dq);
+      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, p, kBlockK, dout_tile, dout.ld, dv, ld_dv, diag, into_dkv);
+      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, ds, kBlockK, q_tile, q.ld, dk, ld_dk, diag, into_dkv);
+      accumulate_queries<T, Tile, kQueryRows>(nqp, Dp, nk, ds, kBlockK, k.data, k.ld, dq + i0 * ld_dq, ld_dq, diag,
+                                              into_dq);
     }
     if (!dkv_direct)
       for (std::int64_t j = 0; j < nk; ++j) {
