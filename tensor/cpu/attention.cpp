@@ -39,6 +39,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -66,6 +67,24 @@ constexpr std::int64_t kBlockK = 64;  // keys per tile; a multiple of every micr
 constexpr std::int64_t kNoDiagonal = std::int64_t(1) << 40;
 
 std::int64_t round_up(std::int64_t n, std::int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+// Scratch buffers start on a cache line, so that their rows (whole vectors
+// long) do too: a vector load or store across two lines costs two, and
+// std::vector's allocator only promises 16 bytes. With its operands 16 bytes
+// off a line, one 64 x 64 x 64 tile product in L1 ran 10-35% slower.
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlignment{64};
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlignment)); }
+  void deallocate(T* p, std::size_t) { ::operator delete(p, kAlignment); }
+  friend bool operator==(const CacheLineAllocator&, const CacheLineAllocator&) { return true; }
+};
+template <typename T>
+using Scratch = std::vector<T, CacheLineAllocator<T>>;
 
 // ---- instruction sets ------------------------------------------------------------
 // The vector width and the micro-kernel's register tile depend on the
@@ -660,13 +679,13 @@ struct ForwardOutputs {
 // Scratch of one thread. Dp is D rounded up to the vector width.
 template <typename T>
 struct ForwardScratch {
-  std::vector<T> qt;              // (D, kBlockQ) scale * queries of the block, transposed
-  std::vector<T> k, v;            // (kBlockK, Dp) keys and values of a tile, when they need padding
-  std::vector<T> s;               // (kBlockK, kBlockQ) S^T, then P^T
-  std::vector<T> z;               // (kBlockK, kBlockQ) dropout factors
-  std::vector<T> acc;             // (kBlockQ, Dp) unnormalised output
-  std::vector<T> m, l, rescale;   // (kBlockQ) running max and sum of exp(s - m); exp(m_old - m_new)
-  std::vector<T> shift, z_row;    // (kBlockQ), (kBlockK)
+  Scratch<T> qt;             // (D, kBlockQ) scale * queries of the block, transposed
+  Scratch<T> k, v;           // (kBlockK, Dp) keys and values of a tile, when they need padding
+  Scratch<T> s;              // (kBlockK, kBlockQ) S^T, then P^T
+  Scratch<T> z;              // (kBlockK, kBlockQ) dropout factors
+  Scratch<T> acc;            // (kBlockQ, Dp) unnormalised output
+  Scratch<T> m, l, rescale;  // (kBlockQ) running max and sum of exp(s - m); exp(m_old - m_new)
+  Scratch<T> shift, z_row;   // (kBlockQ), (kBlockK)
   ForwardScratch(std::int64_t D, std::int64_t Dp)
       : qt(D * kBlockQ), k(kBlockK * Dp), v(kBlockK * Dp), s(kBlockK * kBlockQ), z(kBlockK * kBlockQ),
         acc(kBlockQ * Dp), m(kBlockQ), l(kBlockQ), rescale(kBlockQ), shift(kBlockQ), z_row(kBlockK) {}
@@ -873,13 +892,13 @@ struct BackwardIo {
 // rounded up to whole query blocks.
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> q, dout;       // (Tp, Dp) rows of q and do, when they need padding
-  std::vector<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
-  std::vector<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
-  std::vector<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed
-  std::vector<T> k;             // (kBlockK, Dp) keys of a tile, when they need padding
-  std::vector<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
-  std::vector<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
+  Scratch<T> q, dout;       // (Tp, Dp) rows of q and do, when they need padding
+  Scratch<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
+  Scratch<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
+  Scratch<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed
+  Scratch<T> k;             // (kBlockK, Dp) keys of a tile, when they need padding
+  Scratch<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
+  Scratch<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
   BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp)
       : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(D * kBlockK), vt(D * kBlockK),
         k(kBlockK * Dp), dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK),
