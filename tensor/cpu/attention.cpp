@@ -770,6 +770,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
   // Queries are padded to whole vectors (score columns) and whole row groups (rows of the output).
   constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);
+  constexpr TileRows kKeyRows = TileRows::keys;  // S^T: queries along the vector lanes
   const std::int64_t D = P.D, Dp = round_up(D, W), nqp = round_up(nq, QP);
   const T neg_inf = -std::numeric_limits<T>::infinity();
   T* __restrict s = w.s.data();
@@ -798,19 +799,20 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
-    product_scores<T, Tile, TileRows::keys>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
-                            prefetch_next_tile);  // S^T
-    hide_causal<TileRows::keys>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-    hide_masked<TileRows::keys>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
+                                      prefetch_next_tile);  // S^T
+    hide_causal<kKeyRows>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
     online_softmax_tile<T, Tile>(s, nkp, nqp, m, l, rescale);
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
-      dropout_tile<TileRows::keys>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+      dropout_tile<kKeyRows>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
       for (std::int64_t c = 0; c < nk; ++c)
         for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
     }
-    accumulate_queries<T, Tile, TileRows::keys>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag, Into::rescale_and_accumulate,
-                                rescale, prefetch_next_tile);  // acc = rescale acc + P v
+    accumulate_queries<T, Tile, kKeyRows>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag,
+                                          Into::rescale_and_accumulate, rescale,
+                                          prefetch_next_tile);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -834,9 +836,9 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
-    product_scores<T, Tile, TileRows::keys>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
-    hide_causal<TileRows::keys>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-    hide_masked<TileRows::keys>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
+    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
+    hide_causal<kKeyRows>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
     for (std::int64_t c = 0; c < nk; ++c) {
       T* __restrict sc = s + c * kBlockQ;
       for (std::int64_t r = 0; r < nqp; r += W) {
