@@ -227,4 +227,18 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
   });
 }
 
+void parallel_tasks(std::int64_t begin, std::int64_t end, std::int64_t grain,
+                    const std::function<void(TaskQueue&)>& worker) {
+  if (begin >= end) return;
+  TaskQueue queue(begin, end, grain);
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t threads = std::min<std::int64_t>(get_num_threads(), (end - begin + grain - 1) / grain);
+  if (threads <= 1 || in_parallel_region) {
+    worker(queue);
+    return;
+  }
+  std::lock_guard lock(run_mutex);
+  pool().run(static_cast<int>(threads), [&](int) { worker(queue); });
+}
+
 }  // namespace attograd

@@ -8,6 +8,7 @@
 #include "helpers.h"
 #include "nn/attention.h"
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -216,6 +217,27 @@ TEST_CASE("attention: fused equals composed, forward and backward", "[attention]
       }
     }
   }
+}
+
+TEST_CASE("attention: the fused kernels give the same bits on any number of threads", "[attention][parallel]") {
+  // Tasks go to whichever thread is free, so which thread runs which head
+  // changes from call to call; each task's arithmetic must not.
+  // Heads long enough (a millisecond or so each) that threads run them side by side.
+  const Shape sizes{2, 4, 320, 64};
+  const Tensor q = input(sizes, 1, DType::f32), k = input(sizes, 2, DType::f32), v = input(sizes, 3, DType::f32);
+  const AttentionOptions o{.causal = true, .mask = random_mask({2, 4, 320, 320}, 0.2, 9), .dropout_p = 0.1};
+  set_num_threads(1);
+  const Run serial = run_attention(q, k, v, o, AttentionImpl::fused);
+  for (int threads : {2, 3, 5}) {
+    set_num_threads(threads);
+    const Run threaded = run_attention(q, k, v, o, AttentionImpl::fused);
+    INFO(threads << " threads");
+    CHECK(max_abs_diff(threaded.out, serial.out) == 0);
+    CHECK(max_abs_diff(threaded.dq, serial.dq) == 0);
+    CHECK(max_abs_diff(threaded.dk, serial.dk) == 0);
+    CHECK(max_abs_diff(threaded.dv, serial.dv) == 0);
+  }
+  set_num_threads(2);
 }
 
 // ctest runs the [attention] cases again on the narrower paths (tests/CMakeLists.txt):

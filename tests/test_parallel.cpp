@@ -1,6 +1,8 @@
 // The thread pool: coverage of the range, exceptions, nesting, thread counts,
 // and the allocation cache that makes steady-state steps allocation-free.
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "helpers.h"
 #include "tensor/parallel.h"
@@ -42,6 +44,72 @@ TEST_CASE("nested parallel_for runs serially inside a worker", "[parallel]") {
   });
   CHECK(total == 40);
   REQUIRE_THROWS_WITH(set_num_threads(0), Catch::Contains("[set_num_threads]"));
+}
+
+TEST_CASE("parallel_tasks hands out every task once, to at most one worker call per thread", "[parallel]") {
+  for (int threads : {1, 2, 3}) {
+    for (std::int64_t grain : {1, 7}) {
+      set_num_threads(threads);
+      std::vector<std::atomic<int>> hits(1001);
+      std::atomic<int> calls{0}, oversized{0};  // counted, not CHECKed: Catch2 asserts from one thread only
+      parallel_tasks(3, 1001, grain, [&](TaskQueue& tasks) {
+        ++calls;
+        for (std::int64_t lo, hi; tasks.next(lo, hi);) {
+          if (hi - lo > grain) ++oversized;
+          for (std::int64_t i = lo; i < hi; ++i) hits[i]++;
+        }
+      });
+      for (std::int64_t i = 0; i < 1001; ++i) REQUIRE(hits[i].load() == (i < 3 ? 0 : 1));
+      CHECK(oversized.load() == 0);
+      CHECK(calls.load() >= 1);
+      CHECK(calls.load() <= threads);
+    }
+  }
+  set_num_threads(2);
+}
+
+TEST_CASE("parallel_tasks: while one thread is held up, the others take every other task", "[parallel]") {
+  // With fixed shares (parallel_for) the held thread's share would wait for
+  // it: here the thread that drew task 0 waits until all the others are
+  // done, which only happens if the rest went to the other thread.
+  set_num_threads(2);
+  constexpr int kTasks = 64;
+  std::atomic<int> done{0};
+  bool others_finished = false;
+  parallel_tasks(0, kTasks, 1, [&](TaskQueue& tasks) {
+    for (std::int64_t lo, hi; tasks.next(lo, hi);) {
+      if (lo == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (done.load() < kTasks - 1 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        others_finished = done.load() == kTasks - 1;
+      }
+      ++done;
+    }
+  });
+  CHECK(others_finished);
+  CHECK(done.load() == kTasks);
+}
+
+TEST_CASE("parallel_tasks rethrows a worker's exception; nested, it runs in the calling thread", "[parallel]") {
+  set_num_threads(2);
+  REQUIRE_THROWS_WITH(parallel_tasks(0, 100, 1,
+                                     [](TaskQueue& tasks) {
+                                       for (std::int64_t lo, hi; tasks.next(lo, hi);)
+                                         if (lo == 50) fail("worker", "boom at {}", lo);
+                                     }),
+                      Catch::Contains("boom at 50"));
+  std::atomic<int> total{0}, elsewhere{0};
+  parallel_for(0, 4, 1, [&](std::int64_t b, std::int64_t e) {
+    const auto outer = std::this_thread::get_id();
+    for (std::int64_t i = b; i < e; ++i)
+      parallel_tasks(0, 10, 1, [&](TaskQueue& tasks) {
+        if (std::this_thread::get_id() != outer) ++elsewhere;
+        for (std::int64_t lo, hi; tasks.next(lo, hi);) total += static_cast<int>(hi - lo);
+      });
+  });
+  CHECK(total == 40);
+  CHECK(elsewhere == 0);
 }
 
 TEST_CASE("large elementwise ops split across threads give the serial result", "[parallel]") {

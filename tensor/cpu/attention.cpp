@@ -3,8 +3,9 @@
 // (Tq, Tk) score matrix is ever kept; the forward saves one log-sum-exp per
 // query row and the backward recomputes the probabilities from it.
 //
-// Work is split over (batch, head, query block) in the forward and over
-// (batch, head) in the backward, with parallel_for. Every product is a small
+// The tasks are (batch, head, query block) in the forward and (batch, head)
+// in the backward, handed to threads one at a time as they come free
+// (parallel_tasks), not in fixed shares. Every product is a small
 // GEMM done by one register-blocked micro-kernel (as BLIS and OpenBLAS do):
 // an MR x NR tile of C stays in vector registers while it accumulates over
 // the shared dimension, each step one vector load of B and MR broadcasts of
@@ -616,6 +617,46 @@ constexpr std::int64_t kPrefetchBytes = 256 << 10;
 // the forward's samples at L sat on them. Into L2 only, it gained less.
 constexpr int kNextTileLocality = 3;
 
+// ---- tasks -------------------------------------------------------------------------------
+
+// The tasks a TaskQueue hands this thread, one at a time, each with its
+// successor: the task this thread runs next, or -1. With look_ahead the
+// thread claims its next chunk as it starts the last task of the current
+// one, so that task can request its successor's first rows; it then holds
+// one chunk it has not started, so without a successor worth prefetching it
+// claims only once it is free. (A class, not a loop taking a lambda: a
+// lambda's body would be compiled for the baseline target, not the one of
+// the kernel it serves.)
+class ClaimedTasks {
+ public:
+  ClaimedTasks(TaskQueue& queue, bool look_ahead) : queue_(queue), look_ahead_(look_ahead) {}
+  AG_ALWAYS_INLINE bool next(std::int64_t& task, std::int64_t& successor) {
+    if (lo_ == hi_) {
+      if (claimed_ahead_) {
+        lo_ = ahead_lo_;
+        hi_ = ahead_hi_;
+        claimed_ahead_ = false;
+      } else if (!queue_.next(lo_, hi_)) {
+        return false;
+      }
+    }
+    task = lo_++;
+    if (lo_ < hi_)
+      successor = lo_;
+    else if (look_ahead_ && (claimed_ahead_ = queue_.next(ahead_lo_, ahead_hi_)))
+      successor = ahead_lo_;
+    else
+      successor = -1;
+    return true;
+  }
+
+ private:
+  TaskQueue& queue_;
+  const bool look_ahead_;
+  std::int64_t lo_ = 0, hi_ = 0, ahead_lo_ = 0, ahead_hi_ = 0;
+  bool claimed_ahead_ = false;
+};
+
 // ---- hiding keys in a score tile ------------------------------------------------------
 
 // Sets the hidden entries of the score tile s (m rows ld apart, n columns)
@@ -854,25 +895,26 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   }
 }
 
-// Forward tasks [begin, end) of B * H * (query blocks). Within a head the
-// blocks are visited outside-in (0, n-1, 1, n-2, ...): under a causal mask
-// block i costs i + 1 tiles, and parallel_for hands each thread one
-// contiguous range, which this order keeps balanced even for one head.
+// Forward tasks of B * H * (query blocks), as the queue hands them to this
+// thread. Within a head the blocks are visited outside-in (0, n-1, 1, n-2,
+// ...): under a causal mask block i costs i + 1 tiles, and this order mixes
+// cheap and dear tasks all along, so the last ones handed out are not all
+// dear.
 template <typename T, typename Tile>
-AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin,
-                                    std::int64_t end) {
+AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
   ForwardScratch<T> scratch(P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
   const std::int64_t blocks = (P.Tq + kBlockQ - 1) / kBlockQ;
   auto first_query = [&](std::int64_t task) {
     const std::int64_t n = task % blocks;
     return (n % 2 == 0 ? n / 2 : blocks - 1 - n / 2) * kBlockQ;
   };
-  for (std::int64_t task = begin; task < end; ++task) {
+  ClaimedTasks claimed(tasks, true);
+  for (std::int64_t task, next; claimed.next(task, next);) {
     const std::int64_t bh = task / blocks, i0 = first_query(task);
     PrefetchQueue<T> successor(P.D);  // the next task's queries and first keys and values
-    if (task + 1 < end) {
-      const std::int64_t next_b = (task + 1) / blocks / P.H, next_h = (task + 1) / blocks % P.H;
-      const std::int64_t next_i0 = first_query(task + 1), keys = std::min(kBlockK, P.Tk);
+    if (next >= 0) {
+      const std::int64_t next_b = next / blocks / P.H, next_h = next / blocks % P.H;
+      const std::int64_t next_i0 = first_query(next), keys = std::min(kBlockK, P.Tk);
       successor.add(P.q, next_b, next_h, next_i0, std::min(kBlockQ, P.Tq - next_i0));
       successor.add(P.k, next_b, next_h, 0, keys);
       successor.add(P.v, next_b, next_h, 0, keys);
@@ -1058,17 +1100,18 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
 }
 
+// Backward of the heads b * H + h the queue hands this thread.
 template <typename T, typename Tile>
-AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
-                                     std::int64_t end) {
+AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
   BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
   const std::int64_t first_keys = std::min(kBlockK, P.Tk);
   const bool prefetch_successor =
       (3 * P.Tq + 2 * first_keys) * P.D * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBytes;
-  for (std::int64_t bh = begin; bh < end; ++bh) {
+  ClaimedTasks claimed(heads, prefetch_successor);
+  for (std::int64_t bh, next; claimed.next(bh, next);) {
     PrefetchQueue<T> successor(P.D);  // what the next head reads first: its q, do, o and first k, v rows
-    if (bh + 1 < end && prefetch_successor) {
-      const std::int64_t b = (bh + 1) / P.H, h = (bh + 1) % P.H;
+    if (next >= 0) {
+      const std::int64_t b = next / P.H, h = next % P.H;
       successor.add(P.q, b, h, 0, P.Tq);
       successor.add(io.dout, b, h, 0, P.Tq);
       successor.add(io.out, b, h, 0, P.Tq);
@@ -1082,48 +1125,44 @@ AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& i
 // ---- entry points per instruction set ---------------------------------------------------
 
 template <typename T>
-AG_TARGET_AVX512 void forward_tasks_avx512(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin,
-                                           std::int64_t end) {
-  forward_tasks<T, TileAvx512>(P, O, begin, end);
+AG_TARGET_AVX512 void forward_tasks_avx512(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
+  forward_tasks<T, TileAvx512>(P, O, tasks);
 }
 template <typename T>
-AG_TARGET_AVX2 void forward_tasks_avx2(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin,
-                                       std::int64_t end) {
-  forward_tasks<T, TileAvx2>(P, O, begin, end);
+AG_TARGET_AVX2 void forward_tasks_avx2(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
+  forward_tasks<T, TileAvx2>(P, O, tasks);
 }
 template <typename T>
-void forward_tasks_baseline(const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin, std::int64_t end) {
-  forward_tasks<T, TileBaseline>(P, O, begin, end);
+void forward_tasks_baseline(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
+  forward_tasks<T, TileBaseline>(P, O, tasks);
 }
 template <typename T>
-void forward_tasks_any(Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, std::int64_t begin, std::int64_t end) {
+void forward_tasks_any(Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
   switch (isa) {
-    case Isa::avx512: return forward_tasks_avx512(P, O, begin, end);
-    case Isa::avx2: return forward_tasks_avx2(P, O, begin, end);
-    case Isa::baseline: return forward_tasks_baseline(P, O, begin, end);
+    case Isa::avx512: return forward_tasks_avx512(P, O, tasks);
+    case Isa::avx2: return forward_tasks_avx2(P, O, tasks);
+    case Isa::baseline: return forward_tasks_baseline(P, O, tasks);
   }
 }
 
 template <typename T>
-AG_TARGET_AVX512 void backward_heads_avx512(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
-                                            std::int64_t end) {
-  backward_heads<T, TileAvx512>(P, io, begin, end);
+AG_TARGET_AVX512 void backward_heads_avx512(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
+  backward_heads<T, TileAvx512>(P, io, heads);
 }
 template <typename T>
-AG_TARGET_AVX2 void backward_heads_avx2(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin,
-                                        std::int64_t end) {
-  backward_heads<T, TileAvx2>(P, io, begin, end);
+AG_TARGET_AVX2 void backward_heads_avx2(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
+  backward_heads<T, TileAvx2>(P, io, heads);
 }
 template <typename T>
-void backward_heads_baseline(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin, std::int64_t end) {
-  backward_heads<T, TileBaseline>(P, io, begin, end);
+void backward_heads_baseline(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
+  backward_heads<T, TileBaseline>(P, io, heads);
 }
 template <typename T>
-void backward_heads_any(Isa isa, const Problem<T>& P, const BackwardIo<T>& io, std::int64_t begin, std::int64_t end) {
+void backward_heads_any(Isa isa, const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
   switch (isa) {
-    case Isa::avx512: return backward_heads_avx512(P, io, begin, end);
-    case Isa::avx2: return backward_heads_avx2(P, io, begin, end);
-    case Isa::baseline: return backward_heads_baseline(P, io, begin, end);
+    case Isa::avx512: return backward_heads_avx512(P, io, heads);
+    case Isa::avx2: return backward_heads_avx2(P, io, heads);
+    case Isa::baseline: return backward_heads_baseline(P, io, heads);
   }
 }
 
@@ -1166,8 +1205,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
     const ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(),
                               options.return_weights ? r.weights.data<T>() : nullptr};
     const std::int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ;
-    parallel_for(0, B * H * blocks, 1,
-                 [&](std::int64_t begin, std::int64_t end) { forward_tasks_any(isa, P, O, begin, end); });
+    parallel_tasks(0, B * H * blocks, 1, [&](TaskQueue& tasks) { forward_tasks_any(isa, P, O, tasks); });
   });
   return r;
 }
@@ -1187,8 +1225,7 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
     const BackwardIo<T> io{rows_of<T>(dout),          rows_of<T>(out),          lse.data<T>(),
                            out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv)};
-    parallel_for(0, B * H, 1,
-                 [&](std::int64_t begin, std::int64_t end) { backward_heads_any(isa, P, io, begin, end); });
+    parallel_tasks(0, B * H, 1, [&](TaskQueue& heads) { backward_heads_any(isa, P, io, heads); });
   });
   return g;
 }
