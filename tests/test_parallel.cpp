@@ -91,7 +91,7 @@ TEST_CASE("parallel_tasks: while one thread is held up, the others take every ot
   CHECK(done.load() == kTasks);
 }
 
-TEST_CASE("parallel_tasks rethrows a worker's exception; nested, it runs in the calling thread", "[parallel]") {
+TEST_CASE("parallel_tasks rethrows a worker's exception, and nested runs in the calling thread", "[parallel]") {
   set_num_threads(2);
   REQUIRE_THROWS_WITH(parallel_tasks(0, 100, 1,
                                      [](TaskQueue& tasks) {
