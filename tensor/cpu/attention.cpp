@@ -52,12 +52,8 @@
 #include "tensor/rng.h"
 
 // Everything below the per-instruction-set entry points is forced inline into
-// them, so it is compiled for their target (see "instruction sets" below).
-#if defined(__GNUC__)
-#define AG_ALWAYS_INLINE inline __attribute__((always_inline))
-#else
-#define AG_ALWAYS_INLINE inline
-#endif
+// them (AG_ALWAYS_INLINE, vec_math.h), so it is compiled for their target (see
+// "instruction sets" below).
 
 namespace attograd::cpu {
 namespace {

@@ -1,43 +1,26 @@
-// Row ops on the CPU: softmax, log_softmax, layer_norm and cross-entropy, all
-// over the last dim. Inputs arrive contiguous (tensor/dispatch.cpp) and are
-// read as (rows, n); rows are independent, so they are split across threads
-// when the work is large enough.
-//
-// Sums and maxima within a row use kLanes partial accumulators. Without
-// -ffast-math the compiler must keep one running sum in program order and so
-// cannot vectorise it; kLanes sums kept apart are independent, it vectorises
-// them, and the fixed grouping keeps every result identical on 1 or 16 threads.
-// float32 exponentials use the vectorised exp of tensor/cpu/vec_math.h.
+// Row ops on the CPU: softmax, log_softmax and cross-entropy, all over the
+// last dim (LayerNorm is in layer_norm.cpp). Inputs arrive contiguous
+// (tensor/dispatch.cpp) and are read as (rows, n); rows are independent, so
+// they are split across threads when the work is large enough. Sums within a
+// row go through lane_sum (rows.h); float32 exponentials use the vectorised
+// exp of tensor/cpu/vec_math.h.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/rows.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {
 namespace {
 
-constexpr std::int64_t kLanes = 8;
-
-// sum of term(i) over [0, n), accumulated in float64.
-template <typename Term>
-double lane_sum(std::int64_t n, Term term) {
-  double acc[kLanes] = {};
-  std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += term(i + l);
-  for (std::int64_t l = 0; i < n; ++i, ++l) acc[l] += term(i);
-  double total = 0;
-  for (double a : acc) total += a;
-  return total;
-}
-
 // max over a row; NaNs are skipped here, but they still poison the row's
 // exponentials downstream, so a NaN input gives a NaN row.
 template <typename T>
 T row_max(const T* x, std::int64_t n) {
+  constexpr std::int64_t kLanes = 8;
   T acc[kLanes];
   for (auto& a : acc) a = -std::numeric_limits<T>::infinity();
   std::int64_t i = 0;
@@ -71,28 +54,12 @@ double row_logsumexp(const T* x, T* scratch, std::int64_t n) {
   return static_cast<double>(m) + std::log(s);
 }
 
-// Rows per thread chunk: enough that a chunk is worth a thread.
-std::int64_t row_grain(std::int64_t n) {
-  return std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
-}
-
 // Calls fn(row) for every row in [0, rows), split across threads when rows * n is large.
 template <typename Fn>
 void for_each_row(std::int64_t rows, std::int64_t n, Fn fn) {
   parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) fn(r);
   });
-}
-
-// (rows, n) of a tensor whose last dim is n; no rows when it holds no elements.
-struct RowShape {
-  std::int64_t rows, n;
-};
-// Callers copy the fields into locals, not a structured binding: clang 14 (Debian 12's,
-// used by the sanitizer and fuzzing build) cannot capture those in lambdas.
-RowShape row_shape(const Tensor& x) {
-  const std::int64_t n = x.size(-1);
-  return {n == 0 ? 0 : x.numel() / n, n};
 }
 
 }  // namespace
@@ -171,126 +138,6 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
     });
   });
   return dx;
-}
-
-// ---- layer_norm ------------------------------------------------------------------
-
-kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                            double eps) {
-  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
-  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
-                               empty(row_sizes, x.options())};
-  const RowShape shape = row_shape(x);
-  const std::int64_t rows = shape.rows, n = shape.n;
-  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
-    const scalar_t* xs = x.data<scalar_t>();
-    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
-    const scalar_t* b = bias.defined() ? bias.data<scalar_t>() : nullptr;
-    scalar_t *ys = out.y.data<scalar_t>(), *means = out.mean.data<scalar_t>(), *rstds = out.rstd.data<scalar_t>();
-    for_each_row(rows, n, [&](std::int64_t r) {
-      const scalar_t* xr = xs + r * n;
-      scalar_t* yr = ys + r * n;
-      // Two passes (mean, then squared deviations): the one-pass E[x^2] - E[x]^2
-      // cancels catastrophically when the mean is large against the spread.
-      const double mean = lane_sum(n, [&](std::int64_t i) { return double(xr[i]); }) / n;
-      const double var = lane_sum(n, [&](std::int64_t i) {
-                           const double d = xr[i] - mean;
-                           return d * d;
-                         }) / n;
-      const auto mu = static_cast<scalar_t>(mean);
-      const auto rstd = static_cast<scalar_t>(1.0 / std::sqrt(var + eps));
-      means[r] = mu;
-      rstds[r] = rstd;
-      for (std::int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * rstd;
-      if (w)
-        for (std::int64_t i = 0; i < n; ++i) yr[i] *= w[i];
-      if (b)
-        for (std::int64_t i = 0; i < n; ++i) yr[i] += b[i];
-    });
-  });
-  return out;
-}
-
-kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                            const Tensor& mean, const Tensor& rstd) {
-  // forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
-  //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-  //   dw = sum over rows of dy * xhat,  db = sum over rows of dy
-  const RowShape shape = row_shape(x);
-  const std::int64_t rows = shape.rows, n = shape.n;
-  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
-  if (weight.defined()) grads.dweight = empty({n}, x.options());
-
-  // dw and db are sums over rows. Each block of rows sums into its own float64
-  // partials, then the blocks are added in order: threads never share a sum,
-  // and the block size depends only on n, so the result does not depend on
-  // the thread count.
-  const std::int64_t block_rows = row_grain(n);
-  const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
-  std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
-
-  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
-    const scalar_t *dys = dy.data<scalar_t>(), *xs = x.data<scalar_t>();
-    const scalar_t *means = mean.data<scalar_t>(), *rstds = rstd.data<scalar_t>();
-    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
-    scalar_t* dxs = grads.dx.data<scalar_t>();
-    // dw and db gather each group of kGroup rows in scalar_t (full-width
-    // vector adds) before adding it into the float64 partials.
-    constexpr std::int64_t kGroup = 8;
-    parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
-      std::vector<scalar_t> xhat_row(n), dxhat_row(n), dw_row(n), db_row(n);
-      scalar_t* __restrict xhat = xhat_row.data();
-      scalar_t* __restrict dxhat = dxhat_row.data();
-      scalar_t* __restrict dw_group = dw_row.data();
-      scalar_t* __restrict db_group = db_row.data();
-      for (std::int64_t block = block_begin; block < block_end; ++block) {
-        double* __restrict dw = dw_partial.data() + block * n;
-        double* __restrict db = db_partial.data() + block * n;
-        const std::int64_t row_end = std::min(rows, (block + 1) * block_rows);
-        for (std::int64_t r0 = block * block_rows; r0 < row_end; r0 += kGroup) {
-          std::fill(dw_group, dw_group + n, scalar_t(0));
-          std::fill(db_group, db_group + n, scalar_t(0));
-          for (std::int64_t r = r0; r < std::min(row_end, r0 + kGroup); ++r) {
-            const scalar_t* __restrict xr = xs + r * n;
-            const scalar_t* __restrict dyr = dys + r * n;
-            scalar_t* __restrict dxr = dxs + r * n;
-            const scalar_t mu = means[r], rs = rstds[r];
-            for (std::int64_t i = 0; i < n; ++i) {
-              xhat[i] = (xr[i] - mu) * rs;
-              dw_group[i] += dyr[i] * xhat[i];
-              db_group[i] += dyr[i];
-            }
-            if (w)
-              for (std::int64_t i = 0; i < n; ++i) dxhat[i] = dyr[i] * w[i];
-            else
-              std::copy(dyr, dyr + n, dxhat);
-            const auto mean_dxhat =
-                static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
-            const auto mean_dxhat_xhat =
-                static_cast<scalar_t>(lane_sum(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
-            for (std::int64_t i = 0; i < n; ++i) dxr[i] = rs * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
-          }
-          for (std::int64_t i = 0; i < n; ++i) {
-            dw[i] += dw_group[i];
-            db[i] += db_group[i];
-          }
-        }
-      }
-    });
-    // Blocks in order, so the sums are the same whatever the threads did.
-    scalar_t* db_out = grads.dbias.data<scalar_t>();
-    scalar_t* dw_out = weight.defined() ? grads.dweight.data<scalar_t>() : nullptr;
-    for (std::int64_t i = 0; i < n; ++i) {
-      double dw = 0, db = 0;
-      for (std::int64_t block = 0; block < blocks; ++block) {
-        dw += dw_partial[block * n + i];
-        db += db_partial[block * n + i];
-      }
-      if (dw_out) dw_out[i] = static_cast<scalar_t>(dw);
-      db_out[i] = static_cast<scalar_t>(db);
-    }
-  });
-  return grads;
 }
 
 // ---- cross-entropy ---------------------------------------------------------------

@@ -1,0 +1,265 @@
+// LayerNorm over the last dim on the CPU, forward and backward. Inputs arrive
+// contiguous (tensor/dispatch.cpp) and are read as (rows, n).
+//
+//   forward:  xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps);  y = xhat * w + b
+//   backward: with dxhat = dy * w,
+//             dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+//             dw = sum over rows of dy * xhat,  db = sum over rows of dy
+//
+// A row's sums are taken in float64 (lane_sum, rows.h). float32 rows run in
+// functions compiled once per SIMD level (AG_SIMD_CLONES, vec_math.h) with
+// everything they call forced inline: compiled for baseline x86-64 (SSE2) like
+// the rest of the library, the GPT's 128-wide rows ran 2.3x slower than
+// PyTorch's LayerNorm. float64 rows (gradcheck, references) stay baseline.
+//
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): GCC would
+// otherwise fuse a * b + c into one FMA in the AVX2 and AVX-512 copies, so
+// each level would round differently. Without it every level computes what
+// the baseline code did, bit for bit (a training run's checkpoint is the one
+// from before the SIMD copies); the rows ran no slower measurably.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/rows.h"
+#include "tensor/cpu/vec_math.h"
+#include "tensor/parallel.h"
+
+namespace attograd::cpu {
+namespace {
+
+// Sixteen float64 lanes: two AVX-512 registers, so two chains of adds in flight.
+constexpr std::int64_t kSumLanes = 16;
+
+// ---- forward ---------------------------------------------------------------------
+
+struct ForwardRows {
+  std::int64_t n;
+  double eps;
+};
+
+// Rows [r0, r1): y, and each row's mean and rstd. kWeight, kBias: whether w, b are given.
+template <typename T, bool kWeight, bool kBias>
+AG_ALWAYS_INLINE void normalise_rows(const T* __restrict xs, const T* __restrict w, const T* __restrict b,
+                                     ForwardRows shape, std::int64_t r0, std::int64_t r1, T* __restrict ys,
+                                     T* __restrict means, T* __restrict rstds) {
+  const std::int64_t n = shape.n;
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const T* __restrict x = xs + r * n;
+    T* __restrict y = ys + r * n;
+    // Two passes (mean, then squared deviations): the one-pass E[x^2] - E[x]^2
+    // cancels catastrophically when the mean is large against the spread.
+    const double mean = lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(x[i]); }) / n;
+    const double var = lane_sum<kSumLanes>(n, [&](std::int64_t i) {
+                         const double d = x[i] - mean;
+                         return d * d;
+                       }) / n;
+    const auto mu = static_cast<T>(mean);
+    const auto rstd = static_cast<T>(1.0 / std::sqrt(var + shape.eps));
+    means[r] = mu;
+    rstds[r] = rstd;
+    for (std::int64_t i = 0; i < n; ++i) {
+      T v = (x[i] - mu) * rstd;
+      if constexpr (kWeight) v *= w[i];
+      if constexpr (kBias) v += b[i];
+      y[i] = v;
+    }
+  }
+}
+
+template <typename T>
+AG_ALWAYS_INLINE void forward_rows(const T* xs, const T* w, const T* b, ForwardRows shape, std::int64_t r0,
+                                   std::int64_t r1, T* ys, T* means, T* rstds) {
+  if (w && b)
+    normalise_rows<T, true, true>(xs, w, b, shape, r0, r1, ys, means, rstds);
+  else if (w)
+    normalise_rows<T, true, false>(xs, w, b, shape, r0, r1, ys, means, rstds);
+  else if (b)
+    normalise_rows<T, false, true>(xs, w, b, shape, r0, r1, ys, means, rstds);
+  else
+    normalise_rows<T, false, false>(xs, w, b, shape, r0, r1, ys, means, rstds);
+}
+
+AG_SIMD_CLONES void forward_rows_f32(const float* xs, const float* w, const float* b, ForwardRows shape,
+                                     std::int64_t r0, std::int64_t r1, float* ys, float* means, float* rstds) {
+  forward_rows(xs, w, b, shape, r0, r1, ys, means, rstds);
+}
+void forward_rows_of(const float* xs, const float* w, const float* b, ForwardRows shape, std::int64_t r0,
+                     std::int64_t r1, float* ys, float* means, float* rstds) {
+  forward_rows_f32(xs, w, b, shape, r0, r1, ys, means, rstds);
+}
+void forward_rows_of(const double* xs, const double* w, const double* b, ForwardRows shape, std::int64_t r0,
+                     std::int64_t r1, double* ys, double* means, double* rstds) {
+  forward_rows(xs, w, b, shape, r0, r1, ys, means, rstds);
+}
+
+// ---- backward --------------------------------------------------------------------
+
+struct BackwardRows {
+  const void* dy;
+  const void* x;
+  const void* w;  // null: no weight
+  const void* mean;
+  const void* rstd;
+  void* dx;
+  std::int64_t n;
+};
+
+// One row's xhat = (x - mu) * rs, gathered into the group's dw (dy * xhat) and db (dy).
+// The loops over a row take their pointers as __restrict parameters: GCC
+// vectorises a loop over several restrict-qualified locals only behind
+// run-time overlap checks, and gave up on this one (scalar code, 1.4x slower
+// than before the SIMD clones).
+template <typename T>
+AG_ALWAYS_INLINE void normalise_and_gather(std::int64_t n, const T* __restrict x, const T* __restrict dy, T mu, T rs,
+                                           T* __restrict xhat, T* __restrict dw, T* __restrict db) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    xhat[i] = (x[i] - mu) * rs;
+    dw[i] += dy[i] * xhat[i];
+    db[i] += dy[i];
+  }
+}
+
+template <typename T>
+AG_ALWAYS_INLINE void scale_by(std::int64_t n, const T* __restrict dy, const T* __restrict w, T* __restrict dxhat) {
+  for (std::int64_t i = 0; i < n; ++i) dxhat[i] = dy[i] * w[i];
+}
+
+template <typename T>
+AG_ALWAYS_INLINE void input_gradient(std::int64_t n, const T* __restrict dxhat, const T* __restrict xhat, T rs,
+                                     T mean_dxhat, T mean_dxhat_xhat, T* __restrict dx) {
+  for (std::int64_t i = 0; i < n; ++i) dx[i] = rs * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+}
+
+template <typename T>
+AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double* __restrict total) {
+  for (std::int64_t i = 0; i < n; ++i) total[i] += group[i];
+}
+
+// Rows [r0, r1) of the backward: their dx, and their dy * xhat and dy added
+// into dw and db (float64, n each). Each group of kGroup rows is gathered in T
+// first (full-width vector adds), then added into the float64 sums.
+// `scratch` holds 4 n values of T.
+template <typename T, bool kWeight>
+AG_ALWAYS_INLINE void backward_rows(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+                                    T* scratch) {
+  constexpr std::int64_t kGroup = 8;
+  const std::int64_t n = io.n;
+  const T* dys = static_cast<const T*>(io.dy);
+  const T* xs = static_cast<const T*>(io.x);
+  const T* means = static_cast<const T*>(io.mean);
+  const T* rstds = static_cast<const T*>(io.rstd);
+  T* dxs = static_cast<T*>(io.dx);
+  T *xhat = scratch, *dxhat_scratch = scratch + n, *dw_group = scratch + 2 * n, *db_group = scratch + 3 * n;
+  for (std::int64_t g0 = r0; g0 < r1; g0 += kGroup) {
+    std::fill(dw_group, dw_group + n, T(0));
+    std::fill(db_group, db_group + n, T(0));
+    for (std::int64_t r = g0; r < std::min(r1, g0 + kGroup); ++r) {
+      const T* dy = dys + r * n;
+      const T rs = rstds[r];
+      normalise_and_gather(n, xs + r * n, dy, means[r], rs, xhat, dw_group, db_group);
+      const T* dxhat = dy;
+      if constexpr (kWeight) {
+        scale_by(n, dy, static_cast<const T*>(io.w), dxhat_scratch);
+        dxhat = dxhat_scratch;
+      }
+      const auto mean_dxhat = static_cast<T>(lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
+      const auto mean_dxhat_xhat =
+          static_cast<T>(lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
+      input_gradient(n, dxhat, xhat, rs, mean_dxhat, mean_dxhat_xhat, dxs + r * n);
+    }
+    add_into(n, dw_group, dw);
+    add_into(n, db_group, db);
+  }
+}
+
+template <typename T>
+AG_ALWAYS_INLINE void backward_rows(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+                                    T* scratch) {
+  if (io.w)
+    backward_rows<T, true>(io, r0, r1, dw, db, scratch);
+  else
+    backward_rows<T, false>(io, r0, r1, dw, db, scratch);
+}
+
+AG_SIMD_CLONES void backward_rows_f32(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw,
+                                      double* db, float* scratch) {
+  backward_rows<float>(io, r0, r1, dw, db, scratch);
+}
+void backward_rows_of(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+                      float* scratch) {
+  backward_rows_f32(io, r0, r1, dw, db, scratch);
+}
+void backward_rows_of(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+                      double* scratch) {
+  backward_rows<double>(io, r0, r1, dw, db, scratch);
+}
+
+}  // namespace
+
+kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                            double eps) {
+  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
+  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
+                               empty(row_sizes, x.options())};
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
+    const scalar_t* xs = x.data<scalar_t>();
+    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
+    const scalar_t* b = bias.defined() ? bias.data<scalar_t>() : nullptr;
+    scalar_t *ys = out.y.data<scalar_t>(), *means = out.mean.data<scalar_t>(), *rstds = out.rstd.data<scalar_t>();
+    parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
+      forward_rows_of(xs, w, b, ForwardRows{n, eps}, begin, end, ys, means, rstds);
+    });
+  });
+  return out;
+}
+
+kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                            const Tensor& mean, const Tensor& rstd) {
+  const RowShape shape = row_shape(x);
+  const std::int64_t rows = shape.rows, n = shape.n;
+  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
+  if (weight.defined()) grads.dweight = empty({n}, x.options());
+
+  // dw and db are sums over rows. Each block of rows sums into its own float64
+  // partials, then the blocks are added in order: threads never share a sum,
+  // and the block size depends only on n, so the result does not depend on
+  // the thread count.
+  const std::int64_t block_rows = row_grain(n);
+  const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
+  std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
+
+  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
+    const BackwardRows io{dy.data<scalar_t>(),
+                          x.data<scalar_t>(),
+                          weight.defined() ? weight.data<scalar_t>() : nullptr,
+                          mean.data<scalar_t>(),
+                          rstd.data<scalar_t>(),
+                          grads.dx.data<scalar_t>(),
+                          n};
+    parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
+      std::vector<scalar_t> scratch(4 * n);
+      for (std::int64_t block = block_begin; block < block_end; ++block)
+        backward_rows_of(io, block * block_rows, std::min(rows, (block + 1) * block_rows),
+                         dw_partial.data() + block * n, db_partial.data() + block * n, scratch.data());
+    });
+    // Blocks in order, so the sums are the same whatever the threads did.
+    scalar_t* db_out = grads.dbias.data<scalar_t>();
+    scalar_t* dw_out = weight.defined() ? grads.dweight.data<scalar_t>() : nullptr;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double dw = 0, db = 0;
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        dw += dw_partial[block * n + i];
+        db += db_partial[block * n + i];
+      }
+      if (dw_out) dw_out[i] = static_cast<scalar_t>(dw);
+      db_out[i] = static_cast<scalar_t>(db);
+    }
+  });
+  return grads;
+}
+
+}  // namespace attograd::cpu
