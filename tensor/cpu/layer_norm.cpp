@@ -96,13 +96,12 @@ void forward_rows_of(const double* xs, const double* w, const double* b, Forward
 
 // ---- backward --------------------------------------------------------------------
 
+template <typename T>
 struct BackwardRows {
-  const void* dy;
-  const void* x;
-  const void* w;  // null: no weight
-  const void* mean;
-  const void* rstd;
-  void* dx;
+  const T *dy, *x;
+  const T* w;  // null: no weight
+  const T *mean, *rstd;
+  T* dx;
   std::int64_t n;
 };
 
@@ -142,32 +141,27 @@ AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double
 // first (full-width vector adds), then added into the float64 sums.
 // `scratch` holds 4 n values of T.
 template <typename T, bool kWeight>
-AG_ALWAYS_INLINE void backward_rows(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
-                                    T* scratch) {
+AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
+                                    double* db, T* scratch) {
   constexpr std::int64_t kGroup = 8;
   const std::int64_t n = io.n;
-  const T* dys = static_cast<const T*>(io.dy);
-  const T* xs = static_cast<const T*>(io.x);
-  const T* means = static_cast<const T*>(io.mean);
-  const T* rstds = static_cast<const T*>(io.rstd);
-  T* dxs = static_cast<T*>(io.dx);
   T *xhat = scratch, *dxhat_scratch = scratch + n, *dw_group = scratch + 2 * n, *db_group = scratch + 3 * n;
   for (std::int64_t g0 = r0; g0 < r1; g0 += kGroup) {
     std::fill(dw_group, dw_group + n, T(0));
     std::fill(db_group, db_group + n, T(0));
     for (std::int64_t r = g0; r < std::min(r1, g0 + kGroup); ++r) {
-      const T* dy = dys + r * n;
-      const T rs = rstds[r];
-      normalise_and_gather(n, xs + r * n, dy, means[r], rs, xhat, dw_group, db_group);
+      const T* dy = io.dy + r * n;
+      const T rs = io.rstd[r];
+      normalise_and_gather(n, io.x + r * n, dy, io.mean[r], rs, xhat, dw_group, db_group);
       const T* dxhat = dy;
       if constexpr (kWeight) {
-        scale_by(n, dy, static_cast<const T*>(io.w), dxhat_scratch);
+        scale_by(n, dy, io.w, dxhat_scratch);
         dxhat = dxhat_scratch;
       }
-      const auto mean_dxhat = static_cast<T>(lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]); }) / n);
-      const auto mean_dxhat_xhat =
-          static_cast<T>(lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; }) / n);
-      input_gradient(n, dxhat, xhat, rs, mean_dxhat, mean_dxhat_xhat, dxs + r * n);
+      const double sum_dxhat = lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]); });
+      const double sum_dxhat_xhat = lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(dxhat[i]) * xhat[i]; });
+      input_gradient(n, dxhat, xhat, rs, static_cast<T>(sum_dxhat / n), static_cast<T>(sum_dxhat_xhat / n),
+                     io.dx + r * n);
     }
     add_into(n, dw_group, dw);
     add_into(n, db_group, db);
@@ -175,25 +169,25 @@ AG_ALWAYS_INLINE void backward_rows(const BackwardRows& io, std::int64_t r0, std
 }
 
 template <typename T>
-AG_ALWAYS_INLINE void backward_rows(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
-                                    T* scratch) {
+AG_ALWAYS_INLINE void backward_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
+                                    double* db, T* scratch) {
   if (io.w)
-    backward_rows<T, true>(io, r0, r1, dw, db, scratch);
+    gradient_rows<T, true>(io, r0, r1, dw, db, scratch);
   else
-    backward_rows<T, false>(io, r0, r1, dw, db, scratch);
+    gradient_rows<T, false>(io, r0, r1, dw, db, scratch);
 }
 
-AG_SIMD_CLONES void backward_rows_f32(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw,
+AG_SIMD_CLONES void backward_rows_f32(const BackwardRows<float>& io, std::int64_t r0, std::int64_t r1, double* dw,
                                       double* db, float* scratch) {
-  backward_rows<float>(io, r0, r1, dw, db, scratch);
+  backward_rows(io, r0, r1, dw, db, scratch);
 }
-void backward_rows_of(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+void backward_rows_of(const BackwardRows<float>& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
                       float* scratch) {
   backward_rows_f32(io, r0, r1, dw, db, scratch);
 }
-void backward_rows_of(const BackwardRows& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
+void backward_rows_of(const BackwardRows<double>& io, std::int64_t r0, std::int64_t r1, double* dw, double* db,
                       double* scratch) {
-  backward_rows<double>(io, r0, r1, dw, db, scratch);
+  backward_rows(io, r0, r1, dw, db, scratch);
 }
 
 }  // namespace
@@ -233,7 +227,7 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, c
   std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
 
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
-    const BackwardRows io{dy.data<scalar_t>(),
+    const BackwardRows<scalar_t> io{dy.data<scalar_t>(),
                           x.data<scalar_t>(),
                           weight.defined() ? weight.data<scalar_t>() : nullptr,
                           mean.data<scalar_t>(),
