@@ -32,6 +32,43 @@ TEST_CASE("a tensor used twice receives both contributions", "[autograd]") {
   CHECK(x.grad().item() == Approx(39));
 }
 
+// The engine keeps a leaf's first gradient without a copy when nothing else
+// can reach its memory (accumulate_into_leaf); here every way something else can.
+TEST_CASE("a leaf's .grad never shares memory with another tensor", "[autograd]") {
+  auto shares = [](const Tensor& a, const Tensor& b) { return a.storage() == b.storage(); };
+  Tensor a = from<double>({1, 2, 3}, {3}), b = from<double>({4, 5, 6}, {3});
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  const Tensor dy = from<double>({1, 10, 100}, {3});
+  backward(a + b, dy);  // add's backward hands the caller's dy to both inputs
+  CHECK_FALSE(shares(a.grad(), b.grad()));
+  CHECK_FALSE(shares(a.grad(), dy));
+  CHECK_FALSE(shares(b.grad(), dy));
+  kernels::fill_(a.grad(), 0.0);
+  CHECK(b.grad().to_vector<double>() == std::vector<double>{1, 10, 100});
+  CHECK(dy.to_vector<double>() == std::vector<double>{1, 10, 100});
+
+  // A leaf as the root: its gradient is the caller's tensor.
+  Tensor x = from<double>({1, 2}, {2});
+  x.set_requires_grad(true);
+  const Tensor g = from<double>({3, 4}, {2});
+  backward(x, g);
+  CHECK_FALSE(shares(x.grad(), g));
+
+  // A gradient computed for this leaf alone (mul's g * 3) may be kept as it is;
+  // later gradients still add into it, not into whatever made it.
+  Tensor w = from<double>({1, 2}, {2});
+  w.set_requires_grad(true);
+  const Tensor out = w * 3.0;
+  backward(out, g);
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{9, 12});
+  CHECK_FALSE(shares(w.grad(), g));
+  CHECK_FALSE(shares(w.grad(), out));
+  backward(w * 2.0, g);
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{15, 20});
+  CHECK(g.to_vector<double>() == std::vector<double>{3, 4});
+}
+
 TEST_CASE("backward with an explicit gradient, non-scalar needs one", "[autograd][errors]") {
   Tensor x = leaf({2, 3});
   Tensor y = x * 2.0;
