@@ -1,5 +1,6 @@
-// Single-op cases: matmul, softmax, layer_norm, cross_entropy, through the
-// differentiable ops users call (autograd/ops.h), float32 on the CPU.
+// Single-op cases: matmul, softmax, layer_norm, cross_entropy, and the GPT
+// step's GELU and bias-gradient sum, through the differentiable ops users call
+// (autograd/ops.h), float32 on the CPU.
 //
 // FLOP counts per iteration (a convention: one FLOP per add, multiply, max or
 // exp; the same formulas are in bench/torch_reference.py):
@@ -10,10 +11,14 @@
 //                                   bwd 11 N C (dy*w 1, two row sums 3, dx 4, dw 2, db 1)
 //   cross_entropy, N rows of V      fwd 4 N V (max, sub, exp, sum)
 //                                   bwd 3 N V (sub, exp, scale; the one-hot subtraction is per row)
+//   gelu over n elements            fwd 9 n (x^3 2, c x^3 + x 2, scale 1, exp 1, 1 + e 1, divide 1, x s 1)
+//                                   bwd 18 n (s again 8, then s + 2 x s (1 - s) k (1 + 3 c x^2) 9, dy * 1)
+//   sum over the N rows of (N, C)   N C
 // Bytes per iteration are the compulsory float32 traffic: each input read once
 // and each output written once (4 bytes an element), not what the caches see:
 //   matmul 4 (MK + KN + MN); softmax fwd 8 R n, bwd 12 R n (reads y, dy; writes dx);
-//   layer_norm fwd 8 N C, bwd 12 N C; cross_entropy fwd 4 N V, bwd 8 N V.
+//   layer_norm fwd 8 N C, bwd 12 N C; cross_entropy fwd 4 N V, bwd 8 N V;
+//   gelu fwd 8 n, bwd 12 n; sum 4 N C + 4 C.
 // A "_fwdbwd" case counts fwd + bwd.
 #include <algorithm>
 #include <cmath>
@@ -155,9 +160,51 @@ void cross_entropy_case(benchmark::State& state, std::int64_t N, std::int64_t V,
   set_counters(state, backward_too ? 7 * n : 4 * n, backward_too ? 12 * n : 4 * n);
 }
 
+// ---- gelu and the bias gradient --------------------------------------------------------
+
+// GELU (tanh form) over (N, C).
+void gelu_case(benchmark::State& state, std::int64_t N, std::int64_t C, bool backward_too) {
+  const Tensor x = random_input({N, C}, 10, 1.0, backward_too);  // (N, C)
+  const Tensor dy = random_input({N, C}, 11);                     // (N, C)
+  {
+    Tensor y = gelu(x);
+    Tensor rx = x.detach();
+    if (backward_too) rx.set_requires_grad(true);
+    Tensor ref = reference::gelu(rx);
+    if (!check_close(state, "gelu", y, ref)) return;
+    if (backward_too) {
+      backward(y, dy);
+      backward(ref, dy);
+      if (!check_close(state, "gelu dx", x.grad(), rx.grad())) return;
+    }
+  }
+  for (auto _ : state) {
+    x.set_grad(Tensor());
+    Tensor y = gelu(x);
+    if (backward_too) backward(y, dy);
+    benchmark::DoNotOptimize(y.raw_data());
+  }
+  const double n = static_cast<double>(N * C);
+  set_counters(state, backward_too ? 27 * n : 9 * n, backward_too ? 20 * n : 8 * n);
+}
+
+// A Linear's bias gradient: the sum of the output gradient (N, C) over its rows.
+void sum_rows_case(benchmark::State& state, std::int64_t N, std::int64_t C) {
+  const Tensor g = random_input({N, C}, 12);  // (N, C)
+  {
+    const Tensor want = to(sum(to(g, DType::f64), {0}), DType::f32);
+    if (!check_close(state, "sum over rows", sum(g, {0}), want)) return;
+  }
+  for (auto _ : state) {
+    Tensor s = sum(g, {0});
+    benchmark::DoNotOptimize(s.raw_data());
+  }
+  set_counters(state, static_cast<double>(N * C), 4.0 * static_cast<double>(N * C + C));
+}
+
 // Case names: matmul/<n> (square), matmul/proj/<shape> ((B*T, C) @ (C, C)),
 // softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
-// cross_entropy_{fwd,fwdbwd}/<gpt|V8192>.
+// cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
 const bool registered = [] {
   for (std::int64_t n : {256, 512, 1024, 2048}) {
     register_case("matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
@@ -179,7 +226,11 @@ const bool registered = [] {
                   [bwd](benchmark::State& st) { cross_entropy_case(st, 4096, 65, bwd); });
     register_case("cross_entropy" + suffix + "V8192",
                   [bwd](benchmark::State& st) { cross_entropy_case(st, 1024, 8192, bwd); });
+    // The toy GPT's MLP: 4096 tokens, 4 x 128 wide.
+    register_case("gelu" + suffix + "gpt", [bwd](benchmark::State& st) { gelu_case(st, 4096, 512, bwd); });
   }
+  // The toy GPT's widest bias gradient, its qkv projection's: 4096 tokens, 3 x 128.
+  register_case("sum_rows/gpt", [](benchmark::State& st) { sum_rows_case(st, 4096, 384); });
   return true;
 }();
 

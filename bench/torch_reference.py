@@ -367,6 +367,28 @@ def layer_norm_case(N, C, backward_too):
     return step, (19 if backward_too else 8) * n, (20 if backward_too else 8) * n, None
 
 
+def gelu_case(N, C, backward_too):
+    x = randn(N, C, seed=10, requires_grad=backward_too)
+    dy = randn(N, C, seed=11)
+    check_close("gelu", F.gelu(x, approximate="tanh"), F.gelu(x.double(), approximate="tanh"))
+
+    def step():
+        x.grad = None
+        y = F.gelu(x, approximate="tanh")
+        if backward_too:
+            y.backward(dy)
+        return y
+
+    n = float(N * C)
+    return step, (27 if backward_too else 9) * n, (20 if backward_too else 8) * n, None
+
+
+def sum_rows_case(N, C):
+    g = randn(N, C, seed=12)
+    check_close("sum over rows", g.sum(0), g.double().sum(0))
+    return (lambda: g.sum(0)), float(N * C), 4.0 * (N * C + C), None
+
+
 def cross_entropy_case(N, V, backward_too):
     logits = randn(N, V, seed=9, requires_grad=backward_too)
     targets = torch.tensor([(i * 7919) % V for i in range(N)])
@@ -410,6 +432,8 @@ def all_cases():
         cases.append(("layer_norm" + suffix + "gpt", lambda bwd=bwd: layer_norm_case(4096, 128, bwd)))
         cases.append(("cross_entropy" + suffix + "gpt", lambda bwd=bwd: cross_entropy_case(4096, 65, bwd)))
         cases.append(("cross_entropy" + suffix + "V8192", lambda bwd=bwd: cross_entropy_case(1024, 8192, bwd)))
+        cases.append(("gelu" + suffix + "gpt", lambda bwd=bwd: gelu_case(4096, 512, bwd)))
+    cases.append(("sum_rows/gpt", lambda: sum_rows_case(4096, 384)))
     return cases
 
 
