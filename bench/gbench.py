@@ -18,3 +18,16 @@ def exact_filter(key):
     """A --benchmark_filter for the case with this key alone: its name, then an attribute or the
     end (gpt_step, not gpt_step/compiled)."""
     return "^" + re.escape(key) + f"(/({'|'.join(VALUED + FLAGS)})|$)"
+
+
+def times_ms(benchmarks, field="real_time"):
+    """{case: [ms per repetition]} from Google Benchmark's iteration rows; aggregates (_median, ...)
+    and runs that reported an error (their times mean nothing) are skipped. field: "real_time" or
+    "cpu_time"."""
+    times = {}
+    for row in benchmarks:
+        if row.get("run_type", "iteration") != "iteration" or row.get("error_occurred"):
+            continue
+        times.setdefault(case_key(row.get("run_name", row["name"])), []).append(
+            row[field] * TO_MS[row.get("time_unit", "ns")])
+    return times
