@@ -34,20 +34,34 @@ constexpr std::int64_t kSumLanes = 16;
 
 // ---- forward ---------------------------------------------------------------------
 
+// What the forward reads and writes; w and b are null when not given.
+template <typename T>
 struct ForwardRows {
+  const T *x, *w, *b;
+  T *y, *mean, *rstd;
   std::int64_t n;
   double eps;
 };
 
+// One row's y = (x - mu) * rstd * w + b. Like every loop over a row here, it
+// takes its pointers as __restrict parameters (see the backward's below).
+template <typename T, bool kWeight, bool kBias>
+AG_ALWAYS_INLINE void normalise_row(std::int64_t n, const T* __restrict x, T mu, T rstd, const T* __restrict w,
+                                    const T* __restrict b, T* __restrict y) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    T v = (x[i] - mu) * rstd;
+    if constexpr (kWeight) v *= w[i];
+    if constexpr (kBias) v += b[i];
+    y[i] = v;
+  }
+}
+
 // Rows [r0, r1): y, and each row's mean and rstd. kWeight, kBias: whether w, b are given.
 template <typename T, bool kWeight, bool kBias>
-AG_ALWAYS_INLINE void normalise_rows(const T* __restrict xs, const T* __restrict w, const T* __restrict b,
-                                     ForwardRows shape, std::int64_t r0, std::int64_t r1, T* __restrict ys,
-                                     T* __restrict means, T* __restrict rstds) {
-  const std::int64_t n = shape.n;
+AG_ALWAYS_INLINE void normalise_rows(const ForwardRows<T>& io, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t n = io.n;
   for (std::int64_t r = r0; r < r1; ++r) {
-    const T* __restrict x = xs + r * n;
-    T* __restrict y = ys + r * n;
+    const T* x = io.x + r * n;
     // Two passes (mean, then squared deviations): the one-pass E[x^2] - E[x]^2
     // cancels catastrophically when the mean is large against the spread.
     const double mean = lane_sum<kSumLanes>(n, [&](std::int64_t i) { return double(x[i]); }) / n;
@@ -56,51 +70,37 @@ AG_ALWAYS_INLINE void normalise_rows(const T* __restrict xs, const T* __restrict
                          return d * d;
                        }) / n;
     const auto mu = static_cast<T>(mean);
-    const auto rstd = static_cast<T>(1.0 / std::sqrt(var + shape.eps));
-    means[r] = mu;
-    rstds[r] = rstd;
-    for (std::int64_t i = 0; i < n; ++i) {
-      T v = (x[i] - mu) * rstd;
-      if constexpr (kWeight) v *= w[i];
-      if constexpr (kBias) v += b[i];
-      y[i] = v;
-    }
+    const auto rstd = static_cast<T>(1.0 / std::sqrt(var + io.eps));
+    io.mean[r] = mu;
+    io.rstd[r] = rstd;
+    normalise_row<T, kWeight, kBias>(n, x, mu, rstd, io.w, io.b, io.y + r * n);
   }
 }
 
 template <typename T>
-AG_ALWAYS_INLINE void forward_rows(const T* xs, const T* w, const T* b, ForwardRows shape, std::int64_t r0,
-                                   std::int64_t r1, T* ys, T* means, T* rstds) {
-  if (w && b)
-    normalise_rows<T, true, true>(xs, w, b, shape, r0, r1, ys, means, rstds);
-  else if (w)
-    normalise_rows<T, true, false>(xs, w, b, shape, r0, r1, ys, means, rstds);
-  else if (b)
-    normalise_rows<T, false, true>(xs, w, b, shape, r0, r1, ys, means, rstds);
+AG_ALWAYS_INLINE void forward_rows(const ForwardRows<T>& io, std::int64_t r0, std::int64_t r1) {
+  if (io.w && io.b)
+    normalise_rows<T, true, true>(io, r0, r1);
+  else if (io.w)
+    normalise_rows<T, true, false>(io, r0, r1);
+  else if (io.b)
+    normalise_rows<T, false, true>(io, r0, r1);
   else
-    normalise_rows<T, false, false>(xs, w, b, shape, r0, r1, ys, means, rstds);
+    normalise_rows<T, false, false>(io, r0, r1);
 }
 
-AG_SIMD_CLONES void forward_rows_f32(const float* xs, const float* w, const float* b, ForwardRows shape,
-                                     std::int64_t r0, std::int64_t r1, float* ys, float* means, float* rstds) {
-  forward_rows(xs, w, b, shape, r0, r1, ys, means, rstds);
+AG_SIMD_CLONES void forward_rows_f32(const ForwardRows<float>& io, std::int64_t r0, std::int64_t r1) {
+  forward_rows(io, r0, r1);
 }
-void forward_rows_of(const float* xs, const float* w, const float* b, ForwardRows shape, std::int64_t r0,
-                     std::int64_t r1, float* ys, float* means, float* rstds) {
-  forward_rows_f32(xs, w, b, shape, r0, r1, ys, means, rstds);
-}
-void forward_rows_of(const double* xs, const double* w, const double* b, ForwardRows shape, std::int64_t r0,
-                     std::int64_t r1, double* ys, double* means, double* rstds) {
-  forward_rows(xs, w, b, shape, r0, r1, ys, means, rstds);
-}
+void forward_rows_of(const ForwardRows<float>& io, std::int64_t r0, std::int64_t r1) { forward_rows_f32(io, r0, r1); }
+void forward_rows_of(const ForwardRows<double>& io, std::int64_t r0, std::int64_t r1) { forward_rows(io, r0, r1); }
 
 // ---- backward --------------------------------------------------------------------
 
+// What the backward reads and writes; w is null when not given.
 template <typename T>
 struct BackwardRows {
-  const T *dy, *x;
-  const T* w;  // null: no weight
-  const T *mean, *rstd;
+  const T *dy, *x, *w, *mean, *rstd;
   T* dx;
   std::int64_t n;
 };
@@ -200,13 +200,16 @@ kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weigh
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
-    const scalar_t* xs = x.data<scalar_t>();
-    const scalar_t* w = weight.defined() ? weight.data<scalar_t>() : nullptr;
-    const scalar_t* b = bias.defined() ? bias.data<scalar_t>() : nullptr;
-    scalar_t *ys = out.y.data<scalar_t>(), *means = out.mean.data<scalar_t>(), *rstds = out.rstd.data<scalar_t>();
-    parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
-      forward_rows_of(xs, w, b, ForwardRows{n, eps}, begin, end, ys, means, rstds);
-    });
+    const ForwardRows<scalar_t> io{x.data<scalar_t>(),
+                                   weight.defined() ? weight.data<scalar_t>() : nullptr,
+                                   bias.defined() ? bias.data<scalar_t>() : nullptr,
+                                   out.y.data<scalar_t>(),
+                                   out.mean.data<scalar_t>(),
+                                   out.rstd.data<scalar_t>(),
+                                   n,
+                                   eps};
+    parallel_for(0, rows, row_grain(n),
+                 [&](std::int64_t begin, std::int64_t end) { forward_rows_of(io, begin, end); });
   });
   return out;
 }
@@ -228,12 +231,12 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, c
 
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
     const BackwardRows<scalar_t> io{dy.data<scalar_t>(),
-                          x.data<scalar_t>(),
-                          weight.defined() ? weight.data<scalar_t>() : nullptr,
-                          mean.data<scalar_t>(),
-                          rstd.data<scalar_t>(),
-                          grads.dx.data<scalar_t>(),
-                          n};
+                                    x.data<scalar_t>(),
+                                    weight.defined() ? weight.data<scalar_t>() : nullptr,
+                                    mean.data<scalar_t>(),
+                                    rstd.data<scalar_t>(),
+                                    grads.dx.data<scalar_t>(),
+                                    n};
     parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
       std::vector<scalar_t> scratch(4 * n);
       for (std::int64_t block = block_begin; block < block_end; ++block)

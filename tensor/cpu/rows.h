@@ -15,8 +15,8 @@
 
 namespace attograd::cpu {
 
-// Sum of term(i) over [0, n), accumulated in float64 in kLanes lanes. Sixteen
-// lanes are two AVX-512 registers of doubles, so two dependency chains.
+// Sum of term(i) over [0, n), accumulated in float64 in kLanes lanes (each
+// lane count groups the sum its own way, so a kernel keeps the one it has).
 template <std::int64_t kLanes = 8, typename Term>
 AG_ALWAYS_INLINE double lane_sum(std::int64_t n, Term term) {
   double acc[kLanes] = {};
