@@ -450,14 +450,36 @@ struct Panel {
   std::int64_t ld;
 };
 
+// Rows that are not back to back (a packed (B, T, 3C) projection's q, k and
+// v rows are 3C apart, as MultiHeadAttention attends them) are slower to read
+// again and again than compact ones: at the L shape (T = 1024, rows 6 KiB
+// apart) the fused forward took 1.25x and the backward 1.3x their time on
+// contiguous q, k, v, the forward's extra time mostly spent waiting on the
+// software prefetches of the next tile's rows. A head's rows are read once
+// per tile of the other side, so copying them compact first pays on long
+// heads, and costs on short ones, where each row is read only a few times:
+// copying from 512 rows up gained 2-16% at T = 512 and 1024 (D = 32 and
+// 64), and copying all lengths lost 3-10% at T = 64, 128 and 256 (probes at
+// one thread, this project's Ice Lake VM).
+constexpr std::int64_t kCopyStridedFromRows = 512;
+
+// Whether n rows ld apart are read where they lie, when each tile of
+// other_rows rows (the queries to keys and values, the keys to queries) reads
+// them once: D a multiple of the vector width, no padding rows, and the rows
+// back to back or read only a few times.
+AG_ALWAYS_INLINE bool read_in_place(std::int64_t ld, std::int64_t n, std::int64_t n_padded, std::int64_t D,
+                                    std::int64_t Dp, std::int64_t other_rows) {
+  return D == Dp && n == n_padded && (ld == Dp || n <= 1 || other_rows < kCopyStridedFromRows);
+}
+
 // Rows [t0, t0 + n) of (b, h), readable as n_padded rows of Dp values: the
-// tensor itself when that is already so (D a multiple of the vector width,
-// no padding rows), else a copy in `scratch`, zero-padded.
+// tensor itself when read_in_place (other_rows as there), else a copy in
+// `scratch`, zero-padded.
 template <typename T>
 AG_ALWAYS_INLINE Panel<T> rows_panel(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
                                      std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t Dp,
-                                     T* __restrict scratch) {
-  if (D == Dp && n == n_padded) return {x.row(b, h, t0), x.st};
+                                     std::int64_t other_rows, T* __restrict scratch) {
+  if (read_in_place(x.st, n, n_padded, D, Dp, other_rows)) return {x.row(b, h, t0), x.st};
   for (std::int64_t r = 0; r < n; ++r) {
     const T* __restrict src = x.row(b, h, t0 + r);
     std::copy(src, src + D, scratch + r * Dp);
@@ -713,19 +735,78 @@ struct ForwardOutputs {
   T* weights;  // (B, H, Tq, Tk), or nullptr
 };
 
+// The keys and values of one head, rows [0, rows) copied compact (Dp wide,
+// zero-padded), for a forward that would otherwise copy them tile by tile:
+// query blocks of a head each read every key tile up to their diagonal, so
+// one copy per head replaces about Tk / 128 copies per tile. A thread keeps
+// the head of its last task and extends it a tile at a time, as its tasks
+// reach further keys (it takes a head's blocks in a row, mostly).
+template <typename T>
+struct HeadRows {
+  std::int64_t b = -1, h = -1, rows = 0;
+  Scratch<T> k, v;  // (round_up(Tk, kBlockK), Dp)
+};
+
+// Whether HeadRows pays: keys or values that are not read in place (padded,
+// or strided on a long head), and small enough to keep per thread.
+constexpr std::int64_t kHeadRowsMaxBytes = 16 << 20;
+template <typename T>
+bool use_head_rows(const Problem<T>& P, std::int64_t Dp) {
+  const bool in_place =
+      read_in_place(P.k.st, P.Tk, P.Tk, P.D, Dp, P.Tq) && read_in_place(P.v.st, P.Tk, P.Tk, P.D, Dp, P.Tq);
+  return !in_place && 2 * round_up(P.Tk, kBlockK) * Dp * std::int64_t(sizeof(T)) <= kHeadRowsMaxBytes;
+}
+
+// Makes `head` hold (b, h)'s rows [0, end), end <= round_up(Tk, kBlockK);
+// rows at Tk and past are zeros.
+template <typename T>
+AG_ALWAYS_INLINE void hold_head_rows(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t end,
+                                     std::int64_t Dp, HeadRows<T>& head) {
+  if (head.b != b || head.h != h) head.b = b, head.h = h, head.rows = 0;
+  const std::int64_t D = P.D;
+  for (std::int64_t r = head.rows; r < end; ++r)
+    for (auto [src, dst] : {std::pair{&P.k, head.k.data()}, std::pair{&P.v, head.v.data()}}) {
+      T* __restrict out = dst + r * Dp;
+      if (r < P.Tk) {
+        const T* __restrict in = src->row(b, h, r);
+        std::copy(in, in + D, out);
+        std::fill(out + D, out + Dp, T(0));
+      } else {
+        std::fill(out, out + Dp, T(0));
+      }
+    }
+  head.rows = std::max(head.rows, end);
+}
+
 // Scratch of one thread. Dp is D rounded up to the vector width.
 template <typename T>
 struct ForwardScratch {
   Scratch<T> qt;             // (D, kBlockQ) scale * queries of the block, transposed
-  Scratch<T> k, v;           // (kBlockK, Dp) keys and values of a tile, when they need padding
+  Scratch<T> k, v;           // (kBlockK, Dp) keys and values of a tile, when not read_in_place
+  HeadRows<T> head;          // when use_head_rows
   Scratch<T> s;              // (kBlockK, kBlockQ) S^T, then P^T
   Scratch<T> z;              // (kBlockK, kBlockQ) dropout factors
   Scratch<T> acc;            // (kBlockQ, Dp) unnormalised output
   Scratch<T> m, l, rescale;  // (kBlockQ) running max and sum of exp(s - m); exp(m_old - m_new)
   Scratch<T> shift, z_row;   // (kBlockQ), (kBlockK)
-  ForwardScratch(std::int64_t D, std::int64_t Dp)
-      : qt(D * kBlockQ), k(kBlockK * Dp), v(kBlockK * Dp), s(kBlockK * kBlockQ), z(kBlockK * kBlockQ),
-        acc(kBlockQ * Dp), m(kBlockQ), l(kBlockQ), rescale(kBlockQ), shift(kBlockQ), z_row(kBlockK) {}
+  bool from_head;
+  ForwardScratch(const Problem<T>& P, std::int64_t Dp)
+      : qt(P.D * kBlockQ), k(kBlockK * Dp), v(kBlockK * Dp), s(kBlockK * kBlockQ), z(kBlockK * kBlockQ),
+        acc(kBlockQ * Dp), m(kBlockQ), l(kBlockQ), rescale(kBlockQ), shift(kBlockQ), z_row(kBlockK),
+        from_head(use_head_rows(P, Dp)) {
+    if (from_head) head.k.resize(round_up(P.Tk, kBlockK) * Dp), head.v.resize(round_up(P.Tk, kBlockK) * Dp);
+  }
+  // Keys (or values) [j0, j0 + nk) as rows_panel gives them, from `head` when from_head.
+  Panel<T> keys(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
+                std::int64_t n_padded, std::int64_t Dp) {
+    if (from_head) return {head.k.data() + j0 * Dp, Dp};
+    return rows_panel(P.k, b, h, j0, nk, n_padded, P.D, Dp, P.Tq, k.data());
+  }
+  Panel<T> values(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
+                  std::int64_t Dp) {
+    if (from_head) return {head.v.data() + j0 * Dp, Dp};
+    return rows_panel(P.v, b, h, j0, nk, nk, P.D, Dp, P.Tq, v.data());
+  }
 };
 
 // One key tile of the online softmax, over its score tile s (keys c < nk,
@@ -826,16 +907,19 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
-    // The next tile's keys and values, a few rows after each row group of this tile's two products.
-    const std::int64_t next_nk = std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
+    if (w.from_head) hold_head_rows(P, b, h, j0 + nkp, Dp, w.head);
+    // The next tile's keys and values, a few rows after each row group of this tile's two
+    // products, unless w.head holds them already.
+    const bool next_held = w.from_head && w.head.rows >= std::min(j0 + 2 * kBlockK, key_end);
+    const std::int64_t next_nk = next_held ? 0 : std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
     PrefetchQueue<T> next_tile(D);
     next_tile.add(P.k, b, h, j0 + kBlockK, next_nk);
     next_tile.add(P.v, b, h, j0 + kBlockK, next_nk);
     next_tile.pace(nkp / MR + nqp / MR);
     auto prefetch_next_tile = [&next_tile] { next_tile.template step<kNextTileLocality>(); };
     successor.request((successor.rows() + tiles - 1) / tiles);
-    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
-    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nk, D, Dp, w.v.data());
+    const Panel<T> k = w.keys(P, b, h, j0, nk, nkp, Dp);
+    const Panel<T> v = w.values(P, b, h, j0, nk, Dp);
     product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
                                       prefetch_next_tile);  // S^T
     hide_causal<kKeyRows>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
@@ -872,7 +956,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = P.diagonal(i0, j0);
-    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
+    const Panel<T> k = w.keys(P, b, h, j0, nk, nkp, Dp);
     product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag);
     hide_causal<kKeyRows>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
@@ -898,7 +982,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
 // dear.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void forward_tasks(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
-  ForwardScratch<T> scratch(P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
+  ForwardScratch<T> scratch(P, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
   const std::int64_t blocks = (P.Tq + kBlockQ - 1) / kBlockQ;
   auto first_query = [&](std::int64_t task) {
     const std::int64_t n = task % blocks;
@@ -932,11 +1016,11 @@ struct BackwardIo {
 // rounded up to whole query blocks.
 template <typename T>
 struct BackwardScratch {
-  Scratch<T> q, dout;       // (Tp, Dp) rows of q and do, when they need padding
+  Scratch<T> q, dout;       // (Tp, Dp) rows of q and do, when not read_in_place
   Scratch<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
   Scratch<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
   Scratch<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed
-  Scratch<T> k;             // (kBlockK, Dp) keys of a tile, when they need padding
+  Scratch<T> k;             // (kBlockK, Dp) keys of a tile, when not read_in_place
   Scratch<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
   Scratch<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
   BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp)
@@ -1005,10 +1089,12 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   }
   // Queries are rows of the score tiles, so q and do are read in whole row groups (zero padding rows).
   const std::int64_t Tqp = round_up(Tq, MR);
-  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, w.q.data());
-  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, w.dout.data());
+  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
+  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
   // dq goes straight into the output when its rows are as the micro-kernel
-  // writes them (Dp wide, no padding rows), ld_dq apart.
+  // writes them (Dp wide, no padding rows), however far apart they are:
+  // accumulating in scratch and copying out gained nothing clear, and with
+  // the copies of q and do it lost on short heads.
   const bool dq_direct = D == Dp && Tq == Tqp;
   T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
   const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
@@ -1031,7 +1117,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
     pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
     pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
-    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, w.k.data());
+    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
     const bool dkv_direct = D == Dp && nk == nkp;
     T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
     T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
