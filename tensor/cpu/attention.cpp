@@ -737,10 +737,11 @@ struct ForwardOutputs {
 
 // The keys and values of one head, rows [0, rows) copied compact (Dp wide,
 // zero-padded), for a forward that would otherwise copy them tile by tile:
-// query blocks of a head each read every key tile up to their diagonal, so
-// one copy per head replaces about Tk / 128 copies per tile. A thread keeps
-// the head of its last task and extends it a tile at a time, as its tasks
-// reach further keys (it takes a head's blocks in a row, mostly).
+// each query block of a head reads every key tile up to its diagonal, so
+// copies per tile and block copy each key about Tq / 128 times, and HeadRows
+// once per thread that takes the head. A thread keeps the head of its last
+// task and extends it a tile at a time, as its tasks reach further keys (it
+// takes a head's blocks in a row, mostly).
 template <typename T>
 struct HeadRows {
   std::int64_t b = -1, h = -1, rows = 0;
