@@ -380,7 +380,9 @@ TEST_CASE("attention: attention_packed equals attention on the views of qkv, for
     double dropout;
     bool transposed;
   };
-  // q, k, v rows are 3 H D apart: heads this short are read in place, except
+  // D = 16 or 32 with T a multiple of 16 write the gradient rows in place (every
+  // instruction set's vector width divides them); the others go through scratch rows.
+  // q, k, v rows are 3 H D apart: heads this short are also read in place, except
   // where D needs padding. The next test covers long heads, whose rows are
   // copied compact, and compares the paths bit for bit.
   const Case cases[] = {

@@ -472,6 +472,19 @@ AG_ALWAYS_INLINE bool read_in_place(std::int64_t ld, std::int64_t n, std::int64_
   return D == Dp && n == n_padded && (ld == Dp || n <= 1 || other_rows < kCopyStridedFromRows);
 }
 
+// out (n_padded, Dp) = rows [t0, t0 + n) of (b, h), zero-padded.
+template <typename T>
+AG_ALWAYS_INLINE void copy_compact(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
+                                   std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t Dp,
+                                   T* __restrict out) {
+  for (std::int64_t r = 0; r < n; ++r) {
+    const T* __restrict src = x.row(b, h, t0 + r);
+    std::copy(src, src + D, out + r * Dp);
+    std::fill(out + r * Dp + D, out + (r + 1) * Dp, T(0));
+  }
+  std::fill(out + n * Dp, out + n_padded * Dp, T(0));
+}
+
 // Rows [t0, t0 + n) of (b, h), readable as n_padded rows of Dp values: the
 // tensor itself when read_in_place (other_rows as there), else a copy in
 // `scratch`, zero-padded.
@@ -480,12 +493,7 @@ AG_ALWAYS_INLINE Panel<T> rows_panel(const Rows<T>& x, std::int64_t b, std::int6
                                      std::int64_t n, std::int64_t n_padded, std::int64_t D, std::int64_t Dp,
                                      std::int64_t other_rows, T* __restrict scratch) {
   if (read_in_place(x.st, n, n_padded, D, Dp, other_rows)) return {x.row(b, h, t0), x.st};
-  for (std::int64_t r = 0; r < n; ++r) {
-    const T* __restrict src = x.row(b, h, t0 + r);
-    std::copy(src, src + D, scratch + r * Dp);
-    std::fill(scratch + r * Dp + D, scratch + (r + 1) * Dp, T(0));
-  }
-  std::fill(scratch + n * Dp, scratch + n_padded * Dp, T(0));
+  copy_compact(x, b, h, t0, n, n_padded, D, Dp, scratch);
   return {scratch, Dp};
 }
 
@@ -764,19 +772,11 @@ template <typename T>
 AG_ALWAYS_INLINE void hold_head_rows(const Problem<T>& P, std::int64_t b, std::int64_t h, std::int64_t end,
                                      std::int64_t Dp, HeadRows<T>& head) {
   if (head.b != b || head.h != h) head.b = b, head.h = h, head.rows = 0;
-  const std::int64_t D = P.D;
-  for (std::int64_t r = head.rows; r < end; ++r)
-    for (auto [src, dst] : {std::pair{&P.k, head.k.data()}, std::pair{&P.v, head.v.data()}}) {
-      T* __restrict out = dst + r * Dp;
-      if (r < P.Tk) {
-        const T* __restrict in = src->row(b, h, r);
-        std::copy(in, in + D, out);
-        std::fill(out + D, out + Dp, T(0));
-      } else {
-        std::fill(out, out + Dp, T(0));
-      }
-    }
-  head.rows = std::max(head.rows, end);
+  if (end <= head.rows) return;
+  const std::int64_t t0 = head.rows, n = std::max<std::int64_t>(0, std::min(end, P.Tk) - t0);
+  copy_compact(P.k, b, h, t0, n, end - t0, P.D, Dp, head.k.data() + t0 * Dp);
+  copy_compact(P.v, b, h, t0, n, end - t0, P.D, Dp, head.v.data() + t0 * Dp);
+  head.rows = end;
 }
 
 // Scratch of one thread. Dp is D rounded up to the vector width.
