@@ -11,6 +11,7 @@ namespace {
 
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
+std::string no_device_reason() { return "this build has no CUDA backend (ATTOGRAD_CUDA=OFF)"; }
 std::string pci_bus_id(int) { no_cuda("pci_bus_id"); }
 void* device_malloc(std::size_t, int) { no_cuda("cuda malloc"); }
 void device_free(void*, std::size_t, int) {}

@@ -1,6 +1,8 @@
 // Device count, streams and copies for attograd. One stream per device; copies
 // are issued on it and synchronised before returning host-visible data.
 // Device memory itself is in cuda/allocator.cu.
+#include <fmt/format.h>
+
 #include <mutex>
 #include <vector>
 
@@ -12,17 +14,36 @@ namespace attograd::cuda {
 
 bool built_with_cuda() { return true; }
 
-int device_count() {
-  // No driver or no GPU is not an error here: it means "no CUDA devices".
-  static const int count = [] {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+namespace {
+struct DeviceCount {
+  int count = 0;
+  cudaError_t status = cudaSuccess;
+};
+
+// No driver or no GPU is not an error here: it means "no CUDA devices". The
+// runtime's reason is kept, since a driver older than the runtime also ends
+// here and "no device" alone would hide it.
+const DeviceCount& probe_devices() {
+  static const DeviceCount probed = [] {
+    DeviceCount d;
+    d.status = cudaGetDeviceCount(&d.count);
+    if (d.status != cudaSuccess) {
       cudaGetLastError();  // clear the sticky error
-      return 0;
+      d.count = 0;
     }
-    return n;
+    return d;
   }();
-  return count;
+  return probed;
+}
+}  // namespace
+
+int device_count() { return probe_devices().count; }
+
+std::string no_device_reason() {
+  const DeviceCount& d = probe_devices();
+  if (d.count > 0) return "";
+  if (d.status == cudaSuccess) return "the CUDA runtime counts 0 devices";
+  return fmt::format("{}: {}", cudaGetErrorName(d.status), cudaGetErrorString(d.status));
 }
 
 namespace {

@@ -12,6 +12,9 @@ namespace attograd::cuda {
 
 bool built_with_cuda();
 int device_count();  // 0 when built without CUDA or when no GPU is present
+// Why device_count() is 0, in the CUDA runtime's words ("cudaErrorNoDevice: no
+// CUDA-capable device is detected", an old driver, ...); "" when it is not.
+std::string no_device_reason();
 // The GPU's PCI address ("0000:65:00.0"): the same GPU gives the same one in
 // every process, whatever CUDA_VISIBLE_DEVICES numbers it.
 std::string pci_bus_id(int device);

@@ -26,7 +26,7 @@ namespace {
 
 bool cuda_missing() {
   if (cuda::device_count() > 0) return false;
-  WARN("skipped: no CUDA device" << (cuda::built_with_cuda() ? "" : " (this build has no CUDA backend)"));
+  WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
   return true;
 }
 // First line of every test in this file.

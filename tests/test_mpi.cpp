@@ -89,7 +89,7 @@ namespace {
 
 bool gpu_or_nccl_missing(bool need_nccl) {
   if (cuda::device_count() == 0) {
-    WARN("skipped: no CUDA device" << (cuda::built_with_cuda() ? "" : " (this build has no CUDA backend)"));
+    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
     return true;
   }
   if (need_nccl && !train::built_with_nccl()) {

@@ -162,6 +162,11 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
     CHECK(cuda.code != 0);
     CHECK_THAT(cuda.err, Catch::Contains("[--device] cuda: this build has no CUDA backend"));
     CHECK_FALSE(fs::exists(out));
+  } else if (cuda::device_count() == 0) {  // says why, in the runtime's words (an old driver, say)
+    CHECK(cuda.code != 0);
+    CHECK(std::count(cuda.err.begin(), cuda.err.end(), '\n') == 1);
+    CHECK_THAT(cuda.err, Catch::Contains("[--device] cuda: no CUDA device is present (cudaError"));
+    CHECK_FALSE(fs::exists(out));
   }
   // The other commands.
   CHECK(cli({"sample"}).code != 0);  // --ckpt is required

@@ -83,7 +83,7 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
-    AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present");
+    AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present ({})", cuda::no_device_reason());
   }
 }
 
