@@ -12,6 +12,8 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +33,7 @@
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/commands.h"
+#include "train/metrics.h"
 #include "train/model.h"
 #include "train/run_directory.h"
 #include "train/safetensors.h"
@@ -358,7 +361,10 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
       {"rng not JSON", set_meta("rng", "x"), "malformed checkpoint metadata"},
       {"rng seed a string", set_meta("rng", R"({"dropout_seed": "1", "dropout_offset": 0})"), "dropout_seed"},
       {"optimizer unknown", set_meta("optimizer", R"({"name": "adam", "step_count": 1})"), "unknown optimizer 'adam'"},
-      {"optimizer negative steps", set_meta("optimizer", R"({"name": "adamw", "step_count": -1})"), "negative"},
+      {"optimizer negative steps", set_meta("optimizer", R"({"name": "adamw", "step_count": -1})"),
+       "step_count -1 is not in [0, the checkpoint's step"},
+      {"optimizer steps past the step", set_meta("optimizer", R"({"name": "adamw", "step_count": 9223372036854775807})"),
+       "step_count 9223372036854775807 is not in [0"},
       {"optimizer fractional steps", set_meta("optimizer", R"({"name": "adamw", "step_count": 1.5})"),
        "integer step_count"},
       // The tensors against the model the config describes.
@@ -441,10 +447,10 @@ TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, 
 
 // ---- interrupted runs ------------------------------------------------------------------
 
-TEST_CASE("SIGINT and SIGTERM finish the step, save, exit 130 or 143, and --resume continues exactly",
+TEST_CASE("SIGINT and SIGTERM and SIGHUP finish the step, save, exit 128 + signal, and --resume continues exactly",
           "[reliability]") {
-  for (const int signo : {SIGINT, SIGTERM}) {
-    const std::string name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+  for (const int signo : {SIGINT, SIGTERM, SIGHUP}) {
+    const std::string name = signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "SIGHUP";
     INFO(name);
     TempDir tmp;
     const std::string ckpt = tmp / "a/ckpt.safetensors";
@@ -476,6 +482,90 @@ TEST_CASE("SIGINT and SIGTERM finish the step, save, exit 130 or 143, and --resu
     CHECK(straight.exit_code() == 0);
     require_same_checkpoint(ckpt, tmp / "b/ckpt.safetensors");
   }
+}
+
+// ---- the run directory: never another run's files -----------------------------------------
+
+TEST_CASE("a run directory holding another run is refused, one in use is locked, the default is numbered",
+          "[reliability]") {
+  TempDir tmp;
+  const fs::path dir = tmp / "run";
+  const std::string ckpt = (dir / "ckpt.safetensors").string();
+  REQUIRE(cli(tiny_run(dir.string(), 2)).code == 0);
+  const std::string checkpoint = file_text(ckpt), metrics = file_text(dir / "metrics.jsonl");
+
+  // A new run into it: refused, and nothing of the old run touched.
+  const CliResult again = cli(tiny_run(dir.string(), 3));
+  INFO("stderr: " << again.err);
+  CHECK(again.code == 1);
+  CHECK(lines(again.err) == 1);
+  CHECK_THAT(again.err, Catch::Contains("[--out]") && Catch::Contains("holds another run's checkpoint") &&
+                            Catch::Contains("--resume " + ckpt));
+  CHECK(file_text(ckpt) == checkpoint);
+  CHECK(file_text(dir / "metrics.jsonl") == metrics);
+  // So is a run resumed from a checkpoint elsewhere.
+  REQUIRE(cli(tiny_run(tmp / "other", 2)).code == 0);
+  const CliResult elsewhere =
+      cli({"train", "--resume", tmp / "other/ckpt.safetensors", "--out", dir.string(), "--steps", "3", "--quiet"});
+  CHECK_THAT(elsewhere.err, Catch::Contains("holds another run's checkpoint"));
+  CHECK(file_text(ckpt) == checkpoint);
+
+  // While a run holds the directory's lock, a second run there (resuming it) is refused at once.
+  {
+    const int fd = ::open((dir / ".attograd.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+    const CliResult locked = cli({"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"});
+    ::close(fd);
+    CHECK(locked.code == 1);
+    CHECK_THAT(locked.err, Catch::Contains("[--out] '" + dir.string() + "' is in use by another attograd run"));
+    CHECK(file_text(ckpt) == checkpoint);
+  }
+  // Resuming it, with the lock free, continues in it.
+  CHECK(cli({"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"}).code == 0);
+  CHECK(load_checkpoint(ckpt).info.step == 3);
+
+  // A run file that is not a file is refused before any step is spent.
+  fs::create_directories(tmp / "odd/ckpt.safetensors");
+  const CliResult odd = cli(tiny_run(tmp / "odd", 2));
+  CHECK_THAT(odd.err, Catch::Contains("[--out]") && Catch::Contains("is not a regular file"));
+
+  // The default directory of a new run skips the ones holding runs.
+  CHECK(first_free_run_dir(tmp / "fresh") == tmp / "fresh");
+  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-2"));
+  fs::create_directories(dir.string() + "-2");
+  write_text(dir.string() + "-2/ckpt.safetensors", "x");
+  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-3"));
+}
+
+TEST_CASE("atomic writes refuse to replace what is not a regular file", "[reliability]") {
+  TempDir tmp;
+  const std::string fifo = tmp / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  REQUIRE_THROWS_WITH(write_file_atomically("--out", fifo, "x"),
+                      Catch::Contains("[--out] cannot write '" + fifo + "': it exists and is not a regular file"));
+  CHECK(fs::is_fifo(fifo));
+  fs::create_directories(tmp / "dir");
+  REQUIRE_THROWS_WITH(write_file_atomically("loss.svg", tmp / "dir", "x"), Catch::Contains("[loss.svg]"));
+  CHECK(fs::is_directory(tmp / "dir"));
+  // Through a link to a regular file: the link is replaced by the file, as before.
+  write_text(tmp / "target", "old");
+  fs::create_symlink(tmp / "target", tmp / "link");
+  write_file_atomically("--out", tmp / "link", "new");
+  CHECK(file_text(tmp / "link") == "new");
+}
+
+TEST_CASE("a FIFO with no writer as --data is an error, not a hang", "[reliability]") {
+  TempDir tmp;
+  const std::string fifo = tmp / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  REQUIRE_THROWS_WITH(read_text_file(fifo, "--data"), Catch::Contains("[--data] '" + fifo + "' is empty (a FIFO with no writer)"));
+}
+
+TEST_CASE("metrics that cannot be written stop the run with an error", "[reliability]") {
+  if (!fs::exists("/dev/full")) return;
+  MetricsLog log("/dev/full", 0);
+  REQUIRE_THROWS_WITH(log.log(TrainRecord{1, 2.0, 0.1, 1.0, 100.0, 0.5}), Catch::Contains("[metrics] cannot write '/dev/full'"));
 }
 
 TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous checkpoint intact", "[reliability]") {

@@ -141,6 +141,9 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--data", tmp / "bad.txt"}, {"invalid UTF-8 at byte 3"}},
       {{"--layers", "two"}, {"--layers", "two"}},
       {{"--no-such-flag"}, {"--no-such-flag"}},
+      {{"--task-size", "1"}, {"[--task-size]", "sort of size 1 has 10 problems", "--seed 1337"}},
+      {{"--data", ""}, {"[--data] is empty"}},
+      {{"--resume", ""}, {"[--resume] is empty"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", "--out", out, "--quiet"};

@@ -78,7 +78,10 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
     out.optimizer_steps = optim.at("step_count").get<std::int64_t>();
     AG_CHECK(out.optimizer_name.empty() || out.optimizer_name == "adamw" || out.optimizer_name == "sgd", path,
              "unknown optimizer '{}' (adamw, sgd)", out.optimizer_name);
-    AG_CHECK(out.optimizer_steps >= 0, path, "optimizer step_count {} is negative", out.optimizer_steps);
+    // One optimizer step per training step: a larger count is a damaged file (and near
+    // INT64_MAX, the next step's count would overflow).
+    AG_CHECK(out.optimizer_steps >= 0 && out.optimizer_steps <= out.info.step, path,
+             "optimizer step_count {} is not in [0, the checkpoint's step {}]", out.optimizer_steps, out.info.step);
 
     nn::StateDict params;
     for (auto& [name, t] : file.tensors) {

@@ -3,7 +3,9 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <new>
@@ -77,9 +79,11 @@ Tasks ("prompt=answer", loss on the answer only, one problem in ten held out):
 
 Writes to the run directory: ckpt.safetensors (safetensors layout: parameters,
 optimizer state, step, RNG state, config and vocabulary), metrics.jsonl, loss.svg.
-Ctrl-C (SIGINT) or SIGTERM finishes the current step, saves the checkpoint and
-exits with 130 or 143: --resume it. A loss that becomes NaN or infinite stops the
-run (exit 1) before the checkpoint is overwritten.)";
+Ctrl-C (SIGINT), SIGTERM or SIGHUP finishes the current step, saves the checkpoint
+and exits with 130, 143 or 129: --resume it. A loss that becomes NaN or infinite
+stops the run (exit 1) before the checkpoint is overwritten. A run directory that
+holds another run's checkpoint is refused (the default one is numbered instead:
+runs/sort-2, ...), as is one that another run is using.)";
 
 }  // namespace
 
@@ -131,7 +135,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     c.add_option("--device", train.device, "cpu or cuda");
     add_preset_flag(c, p, train, &TrainOptions::eval_interval, "--eval-interval",
                     "Steps between evaluations and checkpoints", /*fixed_on_resume=*/false);
-    c.add_option("--out", train.out, "Run directory (default: runs/<task>, or runs/<file name> for --data)");
+    c.add_option("--out", train.out, "Run directory (default: runs/<task>, or runs/<file name> for --data; with --resume, the checkpoint's)");
     c.add_option("--resume", train.resume,
                  "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
     add_number(c, "--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
@@ -209,6 +213,11 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   }
 
   try {
+    // An empty path ("--resume $UNSET") would read as "not given": a new run, say.
+    for (const CLI::App* sub : app.get_subcommands())
+      for (const char* name : {"--data", "--out", "--resume", "--ckpt"})
+        if (const CLI::Option* opt = sub->get_option_no_throw(name); opt && opt->count() > 0)
+          AG_CHECK(!opt->results().front().empty(), name, "is empty: it needs a path");
     if (train_cmd->parsed()) {
       if (!train.resume.empty()) {
         for (const PresetFlag& f : presets)
@@ -259,6 +268,11 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     return 1;
   } catch (const std::exception& e) {
     error_line(std::string("unexpected failure: ") + e.what());
+    return 1;
+  }
+  // Output lost to a full disk or a closed file must not pass for success.
+  if (std::fflush(out) != 0 || std::ferror(out)) {
+    error_line(fmt::format("[stdout] cannot write the output: {}", std::strerror(errno)));
     return 1;
   }
   return 0;

@@ -131,6 +131,8 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   const std::filesystem::path parent = std::filesystem::absolute(o.out).parent_path();
   AG_CHECK(std::filesystem::is_directory(parent), "--out", "cannot write '{}': '{}' is not a directory", o.out,
            parent.string());
+  AG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_regular_file(o.out), "--out",
+           "'{}' exists and is not a regular file", o.out);
   LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
   const Tokenizer& tok = ckpt.info.tokenizer;
   const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");
@@ -141,7 +143,7 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   maps.weights = attention_weights(*ckpt.model, from_vector(ids, {1, T}));
   const std::filesystem::path path(o.out);
   const std::string svg = attention_svg(maps, fmt::format("attention of {} on \"{}\"", o.ckpt, o.text));
-  write_file_atomically(path.string(), svg);
+  write_file_atomically("--out", path.string(), svg);
   std::fprintf(out, "wrote %s: %zu layers x %zu heads, %lld x %lld weights each\n", o.out.c_str(), maps.weights.size(),
                maps.weights.empty() ? size_t{0} : maps.weights[0].size(), static_cast<long long>(T),
                static_cast<long long>(T));

@@ -59,9 +59,8 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write_line(const std::string& line) {
-  std::fputs(line.c_str(), file_);
-  std::fputc('\n', file_);
-  std::fflush(file_);
+  const bool written = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
+  AG_CHECK(written, "metrics", "cannot write '{}': {}", path_, std::strerror(errno));
 }
 
 void MetricsLog::log(const TrainRecord& r) {

@@ -1,6 +1,11 @@
 #include "train/run_directory.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "tensor/error.h"
 
@@ -8,11 +13,29 @@ namespace attograd {
 
 namespace fs = std::filesystem;
 
-void check_output_dir(const fs::path& dir) {
+namespace {
+bool holds_checkpoint(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / kCheckpointName, ec);
+}
+}  // namespace
+
+void check_output_dir(const fs::path& dir, const std::string& resume) {
   std::error_code ec;
   if (fs::exists(dir, ec)) {
     AG_CHECK(fs::is_directory(dir, ec), "--out", "'{}' exists and is not a directory", dir.string());
     AG_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "--out", "'{}' is not writable", dir.string());
+    for (const char* name : kRunFiles) {
+      const fs::path file = dir / name;
+      AG_CHECK(!fs::exists(file, ec) || fs::is_regular_file(file, ec), "--out",
+               "'{}' exists and is not a regular file: the run could not write it", file.string());
+    }
+    const fs::path ckpt = dir / kCheckpointName;
+    const bool resuming_it = !resume.empty() && fs::equivalent(resume, ckpt, ec);
+    AG_CHECK(!holds_checkpoint(dir) || resuming_it, "--out",
+             "'{}' holds another run's checkpoint: continue it with --resume {}, or choose another --out "
+             "(or remove it)",
+             dir.string(), ckpt.string());
     return;
   }
   fs::path ancestor = fs::absolute(dir, ec).parent_path();
@@ -22,6 +45,12 @@ void check_output_dir(const fs::path& dir) {
            ancestor.string());
   AG_CHECK(::access(ancestor.c_str(), W_OK | X_OK) == 0, "--out", "cannot create '{}': '{}' is not writable",
            dir.string(), ancestor.string());
+}
+
+fs::path first_free_run_dir(const fs::path& base) {
+  fs::path dir = base;
+  for (int n = 2; holds_checkpoint(dir); ++n) dir = fs::path(base.string() + "-" + std::to_string(n));
+  return dir;
 }
 
 RunDirectory::RunDirectory(const fs::path& dir) {
@@ -34,13 +63,25 @@ RunDirectory::RunDirectory(const fs::path& dir) {
   fs::create_directories(dir, ec);
   // access() passes for root even where creating fails (a read-only file system).
   AG_CHECK(!ec, "--out", "cannot create '{}': {}", dir.string(), ec.message());
+  // flock, not a pid file: the kernel drops the lock when the process ends, however it ends.
+  const fs::path lock = dir / ".attograd.lock";
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  AG_CHECK(lock_fd_ >= 0, "--out", "cannot create '{}': {}", lock.string(), std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(lock_fd_);  // the directory is the other run's: nothing of it is removed
+    AG_CHECK(err != EWOULDBLOCK, "--out", "'{}' is in use by another attograd run", dir.string());
+    fail("--out", "cannot lock '{}': {}", lock.string(), std::strerror(err));
+  }
   created_ = first_missing;
 }
 
 RunDirectory::~RunDirectory() {
-  if (keep_ || created_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(created_, ec);
+  if (!keep_ && !created_.empty()) {
+    std::error_code ec;
+    fs::remove_all(created_, ec);
+  }
+  ::close(lock_fd_);
 }
 
 void remove_stale_temporaries(const fs::path& dir, const std::string& name) {

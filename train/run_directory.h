@@ -8,13 +8,24 @@
 
 namespace attograd {
 
+// The files a run writes into its directory.
+inline constexpr const char* kCheckpointName = "ckpt.safetensors";
+inline constexpr const char* kRunFiles[] = {kCheckpointName, "metrics.jsonl", "loss.svg"};
+
 // Fails with "[--out] ..." unless `dir` is a writable directory or can be
-// created as one; creates nothing.
-void check_output_dir(const std::filesystem::path& dir);
+// created as one, and holds no other run: a checkpoint there is replaced only
+// by the run resumed from it (`resume`, empty for a new run). Creates nothing.
+void check_output_dir(const std::filesystem::path& dir, const std::string& resume);
+
+// The default run directory of a new run: `base` unless it holds a run's
+// checkpoint, else the first of base-2, base-3, ... that does not.
+std::filesystem::path first_free_run_dir(const std::filesystem::path& base);
 
 class RunDirectory {
  public:
-  // Creates `dir` and its missing parents ("[--out] cannot create ..." on failure).
+  // Creates `dir` and its missing parents ("[--out] cannot create ..." on failure),
+  // and takes an exclusive lock on it for the run's lifetime: a second run into the
+  // same directory fails at once, naming it, instead of interleaving their files.
   explicit RunDirectory(const std::filesystem::path& dir);
   // Removes what the constructor created, unless keep() was called.
   ~RunDirectory();
@@ -25,6 +36,7 @@ class RunDirectory {
 
  private:
   std::filesystem::path created_;  // the outermost directory created; empty if it existed
+  int lock_fd_ = -1;               // holds flock(LOCK_EX) on <dir>/.attograd.lock
   bool keep_ = false;
 };
 

@@ -173,18 +173,21 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
   return out;
 }
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
+void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes) {
   namespace fs = std::filesystem;
   const fs::path target(path);
+  struct stat existing {};
+  AG_CHECK(::stat(path.c_str(), &existing) != 0 || S_ISREG(existing.st_mode), what,
+           "cannot write '{}': it exists and is not a regular file", path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string temp = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
   const int fd = ::mkstemp(temp.data());
-  AG_CHECK(fd >= 0, "checkpoint", "cannot write '{}': {}", path, std::strerror(errno));
+  AG_CHECK(fd >= 0, what, "cannot write '{}': {}", path, std::strerror(errno));
   const auto fail_and_clean = [&](const char* step) {
     const int err = errno;
     ::close(fd);
     ::unlink(temp.c_str());
-    fail("checkpoint", "cannot write '{}' ({}): {}", path, step, std::strerror(err));
+    fail(what, "cannot write '{}' ({}): {}", path, step, std::strerror(err));
   };
   const std::size_t pause_at = test_write_pause_ms() > 0 ? bytes.size() / 2 : bytes.size();
   for (std::size_t done = 0; done < bytes.size();) {
@@ -200,12 +203,12 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
-    fail("checkpoint", "cannot write '{}' (close): {}", path, std::strerror(err));
+    fail(what, "cannot write '{}' (close): {}", path, std::strerror(err));
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(temp.c_str());
-    fail("checkpoint", "cannot write '{}' (rename): {}", path, std::strerror(err));
+    fail(what, "cannot write '{}' (rename): {}", path, std::strerror(err));
   }
   // The rename itself is durable only once the directory is synced.
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -216,7 +219,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
-  write_file_atomically(path, serialize_safetensors(tensors, metadata));
+  write_file_atomically("checkpoint", path, serialize_safetensors(tensors, metadata));
 }
 
 Safetensors load_safetensors(const std::string& path, const char* flag) {

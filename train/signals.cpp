@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <iterator>
 
 namespace attograd {
 
@@ -11,13 +12,14 @@ namespace {
 // async-signal-safe. The previous handlers are restored when the guard ends.
 std::atomic<int> received_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
-struct sigaction previous_int {}, previous_term {};
+// SIGHUP too: a dropped ssh session sends it to a run in its terminal.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction previous[std::size(kStopSignals)] {};
 
 extern "C" void on_stop_signal(int signo) {
   received_signal = signo;
-  // The next SIGINT or SIGTERM takes the default action: a second Ctrl-C kills.
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  // The next signal takes the default action: a second Ctrl-C kills.
+  for (int s : kStopSignals) std::signal(s, SIG_DFL);
 }
 
 }  // namespace
@@ -27,13 +29,17 @@ StopSignalGuard::StopSignalGuard() {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  ::sigaction(SIGINT, &action, &previous_int);
-  ::sigaction(SIGTERM, &action, &previous_term);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) {
+    ::sigaction(kStopSignals[i], nullptr, &previous[i]);
+    // nohup ignores SIGHUP, and then it stays ignored. SIGINT is caught even where
+    // ignored: a shell script ignores it in the jobs it starts with &, and `kill -INT`
+    // must still stop them cleanly.
+    if (kStopSignals[i] != SIGHUP || previous[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
+  }
 }
 
 StopSignalGuard::~StopSignalGuard() {
-  ::sigaction(SIGINT, &previous_int, nullptr);
-  ::sigaction(SIGTERM, &previous_term, nullptr);
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &previous[i], nullptr);
 }
 
 int StopSignalGuard::received() { return received_signal.load(); }
@@ -42,6 +48,7 @@ const char* signal_name(int signo) {
   switch (signo) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
     default: return "signal";
   }
 }

@@ -1,8 +1,9 @@
 #pragma once
 // Stopping a training run cleanly: while a StopSignalGuard lives, SIGINT
-// (Ctrl-C) and SIGTERM (kill, a job scheduler's time limit) only set a flag.
+// (Ctrl-C), SIGTERM (kill, a job scheduler's time limit) and SIGHUP (a closed
+// terminal or ssh session; not when ignored, as under nohup) only set a flag.
 // The trainer checks it after each step, saves a checkpoint and returns; the
-// program then exits with 128 + the signal's number (130, 143), as a shell
+// program then exits with 128 + the signal's number (130, 143, 129), as a shell
 // reports a process killed by it. A second signal kills at once.
 namespace attograd {
 
@@ -13,11 +14,11 @@ class StopSignalGuard {
   StopSignalGuard(const StopSignalGuard&) = delete;
   StopSignalGuard& operator=(const StopSignalGuard&) = delete;
 
-  // The signal received since construction (SIGINT or SIGTERM), or 0.
+  // The signal received since construction (SIGINT, SIGTERM or SIGHUP), or 0.
   static int received();
 };
 
-// "SIGINT", "SIGTERM", or "signal N".
+// "SIGINT", "SIGTERM", "SIGHUP", or "signal".
 const char* signal_name(int signo);
 
 }  // namespace attograd

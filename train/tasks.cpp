@@ -125,6 +125,12 @@ void Task::build_heldout() {
       Problem p = make(digits);
       if (is_heldout(p)) heldout_.push_back(std::move(p));
     }
+    // A tiny space (sort of 1 digit has 10 problems) may hold out none of them, or all.
+    AG_CHECK(!heldout_.empty() && static_cast<double>(heldout_.size()) < space, "--task-size",
+             "{} of size {} has {:.0f} problems, and --seed {} holds out {} of them: nothing to {} (use a larger "
+             "--task-size or another --seed)",
+             task_name(spec_.kind), spec_.size, space, spec_.seed, heldout_.size(),
+             heldout_.empty() ? "evaluate on" : "train on");
     CounterRng rng(spec_.seed ^ kHeldoutDrawKey, 0);
     for (std::size_t i = heldout_.size(); i > 1; --i) std::swap(heldout_[i - 1], heldout_[rng.below(i)]);
     if (static_cast<std::int64_t>(heldout_.size()) > spec_.heldout) heldout_.resize(spec_.heldout);

@@ -1,11 +1,14 @@
 #include "train/text_data.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "tensor/error.h"
@@ -14,19 +17,31 @@ namespace attograd {
 
 std::string read_text_file(const std::string& path, const char* flag, std::uint64_t max_bytes) {
   AG_CHECK(!std::filesystem::is_directory(path), flag, "'{}' is a directory, not a file", path);
-  std::ifstream in(path, std::ios::binary);
-  AG_CHECK(in.good(), flag, "cannot read '{}': {}", path, std::strerror(errno));
+  // Opened without blocking: a FIFO that nobody writes to would block open() for
+  // ever. Reads then block again, as a pipe's writer (`<(cat f)`) may be slow;
+  // a FIFO with no writer reads as empty.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  AG_CHECK(fd >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  struct stat st {};
+  const bool fifo = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
   // Read in chunks and stop one byte past the limit: never an endless or unbounded read.
   std::string text;
   char chunk[1 << 16];
-  while (in && text.size() <= max_bytes) {
-    in.read(chunk, sizeof chunk);
-    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  int read_error = 0;
+  while (text.size() <= max_bytes) {
+    const ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) read_error = errno;
+    if (n <= 0) break;
+    text.append(chunk, static_cast<std::size_t>(n));
   }
-  // A directory opens but fails to read; so do unreadable devices.
-  AG_CHECK(!in.bad(), flag, "cannot read '{}': {}", path, std::strerror(errno));
+  ::close(fd);
+  // Unreadable devices open but fail to read.
+  AG_CHECK(read_error == 0, flag, "cannot read '{}': {}", path, std::strerror(read_error));
   AG_CHECK(text.size() <= max_bytes, flag, "'{}' holds more than {} bytes, the limit", path, max_bytes);
-  AG_CHECK(!text.empty(), flag, "'{}' is empty (or not a regular file)", path);
+  AG_CHECK(!text.empty(), flag, "'{}' is empty{}", path, fifo ? " (a FIFO with no writer)" : " (or not a regular file)");
   return text;
 }
 

@@ -43,7 +43,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kCheckpointName = "ckpt.safetensors";
 // A text run's evaluations read the first this many windows of the validation
 // split, not all of it: a 25 MB file holds about 39,000 windows of 64 characters,
 // and reading them all at every --eval-interval could cost more than the steps
@@ -206,10 +205,11 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
              comm.size(), o.grad_accum);
     AG_CHECK(!o.shard_optimizer || comm.size() > 1, "--shard-optimizer",
              "needs several processes (start the run with mpirun -np N)");
-    if (o.out.empty()) o.out = (fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
+    if (o.out.empty())
+      o.out = first_free_run_dir(fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
     data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
     if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
-    if (reporter) check_output_dir(o.out);
+    if (reporter) check_output_dir(o.out, o.resume);
     check_memory(o, data->tokenizer().size());
     model = o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
 
@@ -228,7 +228,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     } else {
       optimizer = make_optimizer(o, model->named_parameters());
     }
-    if (!o.resume.empty()) optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
+    if (!o.resume.empty()) {
+      try {
+        optimizer->load_state(resumed.optimizer_state, resumed.optimizer_steps);
+      } catch (const Error& e) {
+        fail(o.resume, "{}", e.what());  // name the file the state came from
+      }
+    }
   });
   const std::int64_t first_step = o.resume.empty() ? 0 : resumed.info.step;
   const std::int64_t last_step = o.stop_at > 0 ? std::min(o.stop_at, o.steps) : o.steps;
@@ -251,7 +257,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   on_every_process(comm, [&] {
     if (!reporter) return;
     run_directory.emplace(o.out);
-    remove_stale_temporaries(o.out, kCheckpointName);
+    for (const char* name : kRunFiles) remove_stale_temporaries(o.out, name);
     metrics.emplace((run_dir / "metrics.jsonl").string(), first_step);
   });
   const std::string title = o.data.empty() ? fmt::format("attograd: {} {}", o.task, o.task_size)
@@ -365,7 +371,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
           last_eval = evaluate(*model, *data, eval_options);
           metrics->log(EvalRecord{step, last_eval.loss, last_eval.accuracy, elapsed()});
           progress.message(eval_line(step, last_eval));
-          write_file_atomically((run_dir / "loss.svg").string(), loss_plot_svg(metrics->train(), metrics->eval(), title));
+          write_file_atomically("loss.svg", (run_dir / "loss.svg").string(), loss_plot_svg(metrics->train(), metrics->eval(), title));
         }
         good_checkpoint = ckpt_path, good_step = step;
       }
