@@ -96,8 +96,17 @@ class Child {
     int status = 0;
     while (::waitpid(pid_, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
+        // SIGTERM first: mpirun passes it on to its ranks, which a SIGKILL of mpirun
+        // alone would leave running, holding the cores (or the GPU) for later tests.
+        ::kill(pid_, SIGTERM);
+        const auto grace = std::chrono::steady_clock::now() + 10s;
+        bool reaped = false;
+        while (!(reaped = ::waitpid(pid_, &status, WNOHANG) != 0) && std::chrono::steady_clock::now() < grace)
+          std::this_thread::sleep_for(5ms);
+        if (!reaped) {
+          ::kill(pid_, SIGKILL);
+          ::waitpid(pid_, &status, 0);
+        }
         pid_ = -1;
         FAIL("the child " << program_ << " did not exit in time; stderr: " << err());
       }

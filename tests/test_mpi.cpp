@@ -245,8 +245,11 @@ TEST_CASE("data-parallel flags checked on one process: --grad-accum, --shard-opt
 namespace {
 
 // mpirun as root (CI runs as root) and beyond the core count.
+// No core binding: with -np 2 or less Open MPI binds rank r to core r, and the
+// mpiruns that ctest -j starts at once would all pile onto the same cores.
 const std::vector<std::string> kMpiEnv = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-                                          "OMPI_MCA_rmaps_base_oversubscribe=1"};
+                                          "OMPI_MCA_rmaps_base_oversubscribe=1",
+                                          "OMPI_MCA_hwloc_base_binding_policy=none"};
 
 bool on_path(const std::string& program) {
   const char* path = std::getenv("PATH");
@@ -583,4 +586,16 @@ TEST_CASE("processes whose parameters drift apart are stopped at the next evalua
   INFO("stderr: " << err);
   CHECK_THAT(err, Catch::Contains("[train] the processes' parameters differ at step 10: rank 1 has checksum"));
   CHECK_FALSE(fs::exists(tmp / "drift/ckpt.safetensors"));  // no checkpoint of nobody's model
+}
+
+TEST_CASE("a failure on one rank between set-up and the first step stops every process", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  // A test hook: rank 1 fails where a GPU out of memory for its gradient buckets would.
+  // Rank 0 waits in the parameters' broadcast meanwhile; it must not wait for ever.
+  const auto run = start(2, default_run(tmp / "fail"), tmp, {"ATTOGRAD_TEST_FAIL_RANK=1"});
+  CHECK(run->exit_code(60s) != 0);
+  const std::string err = run->err();
+  INFO("stderr: " << err);
+  CHECK_THAT(err, Catch::Contains("[train] test failure on rank 1 (rank 1 of 2; stopping every process)"));
 }

@@ -157,6 +157,27 @@ void drift_for_tests(const train::Communicator& comm, const std::vector<nn::Name
   kernels::copy_(narrow(flatten(w), 0, 0, 1), narrow(flatten(w), 0, 0, 1) + 1e-3);
 }
 
+// A failure met by this process alone (a full disk on rank 0, a GPU out of memory
+// on one rank): the others would wait for it for ever in their next collective,
+// and MPI_Finalize waits for them, so it stops the whole run. A SharedFailure is
+// met by every process at the same point, and returns.
+void stop_every_process(train::Communicator& comm, const std::exception& e) {
+  if (comm.size() == 1 || dynamic_cast<const train::SharedFailure*>(&e)) return;
+  std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
+               comm.size());
+  std::fflush(stderr);
+  comm.abort_all(1);
+}
+
+// A test-only hook (tests/test_mpi.cpp): ATTOGRAD_TEST_FAIL_RANK=r makes rank r
+// fail after set-up and before the first step, as running out of GPU memory for
+// the gradient buckets on one rank would.
+void fail_for_tests(const train::Communicator& comm) {
+  const char* rank = std::getenv("ATTOGRAD_TEST_FAIL_RANK");
+  AG_CHECK(!rank || std::atoi(rank) != comm.rank() || comm.size() == 1, "train", "test failure on rank {}",
+           comm.rank());
+}
+
 std::string megabytes(std::size_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
 
 }  // namespace
@@ -241,13 +262,19 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   const auto params = model->named_parameters();
   if (comm.size() > 1)
     on_every_process(comm, [&] { device_reduction = train::choose_device_reduction(comm, device); });
-  // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
-  train::broadcast_parameters(params, comm, 0, device_reduction.comm.get());
-  if (sharded) sharded->use_device_communicator(device_reduction.comm.get());
   std::unique_ptr<train::GradientReducer> reducer;
-  if (comm.size() > 1)
-    reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
-                                                       device_reduction.comm.get());
+  try {
+    fail_for_tests(comm);
+    // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
+    train::broadcast_parameters(params, comm, 0, device_reduction.comm.get());
+    if (sharded) sharded->use_device_communicator(device_reduction.comm.get());
+    if (comm.size() > 1)
+      reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
+                                                         device_reduction.comm.get());
+  } catch (const std::exception& e) {
+    stop_every_process(comm, e);
+    throw;
+  }
 
   // ---- 2. everything is valid: only now does the run directory appear (rank 0's)
   const fs::path run_dir(o.out);
@@ -377,17 +404,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       }
       if (stop_now) break;
     }
-  } catch (const train::SharedFailure&) {
-    throw;  // met by every process at the same point
   } catch (const std::exception& e) {
-    // Met by this process alone (a full disk on rank 0, say): the others would wait
-    // for it forever in the next collective, so this stops the whole run.
-    if (comm.size() > 1) {
-      std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
-                   comm.size());
-      std::fflush(stderr);
-      comm.abort_all(1);
-    }
+    stop_every_process(comm, e);
     throw;
   }
   progress.finish();
