@@ -144,6 +144,8 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--task-size", "1"}, {"[--task-size]", "sort of size 1 has 10 problems", "--seed 1337"}},
       {{"--data", ""}, {"[--data] is empty"}},
       {{"--resume", ""}, {"[--resume] is empty"}},
+      // About 11 TB of activations: refused up front, not killed by the kernel mid-step.
+      {{"--batch", "1048576", "--width", "1024", "--layers", "8"}, {"[--batch] 1048576 sequences", "raise --grad-accum"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", "--out", out, "--quiet"};

@@ -51,16 +51,32 @@ namespace {
 // held-out set is --heldout problems (2000 by default), always read whole.
 constexpr std::int64_t kTrainEvalWindows = 256;
 
-// A model whose weights, gradients and AdamW moments (4 floats per parameter)
-// do not fit in this machine's memory is refused before allocating any of it.
-void check_memory(const TrainOptions& o, std::int64_t vocab_size) {
-  const double parameters = static_cast<double>(parameter_count(gpt_config(o, vocab_size)));
-  const double needed = parameters * 4 * sizeof(float);
+// A run that would not fit in this machine's memory is refused before allocating
+// any of it: the model's weights, gradients and AdamW moments (4 floats per
+// parameter), and on the CPU the activations backward keeps for one micro-batch.
+// Those were measured at about 23 x layers x width + 4 x vocabulary floats per
+// token (peak RSS over batch, width, layers and block); the check counts 20 and 4,
+// to refuse only what cannot fit. `processes` share the machine.
+void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_here, int processes) {
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-  AG_CHECK(available <= 0 || needed <= available, "--width",
+  if (available <= 0) return;
+  const double parameters = static_cast<double>(parameter_count(gpt_config(o, vocab_size)));
+  const double model_bytes = parameters * 4 * sizeof(float) * processes_here;
+  constexpr double kGiB = 1 << 30;
+  AG_CHECK(model_bytes <= available, "--width",
            "--layers {} --width {} with a vocabulary of {} make {:.3g} parameters: {:.1f} GiB of weights, "
            "gradients and optimizer state, more than this machine's {:.1f} GiB",
-           o.layers, o.width, vocab_size, parameters, needed / (1 << 30), available / (1 << 30));
+           o.layers, o.width, vocab_size, parameters, model_bytes / kGiB, available / kGiB);
+  if (o.device != "cpu") return;  // activations live on the GPU
+  const double tokens = static_cast<double>(o.batch / (processes * o.grad_accum)) * static_cast<double>(o.block);
+  const double per_token = (20.0 * static_cast<double>(o.layers * o.width) + 4.0 * static_cast<double>(vocab_size)) *
+                           sizeof(float);
+  const double activation_bytes = tokens * per_token * processes_here;
+  AG_CHECK(model_bytes + activation_bytes <= available, "--batch",
+           "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward (and the "
+           "model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in smaller "
+           "pieces) or lower --batch or --block",
+           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, model_bytes / kGiB, available / kGiB);
 }
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params) {
@@ -231,7 +247,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
     if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
     if (reporter) check_output_dir(o.out, o.resume);
-    check_memory(o, data->tokenizer().size());
+    check_memory(o, data->tokenizer().size(), comm.local_size(), comm.size());
     model = o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
 
     if (o.threads > 0)
