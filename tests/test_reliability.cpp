@@ -538,6 +538,38 @@ TEST_CASE("a run directory holding another run is refused, one in use is locked,
   CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-3"));
 }
 
+TEST_CASE("a text run resumes from any directory, and only on the text it was trained on", "[reliability]") {
+  TempDir tmp;
+  fs::create_directories(tmp / "data");
+  fs::create_directories(tmp / "elsewhere");
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "the cat sat on the mat. "[i % 24];
+  write_text(tmp / "data/book.txt", text);
+  const std::string ckpt = tmp / "run/ckpt.safetensors";
+  // attograd started in `dir` (Child starts it in this process's directory).
+  const auto in_dir = [&](const std::string& dir, std::vector<std::string> args) {
+    args.insert(args.begin(), {"-c", "cd \"$0\" && exec \"$@\"", dir, ATTOGRAD_BINARY});
+    return std::make_unique<Child>(args, tmp.path, std::vector<std::string>{}, "/bin/sh");
+  };
+  const auto first = in_dir(tmp / "data", {"train", "--data", "book.txt", "--layers", "1", "--width", "16", "--heads",
+                                           "2", "--block", "8", "--batch", "4", "--steps", "2", "--threads", "1",
+                                           "--out", tmp / "run", "--quiet"});
+  REQUIRE(first->exit_code() == 0);
+  // From another directory: the checkpoint names the text by its absolute path.
+  const auto resumed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"});
+  CHECK(resumed->exit_code() == 0);
+  REQUIRE(load_checkpoint(ckpt).info.step == 3);
+  // The same characters in another order: the vocabulary fits, the run would not be the same one.
+  std::reverse(text.begin(), text.end());
+  write_text(tmp / "data/book.txt", text);
+  const auto changed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "4", "--threads", "1", "--quiet"});
+  CHECK(changed->exit_code() == 1);
+  INFO("stderr: " << changed->err());
+  CHECK_THAT(changed->err(), Catch::Contains("[--resume]") && Catch::Contains("is not the text") &&
+                                Catch::Contains("400 bytes, FNV-1a 64"));
+  CHECK(load_checkpoint(ckpt).info.step == 3);
+}
+
 TEST_CASE("atomic writes refuse to replace what is not a regular file", "[reliability]") {
   TempDir tmp;
   const std::string fifo = tmp / "fifo";

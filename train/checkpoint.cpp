@@ -61,6 +61,7 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
   AG_CHECK(!out.info.config.data.empty() || out.info.tokenizer.to_json() == Task::vocabulary().to_json(), path,
            "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", out.info.tokenizer.size(),
            out.info.config.task);
+  if (const auto data = meta.find("data"); data != meta.end()) out.info.data_fingerprint = data->second;
   const std::string& step = entry(meta, "step", path);
   const auto digits = step.find_first_not_of("0123456789");
   AG_CHECK(!step.empty() && step.size() <= 18 && digits == std::string::npos, path, "step '{}' is not a count", step);
@@ -132,6 +133,7 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const Optimi
                                {"dropout_offset", dropout.offset()}}
                     .dump();
   meta["optimizer"] = nlohmann::json{{"name", optimizer.name}, {"step_count", optimizer.step_count}}.dump();
+  if (!info.data_fingerprint.empty()) meta["data"] = info.data_fingerprint;
   save_safetensors(path, tensors, meta);
 }
 

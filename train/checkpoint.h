@@ -28,6 +28,9 @@ struct CheckpointInfo {
   TrainOptions config;  // data, model and optimisation fields
   Tokenizer tokenizer;
   std::int64_t step = 0;  // optimizer steps taken
+  // A text run's file as TextData::fingerprint() gives it, checked by --resume;
+  // empty for tasks (and in checkpoints from before it was kept).
+  std::string data_fingerprint;
 };
 
 // What a checkpoint keeps of an optimizer. A sharded optimizer's state is

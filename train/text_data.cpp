@@ -45,8 +45,16 @@ std::string read_text_file(const std::string& path, const char* flag, std::uint6
   return text;
 }
 
+namespace {
+std::string fingerprint_of(const std::string& bytes) {
+  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
+  for (const unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
+  return fmt::format("{} bytes, FNV-1a 64 {:016x}", bytes.size(), hash);
+}
+}  // namespace
+
 TextData::TextData(const std::string& text, std::string path, std::uint64_t seed, std::optional<Tokenizer> tokenizer)
-    : path_(std::move(path)), seed_(seed) {
+    : path_(std::move(path)), fingerprint_(fingerprint_of(text)), seed_(seed) {
   const std::string what = fmt::format("--data {}", path_);
   // NUL is valid UTF-8 but never part of text: it marks a binary file.
   const std::size_t nul = text.find('\0');

@@ -36,6 +36,9 @@ class TextData final : public Dataset {
   // Entropy in nats of the training split's character frequencies: the loss of
   // a model that ignores context, which a language model must beat.
   double unigram_entropy() const;
+  // "N bytes, FNV-1a 64 H" of the file's bytes: a checkpoint keeps it, and --resume
+  // continues only on the same text (another text would not be the same run).
+  const std::string& fingerprint() const { return fingerprint_; }
 
   // Dataset
   const Tokenizer& tokenizer() const override { return tokenizer_; }
@@ -54,6 +57,7 @@ class TextData final : public Dataset {
 
  private:
   std::string path_;
+  std::string fingerprint_;
   std::uint64_t seed_;
   Tokenizer tokenizer_;
   std::vector<std::int64_t> train_, validation_;

@@ -245,7 +245,13 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     if (o.out.empty())
       o.out = first_free_run_dir(fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
     data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
-    if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
+    if (const auto* text = dynamic_cast<const TextData*>(data.get())) {
+      text->check_block(o.block);
+      const std::string& then = resumed.info.data_fingerprint;
+      AG_CHECK(o.resume.empty() || then.empty() || then == text->fingerprint(), "--resume",
+               "'{}' is not the text '{}' was trained on ({} now, {} then): a run continues only on its own data",
+               o.data, o.resume, text->fingerprint(), then);
+    }
     if (reporter) check_output_dir(o.out, o.resume);
     check_memory(o, data->tokenizer().size(), comm.local_size(), comm.size());
     model = o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
@@ -305,7 +311,12 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   });
   const std::string title = o.data.empty() ? fmt::format("attograd: {} {}", o.task, o.task_size)
                                            : fmt::format("attograd: {}", fs::path(o.data).filename().string());
-  const CheckpointInfo info{o, data->tokenizer(), 0};
+  CheckpointInfo info{o, data->tokenizer(), 0};
+  if (const auto* text = dynamic_cast<const TextData*>(data.get())) {
+    // Absolute: a resumed run, eval or sample then finds the text from any directory.
+    info.config.data = fs::absolute(o.data).lexically_normal().string();
+    info.data_fingerprint = text->fingerprint();
+  }
 
   std::fprintf(out, "attograd train: %s\n", describe_data(o, *data).c_str());
   std::fprintf(out,
