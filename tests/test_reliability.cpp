@@ -208,19 +208,19 @@ TEST_CASE("a run directory made for a run that fails before its first checkpoint
           "[reliability]") {
   TempDir tmp;
   {
-    RunDirectory made(tmp.path / "a/b/c");
+    RunDirectory made(tmp.path / "a/b/c", "");
     CHECK(fs::is_directory(tmp.path / "a/b/c"));
     write_text(tmp / "a/b/c/metrics.jsonl", "{}\n");
   }
   CHECK_FALSE(fs::exists(tmp.path / "a"));  // everything it created, and only that
   CHECK(fs::exists(tmp.path));
   {
-    RunDirectory made(tmp.path / "kept");
+    RunDirectory made(tmp.path / "kept", "");
     made.keep();
   }
   CHECK(fs::is_directory(tmp.path / "kept"));
   fs::create_directories(tmp.path / "existing");
-  { RunDirectory made(tmp.path / "existing"); }
+  { RunDirectory made(tmp.path / "existing", ""); }
   CHECK(fs::is_directory(tmp.path / "existing"));  // it was there before: never removed
 }
 
@@ -521,9 +521,16 @@ TEST_CASE("a run directory holding another run is refused, one in use is locked,
     CHECK_THAT(locked.err, Catch::Contains("[--out] '" + dir.string() + "' is in use by another attograd run"));
     CHECK(file_text(ckpt) == checkpoint);
   }
-  // Resuming it, with the lock free, continues in it.
+  // Resuming it, with the lock free, continues in it; so does resuming a copy kept beside it.
   CHECK(cli({"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"}).code == 0);
   CHECK(load_checkpoint(ckpt).info.step == 3);
+  fs::copy_file(ckpt, dir / "step3.safetensors");
+  CHECK(cli({"train", "--resume", ckpt, "--steps", "4", "--threads", "1", "--quiet"}).code == 0);
+  const CliResult rolled_back =
+      cli({"train", "--resume", (dir / "step3.safetensors").string(), "--steps", "4", "--threads", "1", "--quiet"});
+  INFO("stderr: " << rolled_back.err);
+  CHECK(rolled_back.code == 0);
+  CHECK(load_checkpoint(ckpt).info.step == 4);
 
   // A run file that is not a file is refused before any step is spent.
   fs::create_directories(tmp / "odd/ckpt.safetensors");
@@ -536,6 +543,9 @@ TEST_CASE("a run directory holding another run is refused, one in use is locked,
   fs::create_directories(dir.string() + "-2");
   write_text(dir.string() + "-2/ckpt.safetensors", "x");
   CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-3"));
+  // A run still before its first checkpoint holds its directory too.
+  RunDirectory running(dir.string() + "-3", "");
+  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-4"));
 }
 
 TEST_CASE("a text run resumes from any directory, and only on the text it was trained on", "[reliability]") {
@@ -559,15 +569,24 @@ TEST_CASE("a text run resumes from any directory, and only on the text it was tr
   const auto resumed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"});
   CHECK(resumed->exit_code() == 0);
   REQUIRE(load_checkpoint(ckpt).info.step == 3);
-  // The same characters in another order: the vocabulary fits, the run would not be the same one.
+  // The text moved (a project copied elsewhere): --data names it again, and its fingerprint vouches for it.
+  fs::rename(tmp / "data", tmp / "moved");
+  const auto moved = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--data", tmp / "moved/book.txt", "--steps",
+                                                "4", "--threads", "1", "--quiet"});
+  CHECK(moved->exit_code() == 0);
+  REQUIRE(load_checkpoint(ckpt).info.step == 4);
+  // The same characters in another order, or a new one: the run would not be the same one.
   std::reverse(text.begin(), text.end());
-  write_text(tmp / "data/book.txt", text);
-  const auto changed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "4", "--threads", "1", "--quiet"});
-  CHECK(changed->exit_code() == 1);
-  INFO("stderr: " << changed->err());
-  CHECK_THAT(changed->err(), Catch::Contains("[--resume]") && Catch::Contains("is not the text") &&
-                                Catch::Contains("400 bytes, FNV-1a 64"));
-  CHECK(load_checkpoint(ckpt).info.step == 3);
+  for (const std::string& changed_text : {text, text + "Z"}) {
+    write_text(tmp / "moved/book.txt", changed_text);
+    const auto changed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "5", "--threads", "1", "--quiet"});
+    CHECK(changed->exit_code() == 1);
+    INFO("stderr: " << changed->err());
+    CHECK_THAT(changed->err(), Catch::Contains("[--resume]") && Catch::Contains("is not the text") &&
+                                  Catch::Contains("400 bytes, FNV-1a 64"));
+    CHECK(lines(changed->err()) == 1);
+  }
+  CHECK(load_checkpoint(ckpt).info.step == 4);
 }
 
 TEST_CASE("atomic writes refuse to replace what is not a regular file", "[reliability]") {
@@ -587,17 +606,70 @@ TEST_CASE("atomic writes refuse to replace what is not a regular file", "[reliab
   CHECK(file_text(tmp / "link") == "new");
 }
 
-TEST_CASE("a FIFO with no writer as --data is an error, not a hang", "[reliability]") {
+TEST_CASE("output that cannot be written is an error, not exit 0", "[reliability]") {
+  if (!fs::exists("/dev/full")) {
+    WARN("skipped: no /dev/full");
+    return;
+  }
+  std::FILE* full = std::fopen("/dev/full", "w");
+  REQUIRE(full);
+  TempDir tmp;
+  std::FILE* err = std::tmpfile();
+  CHECK(run_cli({"--help"}, full, err) == 1);
+  std::fclose(full);
+  std::rewind(err);
+  char line[256] = {};
+  CHECK(std::fgets(line, sizeof line, err) != nullptr);
+  std::fclose(err);
+  CHECK_THAT(std::string(line), Catch::Contains("[stdout] cannot write the output"));
+}
+
+TEST_CASE("a FIFO as --data waits for its writer, for a while, not for ever", "[reliability]") {
   TempDir tmp;
   const std::string fifo = tmp / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
-  REQUIRE_THROWS_WITH(read_text_file(fifo, "--data"), Catch::Contains("[--data] '" + fifo + "' is empty (a FIFO with no writer)"));
+  REQUIRE_THROWS_WITH(read_text_file(fifo, "--data", 1000, 200),
+                      Catch::Contains("[--data] '" + fifo + "' is a FIFO, and nothing wrote to it within 0.2 s"));
+  // A writer that comes after the reader has started (cat book.txt > fifo, started second).
+  std::thread writer([&] {
+    std::this_thread::sleep_for(100ms);
+    std::ofstream(fifo) << "some text";
+  });
+  CHECK(read_text_file(fifo, "--data", 1000, 10000) == "some text");
+  writer.join();
 }
 
 TEST_CASE("metrics that cannot be written stop the run with an error", "[reliability]") {
-  if (!fs::exists("/dev/full")) return;
+  if (!fs::exists("/dev/full")) {
+    WARN("skipped: no /dev/full");
+    return;
+  }
   MetricsLog log("/dev/full", 0);
   REQUIRE_THROWS_WITH(log.log(TrainRecord{1, 2.0, 0.1, 1.0, 100.0, 0.5}), Catch::Contains("[metrics] cannot write '/dev/full'"));
+}
+
+TEST_CASE("under nohup SIGHUP stays ignored, before a stop signal and after it", "[reliability]") {
+  TempDir tmp;
+  std::vector<std::string> args = tiny_run(tmp / "a", 1000000);
+  args.insert(args.end(), {"--eval-interval", "1000000"});
+  args.insert(args.begin(), ATTOGRAD_BINARY);
+  // Checkpoint writes pause halfway (a test-only hook): a signal can arrive while it saves.
+  Child run(args, tmp.path, {"ATTOGRAD_TEST_WRITE_PAUSE_MS=1000"}, "nohup");
+  REQUIRE(wait_until([&] { return lines(file_text(tmp / "a/metrics.jsonl")) >= 3; }));
+  run.signal(SIGHUP);
+  const std::int64_t before = lines(file_text(tmp / "a/metrics.jsonl"));
+  CHECK(wait_until([&] { return lines(file_text(tmp / "a/metrics.jsonl")) > before + 2; }));  // still stepping
+  // SIGTERM stops it; a SIGHUP while it saves must not kill it (the handler once re-enabled SIGHUP).
+  run.signal(SIGTERM);
+  REQUIRE(wait_until([&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(tmp.path / "a", ec))
+      if (e.path().filename().string().rfind(".ckpt.safetensors.tmp", 0) == 0) return true;
+    return false;
+  }));
+  run.signal(SIGHUP);
+  CHECK(run.exit_code() == 128 + SIGTERM);
+  CHECK_THAT(run.err(), Catch::Contains("stopped by SIGTERM"));
 }
 
 TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous checkpoint intact", "[reliability]") {

@@ -196,6 +196,13 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     std::fflush(err);
   };
 
+  // Output lost to a full disk or a closed file must not pass for success.
+  const auto output_status = [&] {
+    if (std::fflush(out) == 0 && !std::ferror(out)) return 0;
+    error_line(fmt::format("[stdout] cannot write the output: {}", std::strerror(errno)));
+    return 1;
+  };
+
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes a reversed vector
     app.parse(reversed);
@@ -206,7 +213,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
       std::ostringstream os, es;
       app.exit(e, os, es);
       if (speaks) std::fputs(os.str().c_str(), out);
-      return 0;
+      return output_status();
     }
     if (speaks) error_line(std::string(e.what()) + " (see --help)");
     return 2;
@@ -223,9 +230,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
         for (const PresetFlag& f : presets)
           AG_CHECK(!f.fixed_on_resume || f.option->count() == 0 || f.option->get_name() == "--steps", "--resume",
                    "{} cannot be changed when resuming: the checkpoint's config is used", f.option->get_name());
-        for (const char* name : {"--task", "--data"})
-          AG_CHECK(train_cmd->get_option(name)->count() == 0, "--resume",
-                   "{} cannot be changed when resuming: the checkpoint's config is used", name);
+        // --data may name the run's own text again, at another path (checked by its fingerprint).
+        AG_CHECK(train_cmd->get_option("--task")->count() == 0, "--resume",
+                 "--task cannot be changed when resuming: the checkpoint's config is used");
         if (train_cmd->get_option("--steps")->count() == 0) train.steps = 0;  // 0: the checkpoint's
         if (train_cmd->get_option("--eval-interval")->count() == 0) train.eval_interval = 0;
       } else {
@@ -270,12 +277,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     error_line(std::string("unexpected failure: ") + e.what());
     return 1;
   }
-  // Output lost to a full disk or a closed file must not pass for success.
-  if (std::fflush(out) != 0 || std::ferror(out)) {
-    error_line(fmt::format("[stdout] cannot write the output: {}", std::strerror(errno)));
-    return 1;
-  }
-  return 0;
+  return output_status();
 }
 
 }  // namespace attograd

@@ -67,7 +67,10 @@ class Dataset {
 
 struct TrainOptions;
 // The task or text file `options` names; with `vocabulary` (from a checkpoint)
-// a text file must fit it. Reading and decoding errors name --data and the file.
-std::unique_ptr<Dataset> make_dataset(const TrainOptions& options, const Tokenizer* vocabulary = nullptr);
+// a text file must fit it, and with `fingerprint` (a resumed run's) it must be
+// that very text ("[--resume] ... is not the text ..."). Reading and decoding
+// errors name --data and the file.
+std::unique_ptr<Dataset> make_dataset(const TrainOptions& options, const Tokenizer* vocabulary = nullptr,
+                                      const std::string& fingerprint = {});
 
 }  // namespace attograd

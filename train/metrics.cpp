@@ -51,7 +51,12 @@ MetricsLog::MetricsLog(std::string path, std::int64_t resume_step) : path_(std::
   }
   file_ = std::fopen(path_.c_str(), "w");
   AG_CHECK(file_, "--out", "cannot write '{}': {}", path_, std::strerror(errno));
-  for (const auto& line : kept) write_line(line);
+  try {
+    for (const auto& line : kept) write_line(line);
+  } catch (...) {  // a constructor that throws runs no destructor
+    std::fclose(file_);
+    throw;
+  }
 }
 
 MetricsLog::~MetricsLog() {

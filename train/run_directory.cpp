@@ -14,10 +14,34 @@ namespace attograd {
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr const char* kLockName = ".attograd.lock";
+
 bool holds_checkpoint(const fs::path& dir) {
   std::error_code ec;
   return fs::exists(dir / kCheckpointName, ec);
 }
+
+// True while another run holds `dir`'s lock (a run before its first checkpoint).
+bool locked_by_a_run(const fs::path& dir) {
+  const int fd = ::open((dir / kLockName).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
+}
+
+// A checkpoint in `dir` is replaced only by the run it belongs to: the run resumed
+// from it, or from a copy of it kept beside it (ckpt-step300.safetensors, say).
+void check_no_other_run(const fs::path& dir, const std::string& resume) {
+  std::error_code ec;
+  const bool same_run = !resume.empty() && fs::equivalent(fs::absolute(resume).parent_path(), dir, ec);
+  AG_CHECK(!holds_checkpoint(dir) || same_run, "--out",
+           "'{}' holds another run's checkpoint: continue it with --resume {}, or choose another --out "
+           "(or remove it)",
+           dir.string(), (dir / kCheckpointName).string());
+}
+
 }  // namespace
 
 void check_output_dir(const fs::path& dir, const std::string& resume) {
@@ -30,12 +54,7 @@ void check_output_dir(const fs::path& dir, const std::string& resume) {
       AG_CHECK(!fs::exists(file, ec) || fs::is_regular_file(file, ec), "--out",
                "'{}' exists and is not a regular file: the run could not write it", file.string());
     }
-    const fs::path ckpt = dir / kCheckpointName;
-    const bool resuming_it = !resume.empty() && fs::equivalent(resume, ckpt, ec);
-    AG_CHECK(!holds_checkpoint(dir) || resuming_it, "--out",
-             "'{}' holds another run's checkpoint: continue it with --resume {}, or choose another --out "
-             "(or remove it)",
-             dir.string(), ckpt.string());
+    check_no_other_run(dir, resume);
     return;
   }
   fs::path ancestor = fs::absolute(dir, ec).parent_path();
@@ -49,11 +68,11 @@ void check_output_dir(const fs::path& dir, const std::string& resume) {
 
 fs::path first_free_run_dir(const fs::path& base) {
   fs::path dir = base;
-  for (int n = 2; holds_checkpoint(dir); ++n) dir = fs::path(base.string() + "-" + std::to_string(n));
+  for (int n = 2; holds_checkpoint(dir) || locked_by_a_run(dir); ++n) dir = fs::path(base.string() + "-" + std::to_string(n));
   return dir;
 }
 
-RunDirectory::RunDirectory(const fs::path& dir) {
+RunDirectory::RunDirectory(const fs::path& dir, const std::string& resume) {
   std::error_code ec;
   fs::path first_missing;
   for (fs::path p = fs::absolute(dir, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
@@ -63,17 +82,28 @@ RunDirectory::RunDirectory(const fs::path& dir) {
   fs::create_directories(dir, ec);
   // access() passes for root even where creating fails (a read-only file system).
   AG_CHECK(!ec, "--out", "cannot create '{}': {}", dir.string(), ec.message());
-  // flock, not a pid file: the kernel drops the lock when the process ends, however it ends.
-  const fs::path lock = dir / ".attograd.lock";
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  AG_CHECK(lock_fd_ >= 0, "--out", "cannot create '{}': {}", lock.string(), std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(lock_fd_);  // the directory is the other run's: nothing of it is removed
-    AG_CHECK(err != EWOULDBLOCK, "--out", "'{}' is in use by another attograd run", dir.string());
-    fail("--out", "cannot lock '{}': {}", lock.string(), std::strerror(err));
-  }
   created_ = first_missing;
+  bool ours = true;  // false once another run is known to hold the directory
+  try {
+    // flock, not a pid file: the kernel drops the lock when the process ends, however it ends.
+    const fs::path lock = dir / kLockName;
+    lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    AG_CHECK(lock_fd_ >= 0, "--out", "cannot create '{}': {}", lock.string(), std::strerror(errno));
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ours = err != EWOULDBLOCK;
+      AG_CHECK(ours, "--out", "'{}' is in use by another attograd run", dir.string());
+      // A file system without locks (NFS without lockd, Lustre without flock) runs unlocked, as before.
+      AG_CHECK(err == ENOSYS || err == ENOLCK || err == EOPNOTSUPP || err == EINVAL, "--out", "cannot lock '{}': {}",
+               lock.string(), std::strerror(err));
+    }
+    // Again under the lock: another run may have written its checkpoint and ended since the check.
+    check_no_other_run(dir, resume);
+  } catch (...) {
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    if (ours && !created_.empty()) fs::remove_all(created_, ec);
+    throw;
+  }
 }
 
 RunDirectory::~RunDirectory() {
@@ -81,7 +111,7 @@ RunDirectory::~RunDirectory() {
     std::error_code ec;
     fs::remove_all(created_, ec);
   }
-  ::close(lock_fd_);
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void remove_stale_temporaries(const fs::path& dir, const std::string& name) {

@@ -14,11 +14,12 @@ inline constexpr const char* kRunFiles[] = {kCheckpointName, "metrics.jsonl", "l
 
 // Fails with "[--out] ..." unless `dir` is a writable directory or can be
 // created as one, and holds no other run: a checkpoint there is replaced only
-// by the run resumed from it (`resume`, empty for a new run). Creates nothing.
+// by a run resumed from a checkpoint in `dir` (`resume`, empty for a new run).
+// Creates nothing.
 void check_output_dir(const std::filesystem::path& dir, const std::string& resume);
 
 // The default run directory of a new run: `base` unless it holds a run's
-// checkpoint, else the first of base-2, base-3, ... that does not.
+// checkpoint or a running run, else the first of base-2, base-3, ... that does not.
 std::filesystem::path first_free_run_dir(const std::filesystem::path& base);
 
 class RunDirectory {
@@ -26,7 +27,8 @@ class RunDirectory {
   // Creates `dir` and its missing parents ("[--out] cannot create ..." on failure),
   // and takes an exclusive lock on it for the run's lifetime: a second run into the
   // same directory fails at once, naming it, instead of interleaving their files.
-  explicit RunDirectory(const std::filesystem::path& dir);
+  // Under the lock it checks again that no other run's checkpoint is there.
+  RunDirectory(const std::filesystem::path& dir, const std::string& resume);
   // Removes what the constructor created, unless keep() was called.
   ~RunDirectory();
   RunDirectory(const RunDirectory&) = delete;

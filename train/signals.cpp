@@ -15,11 +15,14 @@ static_assert(std::atomic<int>::is_always_lock_free);
 // SIGHUP too: a dropped ssh session sends it to a run in its terminal.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction previous[std::size(kStopSignals)] {};
+bool installed[std::size(kStopSignals)] = {};  // written before the handlers are, read by them
 
 extern "C" void on_stop_signal(int signo) {
   received_signal = signo;
-  // The next signal takes the default action: a second Ctrl-C kills.
-  for (int s : kStopSignals) std::signal(s, SIG_DFL);
+  // The next signal takes the default action: a second Ctrl-C kills. One left
+  // ignored (SIGHUP under nohup) stays ignored.
+  for (std::size_t i = 0; i < std::size(kStopSignals); ++i)
+    if (installed[i]) std::signal(kStopSignals[i], SIG_DFL);
 }
 
 }  // namespace
@@ -34,7 +37,8 @@ StopSignalGuard::StopSignalGuard() {
     // nohup ignores SIGHUP, and then it stays ignored. SIGINT is caught even where
     // ignored: a shell script ignores it in the jobs it starts with &, and `kill -INT`
     // must still stop them cleanly.
-    if (kStopSignals[i] != SIGHUP || previous[i].sa_handler != SIG_IGN) ::sigaction(kStopSignals[i], &action, nullptr);
+    installed[i] = kStopSignals[i] != SIGHUP || previous[i].sa_handler != SIG_IGN;
+    if (installed[i]) ::sigaction(kStopSignals[i], &action, nullptr);
   }
 }
 

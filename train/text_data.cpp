@@ -1,6 +1,7 @@
 #include "train/text_data.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,52 +10,55 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <sstream>
 
 #include "tensor/error.h"
 
 namespace attograd {
 
-std::string read_text_file(const std::string& path, const char* flag, std::uint64_t max_bytes) {
+std::string read_text_file(const std::string& path, const char* flag, std::uint64_t max_bytes, int fifo_wait_ms) {
   AG_CHECK(!std::filesystem::is_directory(path), flag, "'{}' is a directory, not a file", path);
-  // Opened without blocking: a FIFO that nobody writes to would block open() for
-  // ever. Reads then block again, as a pipe's writer (`<(cat f)`) may be slow;
-  // a FIFO with no writer reads as empty.
+  // Opened without blocking: open() on a FIFO would wait for a writer for ever.
+  // A FIFO then waits for its writer in poll() (no POLLHUP before one has come),
+  // at most fifo_wait_ms; reads block again, as a pipe's writer may be slow.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   AG_CHECK(fd >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
+  const std::unique_ptr<const int, void (*)(const int*)> closer(&fd, [](const int* f) { ::close(*f); });
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   struct stat st {};
-  const bool fifo = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
+  if (::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)) {
+    pollfd writer{fd, POLLIN, 0};
+    int ready;
+    while ((ready = ::poll(&writer, 1, fifo_wait_ms)) < 0 && errno == EINTR) {
+    }
+    AG_CHECK(ready > 0, flag, "'{}' is a FIFO, and nothing wrote to it within {} s", path, fifo_wait_ms / 1000.0);
+  }
   // Read in chunks and stop one byte past the limit: never an endless or unbounded read.
   std::string text;
   char chunk[1 << 16];
-  int read_error = 0;
   while (text.size() <= max_bytes) {
     const ssize_t n = ::read(fd, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) read_error = errno;
-    if (n <= 0) break;
+    // Unreadable devices open but fail to read.
+    AG_CHECK(n >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
+    if (n == 0) break;
     text.append(chunk, static_cast<std::size_t>(n));
   }
-  ::close(fd);
-  // Unreadable devices open but fail to read.
-  AG_CHECK(read_error == 0, flag, "cannot read '{}': {}", path, std::strerror(read_error));
   AG_CHECK(text.size() <= max_bytes, flag, "'{}' holds more than {} bytes, the limit", path, max_bytes);
-  AG_CHECK(!text.empty(), flag, "'{}' is empty{}", path, fifo ? " (a FIFO with no writer)" : " (or not a regular file)");
+  AG_CHECK(!text.empty(), flag, "'{}' is empty (or not a regular file)", path);
   return text;
 }
 
-namespace {
-std::string fingerprint_of(const std::string& bytes) {
+std::string text_fingerprint(const std::string& bytes) {
   std::uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
   for (const unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
   return fmt::format("{} bytes, FNV-1a 64 {:016x}", bytes.size(), hash);
 }
-}  // namespace
 
 TextData::TextData(const std::string& text, std::string path, std::uint64_t seed, std::optional<Tokenizer> tokenizer)
-    : path_(std::move(path)), fingerprint_(fingerprint_of(text)), seed_(seed) {
+    : path_(std::move(path)), fingerprint_(text_fingerprint(text)), seed_(seed) {
   const std::string what = fmt::format("--data {}", path_);
   // NUL is valid UTF-8 but never part of text: it marks a binary file.
   const std::size_t nul = text.find('\0');

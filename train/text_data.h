@@ -18,8 +18,13 @@ inline constexpr std::uint64_t kMaxTextBytes = std::uint64_t{256} << 20;
 
 // The file's bytes; "[--data] cannot read 'f': No such file or directory", "... is empty",
 // or "... holds more than N bytes" (read no further: /dev/zero or a pipe is no endless read).
+// A FIFO waits for its writer at most `fifo_wait_ms` ("... nothing wrote to it").
 std::string read_text_file(const std::string& path, const char* flag = "--data",
-                           std::uint64_t max_bytes = kMaxTextBytes);
+                           std::uint64_t max_bytes = kMaxTextBytes, int fifo_wait_ms = 30000);
+
+// "N bytes, FNV-1a 64 H" of a text file's bytes: a checkpoint keeps it, and
+// --resume continues only on the same text (another text would not be the same run).
+std::string text_fingerprint(const std::string& bytes);
 
 class TextData final : public Dataset {
  public:
@@ -36,9 +41,7 @@ class TextData final : public Dataset {
   // Entropy in nats of the training split's character frequencies: the loss of
   // a model that ignores context, which a language model must beat.
   double unigram_entropy() const;
-  // "N bytes, FNV-1a 64 H" of the file's bytes: a checkpoint keeps it, and --resume
-  // continues only on the same text (another text would not be the same run).
-  const std::string& fingerprint() const { return fingerprint_; }
+  const std::string& fingerprint() const { return fingerprint_; }  // text_fingerprint of the file
 
   // Dataset
   const Tokenizer& tokenizer() const override { return tokenizer_; }

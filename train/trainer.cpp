@@ -52,31 +52,38 @@ namespace {
 constexpr std::int64_t kTrainEvalWindows = 256;
 
 // A run that would not fit in this machine's memory is refused before allocating
-// any of it: the model's weights, gradients and AdamW moments (4 floats per
-// parameter), and on the CPU the activations backward keeps for one micro-batch.
-// Those were measured at about 23 x layers x width + 4 x vocabulary floats per
-// token (peak RSS over batch, width, layers and block); the check counts 20 and 4,
-// to refuse only what cannot fit. `processes` share the machine.
+// any of it. Per process on this machine: on the CPU the weights and gradients
+// (2 floats per parameter) and the optimizer's state (AdamW 2, SGD 1; a 1/N share
+// with --shard-optimizer), plus the activations backward keeps for one
+// micro-batch; with --device cuda only the host copy the model is built in (1),
+// the rest living on the GPU. The activations were measured at about
+// 23 x layers x width + 4 x vocabulary floats per token (peak RSS over batch,
+// width, layers and block); the check counts 20 and 4, to refuse only what
+// cannot fit.
 void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_here, int processes) {
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (available <= 0) return;
+  const bool cpu = o.device == "cpu";
+  const double optimizer_floats = (o.optimizer == "sgd" ? 1.0 : 2.0) / (o.shard_optimizer ? processes : 1);
+  const double floats_per_parameter = cpu ? 2.0 + optimizer_floats : 1.0;
   const double parameters = static_cast<double>(parameter_count(gpt_config(o, vocab_size)));
-  const double model_bytes = parameters * 4 * sizeof(float) * processes_here;
+  const double model_bytes = parameters * floats_per_parameter * sizeof(float) * processes_here;
   constexpr double kGiB = 1 << 30;
+  const std::string each = processes_here > 1 ? fmt::format(" for each of the {} processes on this machine", processes_here) : "";
   AG_CHECK(model_bytes <= available, "--width",
-           "--layers {} --width {} with a vocabulary of {} make {:.3g} parameters: {:.1f} GiB of weights, "
-           "gradients and optimizer state, more than this machine's {:.1f} GiB",
-           o.layers, o.width, vocab_size, parameters, model_bytes / kGiB, available / kGiB);
-  if (o.device != "cpu") return;  // activations live on the GPU
+           "--layers {} --width {} with a vocabulary of {} make {:.3g} parameters: {:.1f} GiB of weights, gradients "
+           "and optimizer state{}, more than this machine's {:.1f} GiB",
+           o.layers, o.width, vocab_size, parameters, model_bytes / kGiB, each, available / kGiB);
+  if (!cpu) return;
   const double tokens = static_cast<double>(o.batch / (processes * o.grad_accum)) * static_cast<double>(o.block);
   const double per_token = (20.0 * static_cast<double>(o.layers * o.width) + 4.0 * static_cast<double>(vocab_size)) *
                            sizeof(float);
   const double activation_bytes = tokens * per_token * processes_here;
   AG_CHECK(model_bytes + activation_bytes <= available, "--batch",
-           "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward (and the "
-           "model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in smaller "
+           "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward{} (and "
+           "the model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in smaller "
            "pieces) or lower --batch or --block",
-           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, model_bytes / kGiB, available / kGiB);
+           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, each, model_bytes / kGiB, available / kGiB);
 }
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params) {
@@ -229,6 +236,14 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
       c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer;
       c.out = o.out.empty() ? fs::path(o.resume).parent_path().string() : o.out;
+      if (!o.data.empty()) {  // the same text at another path: a project moved, say
+        AG_CHECK(!c.data.empty(), "--data", "'{}' is a run of the {} task: it has no text to give again", o.resume,
+                 c.task);
+        AG_CHECK(!resumed.info.data_fingerprint.empty(), "--data",
+                 "'{}' keeps no fingerprint of its text (it predates them), so --data cannot be given when resuming it",
+                 o.resume);
+        c.data = o.data;
+      }
       if (c.out.empty()) c.out = ".";
       o = c;
       AG_CHECK(o.steps >= resumed.info.step, "--steps", "{} is before the checkpoint's step {}", o.steps,
@@ -244,14 +259,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
              "needs several processes (start the run with mpirun -np N)");
     if (o.out.empty())
       o.out = first_free_run_dir(fs::path("runs") / (o.data.empty() ? o.task : fs::path(o.data).stem().string())).string();
-    data = make_dataset(o, o.resume.empty() ? nullptr : &resumed.info.tokenizer);
-    if (const auto* text = dynamic_cast<const TextData*>(data.get())) {
-      text->check_block(o.block);
-      const std::string& then = resumed.info.data_fingerprint;
-      AG_CHECK(o.resume.empty() || then.empty() || then == text->fingerprint(), "--resume",
-               "'{}' is not the text '{}' was trained on ({} now, {} then): a run continues only on its own data",
-               o.data, o.resume, text->fingerprint(), then);
-    }
+    data = o.resume.empty() ? make_dataset(o) : make_dataset(o, &resumed.info.tokenizer, resumed.info.data_fingerprint);
+    if (const auto* text = dynamic_cast<const TextData*>(data.get())) text->check_block(o.block);
     if (reporter) check_output_dir(o.out, o.resume);
     check_memory(o, data->tokenizer().size(), comm.local_size(), comm.size());
     model = o.resume.empty() ? build_model(o, data->tokenizer().size()) : std::move(resumed.model);
@@ -305,7 +314,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
   std::optional<MetricsLog> metrics;
   on_every_process(comm, [&] {
     if (!reporter) return;
-    run_directory.emplace(o.out);
+    run_directory.emplace(o.out, o.resume);
     for (const char* name : kRunFiles) remove_stale_temporaries(o.out, name);
     metrics.emplace((run_dir / "metrics.jsonl").string(), first_step);
   });
