@@ -106,7 +106,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                     "Digits per sequence (sort, reverse, copy) or per operand (add); add's preset is 2");
     add_preset_flag(c, p, train, &TrainOptions::heldout, "--heldout",
                     "Held-out problems evaluated for exact match (all of them when fewer exist)");
-    c.add_option("--data", train.data, "Character-level language modelling on this UTF-8 text file instead of a task");
+    c.add_option("--data", train.data,
+                 "Character-level language modelling on this UTF-8 text file instead of a task (with --resume: the "
+                 "run's own text, where it has moved)");
     add_preset_flag(c, p, train, &TrainOptions::layers, "--layers", "Transformer blocks");
     add_preset_flag(c, p, train, &TrainOptions::heads, "--heads", "Attention heads per block (must divide --width)");
     add_preset_flag(c, p, train, &TrainOptions::width, "--width", "Model width (embedding size)");
