@@ -147,7 +147,7 @@ TEST_CASE("every train flag is validated: one line naming the flag and value, ex
       {{"--weight-decay", "inf"}, {"[--weight-decay]", "inf"}},
       {{"--beta1", "1"}, {"[--beta1]", "1"}},
       {{"--beta2", "-0.5"}, {"[--beta2]", "-0.5"}},
-      {{"--momentum", "1.5"}, {"[--momentum]", "1.5"}},
+      {{"--optimizer", "sgd", "--momentum", "1.5"}, {"[--momentum]", "1.5"}},
       {{"--grad-clip", "nan"}, {"[--grad-clip]", "nan"}},
       {{"--task-size", "65"}, {"[--task-size]", "65"}},
       {{"--heldout", "0"}, {"[--heldout]", "0"}},

@@ -144,6 +144,10 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--task-size", "1"}, {"[--task-size]", "sort of size 1 has 10 problems", "--seed 1337"}},
       {{"--data", ""}, {"[--data] is empty"}},
       {{"--resume", ""}, {"[--resume] is empty"}},
+      {{"--data", tmp / "bad.txt", "--task-size", "4"}, {"[--task-size] applies to the tasks, not to --data"}},
+      {{"--data", tmp / "bad.txt", "--heldout", "4"}, {"[--heldout] applies to the tasks, not to --data"}},
+      {{"--momentum", "0.5"}, {"[--momentum] applies to SGD, not to --optimizer adamw"}},
+      {{"--optimizer", "sgd", "--beta2", "0.9"}, {"[--beta2] applies to AdamW, not to --optimizer sgd"}},
       // About 11 TB of activations: refused up front, not killed by the kernel mid-step.
       {{"--batch", "1048576", "--width", "1024", "--layers", "8"}, {"[--batch] 1048576 sequences", "raise --grad-accum"}},
   };

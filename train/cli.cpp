@@ -243,6 +243,14 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
         const TrainOptions preset = preset_for(train, train_cmd->get_option("--task-size")->count() > 0);
         for (const PresetFlag& f : presets)
           if (f.option->count() == 0) f.take(preset);
+        // A flag that does nothing in this run is refused, not ignored: the run would seem to have used it.
+        const auto given = [&](const char* name) { return train_cmd->get_option(name)->count() > 0; };
+        for (const char* name : {"--task-size", "--heldout"})
+          AG_CHECK(train.data.empty() || !given(name), name, "applies to the tasks, not to --data");
+        for (const char* name : {"--beta1", "--beta2"})
+          AG_CHECK(train.optimizer != "sgd" || !given(name), name, "applies to AdamW, not to --optimizer sgd");
+        AG_CHECK(train.optimizer != "adamw" || !given("--momentum"), "--momentum",
+                 "applies to SGD, not to --optimizer adamw");
       }
       const TrainSummary summary = train_command(train, out);
       if (summary.stop_signal != 0 && summary.rank == 0) {
