@@ -1,6 +1,7 @@
 // The one-process communicator: every collective of one process is the identity.
 #include "train/communicator.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace attograd::train {
@@ -32,6 +33,14 @@ class SingleProcess final : public Communicator {
 
 void fail_on_every_process(const Communicator& comm, const std::string& message) {
   throw SharedFailure(message, comm.rank() == 0);
+}
+
+void stop_every_process(Communicator& comm, const std::exception& e) {
+  if (comm.size() == 1 || dynamic_cast<const SharedFailure*>(&e)) return;
+  std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
+               comm.size());
+  std::fflush(stderr);
+  comm.abort_all(1);
 }
 
 Communicator& world() {

@@ -10,6 +10,7 @@
 // run (MPI_Abort): a rank that dies must never leave the others waiting.
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,6 +100,12 @@ Communicator& world();
 std::unique_ptr<Communicator> make_communicator();  // what world() makes
 // Throws SharedFailure(message) on every process (reported by rank 0).
 [[noreturn]] void fail_on_every_process(const Communicator& comm, const std::string& message);
+// For `e`, met by this process alone (a full disk on rank 0, a GPU out of memory
+// on one rank): the others would wait for it for ever in their next collective,
+// and MPI_Finalize waits for them, so this prints it, naming the rank, and stops
+// every process. Returns (for the caller to rethrow) when `comm` is one process
+// or `e` is a SharedFailure, which every process meets at the same point.
+void stop_every_process(Communicator& comm, const std::exception& e);
 std::unique_ptr<Communicator> single_process_communicator();
 
 // True when this build can run on several processes (CMake found MPI).

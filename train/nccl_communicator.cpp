@@ -11,9 +11,6 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <cstdio>
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "cuda/check.h"
@@ -126,12 +123,9 @@ std::unique_ptr<DeviceCommunicator> make_nccl_communicator(Communicator& comm, i
   try {
     return std::make_unique<NcclGroup>(comm, device);
   } catch (const std::exception& e) {
-    if (comm.size() == 1) throw;
-    std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
-                 comm.size());
-    comm.abort_all(1);
+    stop_every_process(comm, e);
+    throw;
   }
-  std::abort();  // not reached: abort_all does not return (GCC does not see [[noreturn]] through a virtual call)
 }
 
 }  // namespace attograd::train

@@ -180,18 +180,6 @@ void drift_for_tests(const train::Communicator& comm, const std::vector<nn::Name
   kernels::copy_(narrow(flatten(w), 0, 0, 1), narrow(flatten(w), 0, 0, 1) + 1e-3);
 }
 
-// A failure met by this process alone (a full disk on rank 0, a GPU out of memory
-// on one rank): the others would wait for it for ever in their next collective,
-// and MPI_Finalize waits for them, so it stops the whole run. A SharedFailure is
-// met by every process at the same point, and returns.
-void stop_every_process(train::Communicator& comm, const std::exception& e) {
-  if (comm.size() == 1 || dynamic_cast<const train::SharedFailure*>(&e)) return;
-  std::fprintf(stderr, "attograd: error: %s (rank %d of %d; stopping every process)\n", e.what(), comm.rank(),
-               comm.size());
-  std::fflush(stderr);
-  comm.abort_all(1);
-}
-
 // A test-only hook (tests/test_mpi.cpp): ATTOGRAD_TEST_FAIL_RANK=r makes rank r
 // fail after set-up and before the first step, as running out of GPU memory for
 // the gradient buckets on one rank would.
@@ -303,7 +291,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
                                                          device_reduction.comm.get());
   } catch (const std::exception& e) {
-    stop_every_process(comm, e);
+    train::stop_every_process(comm, e);
     throw;
   }
 
@@ -441,7 +429,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       if (stop_now) break;
     }
   } catch (const std::exception& e) {
-    stop_every_process(comm, e);
+    train::stop_every_process(comm, e);
     throw;
   }
   progress.finish();
