@@ -131,8 +131,7 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   const std::filesystem::path parent = std::filesystem::absolute(o.out).parent_path();
   AG_CHECK(std::filesystem::is_directory(parent), "--out", "cannot write '{}': '{}' is not a directory", o.out,
            parent.string());
-  AG_CHECK(!std::filesystem::exists(o.out) || std::filesystem::is_regular_file(o.out), "--out",
-           "'{}' exists and is not a regular file", o.out);
+  check_replaceable("--out", o.out);
   LoadedCheckpoint ckpt = load_checkpoint(o.ckpt);
   const Tokenizer& tok = ckpt.info.tokenizer;
   const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");

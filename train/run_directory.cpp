@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tensor/error.h"
+#include "train/safetensors.h"
 
 namespace attograd {
 
@@ -49,11 +50,7 @@ void check_output_dir(const fs::path& dir, const std::string& resume) {
   if (fs::exists(dir, ec)) {
     AG_CHECK(fs::is_directory(dir, ec), "--out", "'{}' exists and is not a directory", dir.string());
     AG_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "--out", "'{}' is not writable", dir.string());
-    for (const char* name : kRunFiles) {
-      const fs::path file = dir / name;
-      AG_CHECK(!fs::exists(file, ec) || fs::is_regular_file(file, ec), "--out",
-               "'{}' exists and is not a regular file: the run could not write it", file.string());
-    }
+    for (const char* name : kRunFiles) check_replaceable("--out", (dir / name).string());
     check_no_other_run(dir, resume);
     return;
   }

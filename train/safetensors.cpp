@@ -173,12 +173,16 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
   return out;
 }
 
-void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
+void check_replaceable(std::string_view what, const std::string& path) {
   struct stat existing {};
   AG_CHECK(::stat(path.c_str(), &existing) != 0 || S_ISREG(existing.st_mode), what,
            "cannot write '{}': it exists and is not a regular file", path);
+}
+
+void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  check_replaceable(what, path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string temp = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
   const int fd = ::mkstemp(temp.data());

@@ -37,9 +37,13 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "s
 // Writes a temporary file in the same directory, fsyncs it, renames it over
 // `path` and fsyncs the directory: a crash leaves the old file or the new one,
 // never half of one. `what` names it in errors ("[loss.svg] cannot write ...").
-// An existing `path` that is not a regular file (a directory, a device such as
-// /dev/null, a FIFO) is refused: a rename would replace it.
+// An existing `path` that is not a regular file is refused (check_replaceable).
 void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes);
+// Fails ("[what] cannot write 'p': it exists and is not a regular file") when
+// `path` exists and is not a regular file (a directory, a device such as
+// /dev/null, a FIFO), which a rename would replace. Callers check early too, so
+// a bad path fails before the work whose result it would hold.
+void check_replaceable(std::string_view what, const std::string& path);
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 // `flag` names the option the path came from in errors about the file itself ("[--resume] ...").
 Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt");
