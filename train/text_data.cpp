@@ -51,14 +51,23 @@ std::string read_text_file(const std::string& path, const char* flag, std::uint6
   return text;
 }
 
+namespace {
 std::string text_fingerprint(const std::string& bytes) {
   std::uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
   for (const unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
   return fmt::format("{} bytes, FNV-1a 64 {:016x}", bytes.size(), hash);
 }
+}  // namespace
 
-TextData::TextData(const std::string& text, std::string path, std::uint64_t seed, std::optional<Tokenizer> tokenizer)
+TextData::TextData(const std::string& text, std::string path, std::uint64_t seed, std::optional<Tokenizer> tokenizer,
+                   const std::string& expected_fingerprint)
     : path_(std::move(path)), fingerprint_(text_fingerprint(text)), seed_(seed) {
+  // Before decoding: another text may hold characters the vocabulary lacks, and
+  // "not the text" is the error that says what happened.
+  AG_CHECK(expected_fingerprint.empty() || fingerprint_ == expected_fingerprint, "--resume",
+           "'{}' is not the text the checkpoint was trained on ({} now, {} then): a run continues only on its own "
+           "data",
+           path_, fingerprint_, expected_fingerprint);
   const std::string what = fmt::format("--data {}", path_);
   // NUL is valid UTF-8 but never part of text: it marks a binary file.
   const std::size_t nul = text.find('\0');

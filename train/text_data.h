@@ -22,26 +22,26 @@ inline constexpr std::uint64_t kMaxTextBytes = std::uint64_t{256} << 20;
 std::string read_text_file(const std::string& path, const char* flag = "--data",
                            std::uint64_t max_bytes = kMaxTextBytes, int fifo_wait_ms = 30000);
 
-// "N bytes, FNV-1a 64 H" of a text file's bytes: a checkpoint keeps it, and
-// --resume continues only on the same text (another text would not be the same run).
-std::string text_fingerprint(const std::string& bytes);
-
 class TextData final : public Dataset {
  public:
   static constexpr double kValidationFraction = 0.1;
 
   // `text` is the file's content; `path` names it in errors. It must be UTF-8
   // (an error names the byte offset where it is not) without NUL bytes (a binary
-  // file). With a tokenizer (from a checkpoint), every character must be in it.
+  // file). With a tokenizer (from a checkpoint), every character must be in it;
+  // with a fingerprint (a resumed run's), it must be that very text, checked
+  // first ("[--resume] ... is not the text ...").
   TextData(const std::string& text, std::string path, std::uint64_t seed,
-           std::optional<Tokenizer> tokenizer = std::nullopt);
+           std::optional<Tokenizer> tokenizer = std::nullopt, const std::string& expected_fingerprint = {});
 
   std::int64_t train_tokens() const { return static_cast<std::int64_t>(train_.size()); }
   std::int64_t validation_tokens() const { return static_cast<std::int64_t>(validation_.size()); }
   // Entropy in nats of the training split's character frequencies: the loss of
   // a model that ignores context, which a language model must beat.
   double unigram_entropy() const;
-  const std::string& fingerprint() const { return fingerprint_; }  // text_fingerprint of the file
+  // "N bytes, FNV-1a 64 H" of the file's bytes: a checkpoint keeps it, and --resume
+  // continues only on the same text (another text would not be the same run).
+  const std::string& fingerprint() const { return fingerprint_; }
 
   // Dataset
   const Tokenizer& tokenizer() const override { return tokenizer_; }
