@@ -82,6 +82,63 @@ TEST_CASE("gradient buckets: reverse order, sized by bytes, sums written back, m
   CHECK(max_abs_diff(params[3].tensor.grad(), full({300}, 2.0)) == 0);
 }
 
+namespace {
+
+// One process that records the size of each sum as it starts: MPI pairs the
+// processes' non-blocking collectives by that order.
+class StartOrder final : public train::Communicator {
+ public:
+  std::vector<std::size_t> started;
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string engine() const override { return "a recorder"; }
+  std::unique_ptr<train::PendingReduce> start_sum(float*, std::size_t n) override {
+    started.push_back(n);
+    return train::single_process_communicator()->start_sum(nullptr, 0);
+  }
+  void sum(double*, std::size_t) override {}
+  void max(double*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
+  void transfer(void*, std::size_t, int, int) override {}
+  [[noreturn]] void abort_all(int status) override { std::exit(status); }
+};
+
+}  // namespace
+
+TEST_CASE("gradient buckets start in index order whatever order backward finishes them in", "[mpi]") {
+  // 64-byte buckets from the last parameter back: {c} (16 floats), {b} (20), {a} (24).
+  const std::vector<nn::NamedParameter> params = {param("a", {4, 6}, 1), param("b", {20}, 2), param("c", {16}, 3)};
+  StartOrder comm;
+  train::GradientReducer reducer(params, comm, 64);
+  REQUIRE(reducer.bucket_count() == 3);
+  const std::vector<std::size_t> sizes = {16, 20, 24};
+
+  // Backward finishes a, then b, then c: the reverse of the buckets' order. A
+  // process whose last micro-batch had no targets runs no hooked backward and
+  // starts every bucket in finish(), so the others must start them in index order too.
+  reducer.prepare();
+  auto hook = reducer.hook();
+  hook(params[0].tensor);  // bucket 2 is complete, but buckets 0 and 1 have not started
+  CHECK(comm.started.empty());
+  hook(params[1].tensor);
+  CHECK(comm.started.empty());
+  hook(params[2].tensor);  // bucket 0, and then the two waiting behind it
+  CHECK(comm.started == sizes);
+  reducer.finish();
+  CHECK(comm.started == sizes);  // nothing started twice
+
+  // The next step starts over at bucket 0; finish() starts what backward never reached, in order.
+  comm.started.clear();
+  reducer.prepare();
+  hook(params[1].tensor);
+  CHECK(comm.started.empty());
+  reducer.finish();
+  CHECK(comm.started == sizes);
+}
+
 // ---- GPU gradients: NCCL in device memory, or staged through the host ---------------------
 // These run where a GPU is (tags [mpi][cuda]) and report themselves skipped, by name, elsewhere.
 

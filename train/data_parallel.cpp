@@ -119,7 +119,14 @@ void GradientReducer::ready(std::size_t i) {
       kernels::fill_(slot(i), 0.0);
   }
   Bucket& b = buckets_[bucket_of_[i]];
-  if (++b.ready == b.params.size()) start(b);
+  ++b.ready;
+  // MPI pairs the processes' collectives by the order they start in, so every
+  // process starts the buckets in index order, whatever order backward finishes
+  // them in (it may differ between processes: one whose last micro-batch has no
+  // counted targets runs no backward with the hook at all). A bucket finished
+  // early waits for the ones before it, as in PyTorch's DDP.
+  while (next_to_start_ < buckets_.size() && buckets_[next_to_start_].ready == buckets_[next_to_start_].params.size())
+    start(buckets_[next_to_start_++]);
   // MPI moves a non-blocking collective along only inside MPI calls: poke the
   // ones in flight so they progress while backward computes.
   for (Bucket& other : buckets_)
@@ -142,10 +149,9 @@ void GradientReducer::start(Bucket& b) {
 
 double GradientReducer::finish() {
   const auto t0 = std::chrono::steady_clock::now();
-  // Buckets start in the same order on every process: the ones backward
-  // completed (in backward's order, the same everywhere), then these, by index.
-  for (std::size_t i = 0; i < params_.size(); ++i)
+  for (std::size_t i = 0; i < params_.size(); ++i)  // the rest start now, still in index order
     if (!is_ready_[i]) ready(i);
+  next_to_start_ = 0;
   for (Bucket& b : buckets_) {
     b.pending->wait();
     b.pending.reset();

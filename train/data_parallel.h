@@ -8,9 +8,10 @@
 // every parameter's .grad a zeroed view of its bucket's buffer, so backward
 // accumulates the gradients straight into the buckets (nothing is copied). The
 // hook, given to backward() as BackwardOptions::on_leaf_grad_ready, counts the
-// gradients backward has finished; when a bucket's are all done, its all-reduce
-// starts in the background, overlapping communication with the rest of
-// backward. finish() waits for every bucket: the .grads then hold the sums.
+// gradients backward has finished; when a bucket's are all done (and those of
+// every bucket before it: all processes must start them in the same order), its
+// all-reduce starts in the background, overlapping communication with the rest
+// of backward. finish() waits for every bucket: the .grads then hold the sums.
 // GPU buckets are summed in device memory by NCCL when a DeviceCommunicator is
 // given (see choose_device_reduction), else staged through host memory.
 #include <cstddef>
@@ -64,6 +65,7 @@ class GradientReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_, offset_;  // per parameter: its bucket and its offset in it
   std::vector<bool> is_ready_;
+  std::size_t next_to_start_ = 0;  // buckets start in index order on every process
   std::unordered_map<const TensorImpl*, std::size_t> index_;
 };
 
