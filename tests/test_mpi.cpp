@@ -372,14 +372,28 @@ Metrics read_metrics(const std::string& path) {
   return m;
 }
 
-// Step for step within `rtol` of the reference's loss, and the same exact match.
-void check_follows(const Metrics& reference, const Metrics& run, double rtol = 1e-5) {
+// Step for step within the reference's losses, and the same exact match. A sum
+// split across processes rounds differently (about 1e-7 relative), and training
+// amplifies that: over the first 30 steps it stays below 1e-6 relative, which
+// any real error in the sums (a bucket not summed, or summed twice) exceeds at
+// step 2; over 100 steps it grows to 1e-5. The one-process run with --grad-accum
+// 2, which communicates nothing, differs from the plain run as much (Release,
+// g++ -O3, largest over 100 steps: Ice Lake 7e-6 at np 4; Zen 5 1.06e-5 at np 2
+// and 9.8e-6 for that one process), so the whole run is held to 2e-5.
+void check_follows(const Metrics& reference, const Metrics& run) {
+  constexpr std::size_t kEarlySteps = 30;
+  constexpr double kEarlyRtol = 1e-6, kRtol = 2e-5;
   REQUIRE(run.losses.size() == reference.losses.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < run.losses.size(); ++i)
-    worst = std::max(worst, std::abs(run.losses[i] - reference.losses[i]) / std::abs(reference.losses[i]));
-  INFO("largest relative loss difference " << worst);
-  CHECK(worst <= rtol);
+  double worst = 0, worst_early = 0;
+  for (std::size_t i = 0; i < run.losses.size(); ++i) {
+    const double difference = std::abs(run.losses[i] - reference.losses[i]) / std::abs(reference.losses[i]);
+    worst = std::max(worst, difference);
+    if (i < kEarlySteps) worst_early = worst;
+  }
+  INFO("largest relative loss difference " << worst << ", over the first " << kEarlySteps << " steps "
+                                           << worst_early);
+  CHECK(worst_early <= kEarlyRtol);
+  CHECK(worst <= kRtol);
   CHECK(run.accuracy == reference.accuracy);
 }
 
@@ -435,10 +449,9 @@ std::int64_t count_lines(const std::string& s) { return std::count(s.begin(), s.
 }  // namespace
 
 // The two cases that compare losses across process counts assert a numerical
-// property of the optimised build: a sum split across processes rounds
-// differently, and 100 AdamW steps amplify that (Release, g++ -O3: at most 7e-6
-// relative, at np 4). The asan-ubsan preset (clang -O1) rounds differently again
-// and leaves them out (CMakePresets.json); the exact cases below run everywhere.
+// property of the optimised build (check_follows). The asan-ubsan preset (clang
+// -O1) rounds differently again and leaves them out (CMakePresets.json); the
+// exact cases below run everywhere.
 TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, sharded optimizer too",
           "[mpi][numerics]") {
   SKIP_WITHOUT_MPI();
