@@ -567,12 +567,14 @@ TEST_CASE("two machines stood in for by one (a hostfile, ssh replaced): the run 
   CHECK_THAT(alone->out(), Catch::Contains(fmt::format("; {} threads, cpu;", std::thread::hardware_concurrency())));
 }
 
-TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank, and the last checkpoint is whole",
-          "[mpi]") {
-  SKIP_WITHOUT_MPI();
+namespace {
+
+void check_kill_stops_the_others(const std::vector<std::string>& extra) {
   TempDir tmp;
   const std::string dir = tmp / "run";
-  const auto run = start(2, default_run(dir, {"--steps", "1000000", "--eval-interval", "20"}), tmp);
+  std::vector<std::string> flags = {"--steps", "1000000", "--eval-interval", "20"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  const auto run = start(2, default_run(dir, flags), tmp);
   REQUIRE(wait_until([&] { return read_metrics(dir + "/metrics.jsonl").accuracy >= 0; }));  // a checkpoint exists
   std::map<int, pid_t> ranks;
   REQUIRE(wait_until([&] { return (ranks = ranks_running(dir)).size() == 2; }));
@@ -589,6 +591,22 @@ TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank, an
   const LoadedCheckpoint last = load_checkpoint(dir + "/ckpt.safetensors");
   CHECK(last.info.step % 20 == 0);
   CHECK(last.info.step >= 20);
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of one rank stops the others within 30 s, naming the rank, and the last checkpoint is whole",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  check_kill_stops_the_others({});
+}
+
+// On GPUs the survivor may be waiting inside NCCL's kernels (two GPUs or more)
+// or in MPI over host memory (one GPU, shared).
+TEST_CASE("kill -9 of one rank of a GPU run stops the others within 30 s", "[mpi][cuda]") {
+  SKIP_WITHOUT_MPI();
+  if (gpu_or_nccl_missing(false)) return;
+  check_kill_stops_the_others({"--device", "cuda"});
 }
 
 TEST_CASE("Ctrl-C to mpirun: every rank finishes its step, one checkpoint is saved, and it resumes", "[mpi]") {
