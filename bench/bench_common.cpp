@@ -1,5 +1,7 @@
 #include "bench_common.h"
 
+#include <cblas.h>
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -20,6 +22,9 @@ const bool context_added = [] {
   } catch (const Error& e) {  // a bad ATTOGRAD_ATTENTION_ISA: every attention case reports it
     benchmark::AddCustomContext("attention_isa", e.what());
   }
+  // OpenBLAS's kernel family ("SkylakeX", "Haswell"): its own choice for this
+  // CPU, or OPENBLAS_CORETYPE's, which some environments set.
+  benchmark::AddCustomContext("blas_core", openblas_get_corename());
   return true;
 }();
 
