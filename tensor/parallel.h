@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 namespace attograd {
 
@@ -17,6 +18,10 @@ inline constexpr std::int64_t kParallelGrain = 32768;
 void set_num_threads(int n);  // n >= 1
 // Keeps OpenBLAS single-threaded; called before any BLAS call (cheap after the first).
 void ensure_blas_single_threaded();
+// A line for the user when OPENBLAS_CORETYPE keeps OpenBLAS on kernels
+// narrower than this CPU runs (its AVX2 ones on an AVX-512 CPU: half the
+// speed of every product); empty otherwise.
+std::string blas_kernels_note();
 int get_num_threads();
 
 // Calls fn(begin, end) on disjoint chunks covering [begin, end), at least

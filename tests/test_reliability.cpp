@@ -445,6 +445,28 @@ TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, 
   }
 }
 
+// Some environments set OPENBLAS_CORETYPE (this project's workplace sets Haswell):
+// on an AVX-512 CPU that halves every product, so the run says so.
+TEST_CASE("OPENBLAS_CORETYPE that narrows OpenBLAS's kernels on an AVX-512 CPU gets a one-line note", "[reliability]") {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("x86-64-v4");
+#else
+  const bool avx512 = false;
+#endif
+  for (const std::string value : {"Haswell", "SkylakeX", ""}) {
+    INFO("OPENBLAS_CORETYPE=" << value);
+    TempDir tmp;
+    Child run(tiny_run(tmp / "a", 1), tmp.path, {"OPENBLAS_CORETYPE=" + value});
+    REQUIRE(run.exit_code() == 0);
+    const std::string note = "note: OPENBLAS_CORETYPE=Haswell keeps OpenBLAS on its Haswell kernels on this AVX-512 CPU";
+    if (value == "Haswell" && avx512)
+      CHECK_THAT(run.out(), Catch::Contains(note));
+    else
+      CHECK_THAT(run.out(), !Catch::Contains("note: OPENBLAS_CORETYPE"));
+  }
+}
+
 // ---- interrupted runs ------------------------------------------------------------------
 
 TEST_CASE("SIGINT and SIGTERM and SIGHUP finish the step, save, exit 128 + signal, and --resume continues exactly",
