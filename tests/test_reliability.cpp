@@ -694,42 +694,65 @@ TEST_CASE("under nohup SIGHUP stays ignored, before a stop signal and after it",
   CHECK_THAT(run.err(), Catch::Contains("stopped by SIGTERM"));
 }
 
-TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous checkpoint intact", "[reliability]") {
-  TempDir tmp;
-  const std::string ckpt = tmp / "run/ckpt.safetensors";
-  Child first(tiny_run(tmp / "run", 10), tmp.path);  // steps 1-10; saves at 10
-  REQUIRE(first.exit_code() == 0);
-  const std::string before = file_text(ckpt);
-  REQUIRE(load_checkpoint(ckpt).info.step == 10);
+namespace {
 
-  // The next run writes every step; each write pauses halfway (a test-only hook) and is killed there.
-  Child next({"train", "--resume", ckpt, "--steps", "20", "--eval-interval", "1", "--threads", "1", "--quiet"},
-             tmp.path, {"ATTOGRAD_TEST_WRITE_PAUSE_MS=60000"});
+// Starts `args` with every file write pausing halfway for `pause_ms` (a
+// test-only hook), waits for a half-written temporary of `name` in `dir`, and
+// kills the run there. Returns the temporary.
+fs::path kill_while_writing(const std::vector<std::string>& args, const fs::path& dir, const std::string& name,
+                            int pause_ms, const TempDir& tmp) {
+  Child run(args, tmp.path, {"ATTOGRAD_TEST_WRITE_PAUSE_MS=" + std::to_string(pause_ms)});
   fs::path temporary;
   REQUIRE(wait_until([&] {
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(tmp.path / "run", ec))
-      if (e.path().filename().string().rfind(".ckpt.safetensors.tmp", 0) == 0 && fs::file_size(e.path(), ec) > 0)
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().filename().string().rfind("." + name + ".tmp", 0) == 0 && fs::file_size(e.path(), ec) > 0)
         return temporary = e.path(), true;
     return false;
   }));
-  next.signal(SIGKILL);
-  const int status = next.wait();
+  run.signal(SIGKILL);
+  const int status = run.wait();
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
+  return temporary;
+}
 
+}  // namespace
+
+TEST_CASE("kill -9 in the middle of a checkpoint write or of resume's metrics rewrite leaves the old file whole",
+          "[reliability]") {
+  TempDir tmp;
+  const fs::path dir = tmp.path / "run";
+  const std::string ckpt = (dir / "ckpt.safetensors").string(), metrics = (dir / "metrics.jsonl").string();
+  Child first(tiny_run(dir, 10), tmp.path);  // steps 1-10; saves at 10
+  REQUIRE(first.exit_code() == 0);
+  const std::string before = file_text(ckpt), history = file_text(metrics);
+  REQUIRE(load_checkpoint(ckpt).info.step == 10);
+  const std::vector<std::string> resume = {"train", "--resume", ckpt, "--steps",   "20",
+                                           "--eval-interval", "1", "--threads", "1", "--quiet"};
+
+  // A resumed run first rewrites metrics.jsonl without the steps after its checkpoint's.
+  const fs::path half_metrics = kill_while_writing(resume, dir, "metrics.jsonl", 60000, tmp);
+  CHECK(file_text(half_metrics.string()).size() < history.size());
+  CHECK(file_text(metrics) == history);
+  CHECK(file_text(ckpt) == before);
+
+  // The next run writes a checkpoint every step (after its metrics, which pause too, and go on).
+  const fs::path temporary = kill_while_writing(resume, dir, "ckpt.safetensors", 3000, tmp);
   // Killed mid-write: the temporary holds half a checkpoint, the checkpoint is the old one, whole.
   const std::string half = file_text(temporary.string());
   CHECK(half.size() < before.size());
   CHECK_THROWS_AS(parse_checkpoint(half, "half"), Error);
   CHECK(file_text(ckpt) == before);
   CHECK(load_checkpoint(ckpt).info.step == 10);
+  CHECK_THAT(file_text(metrics), Catch::StartsWith(history));
 
   // Resuming from it works, and clears the litter.
   Child again({"train", "--resume", ckpt, "--steps", "12", "--threads", "1", "--quiet"}, tmp.path);
   CHECK(again.exit_code() == 0);
   CHECK(load_checkpoint(ckpt).info.step == 12);
   CHECK_FALSE(fs::exists(temporary));
+  CHECK_FALSE(fs::exists(half_metrics));
 }
 
 TEST_CASE("a loss that becomes NaN or infinite stops the run naming the step, keeping the last good checkpoint",

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
+#include "train/safetensors.h"
 
 namespace attograd {
 
@@ -30,8 +31,8 @@ double number(const nlohmann::json& j, const char* key) {
 }  // namespace
 
 MetricsLog::MetricsLog(std::string path, std::int64_t resume_step) : path_(std::move(path)) {
-  std::vector<std::string> kept;  // earlier lines, in their order
   if (resume_step > 0) {
+    std::string kept;  // the earlier steps' lines, in their order
     std::ifstream in(path_);
     std::string line;
     while (std::getline(in, line)) {
@@ -39,7 +40,7 @@ MetricsLog::MetricsLog(std::string path, std::int64_t resume_step) : path_(std::
       if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;  // a torn last line
       const std::int64_t step = j["step"].get<std::int64_t>();
       if (step > resume_step) continue;
-      kept.push_back(j.dump());
+      kept += j.dump() + '\n';
       if (j.value("kind", "") == "train")
         train_.push_back({step, number(j, "loss"), number(j, "lr"), number(j, "grad_norm"), number(j, "tokens_per_s"),
                           number(j, "elapsed_s")});
@@ -48,15 +49,13 @@ MetricsLog::MetricsLog(std::string path, std::int64_t resume_step) : path_(std::
                          j.contains("accuracy") ? std::optional<double>(number(j, "accuracy")) : std::nullopt,
                          number(j, "elapsed_s")});
     }
+    // They replace the file whole (a temporary renamed over it), so that a
+    // crash here never leaves a resumed run's history cut short.
+    in.close();
+    write_file_atomically("metrics", path_, kept);
   }
-  file_ = std::fopen(path_.c_str(), "w");
+  file_ = std::fopen(path_.c_str(), resume_step > 0 ? "a" : "w");
   AG_CHECK(file_, "--out", "cannot write '{}': {}", path_, std::strerror(errno));
-  try {
-    for (const auto& line : kept) write_line(line);
-  } catch (...) {  // a constructor that throws runs no destructor
-    std::fclose(file_);
-    throw;
-  }
 }
 
 MetricsLog::~MetricsLog() {
