@@ -86,24 +86,13 @@ namespace {
 
 // One process that records the size of each sum as it starts: MPI pairs the
 // processes' non-blocking collectives by that order.
-class StartOrder final : public train::Communicator {
+class StartOrder final : public train::SingleProcessCommunicator {
  public:
   std::vector<std::size_t> started;
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 1; }
-  std::string engine() const override { return "a recorder"; }
-  std::unique_ptr<train::PendingReduce> start_sum(float*, std::size_t n) override {
+  std::unique_ptr<train::PendingReduce> start_sum(float* data, std::size_t n) override {
     started.push_back(n);
-    return train::single_process_communicator()->start_sum(nullptr, 0);
+    return SingleProcessCommunicator::start_sum(data, n);
   }
-  void sum(double*, std::size_t) override {}
-  void max(double*, std::size_t) override {}
-  void broadcast(void*, std::size_t, int) override {}
-  std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
-  void transfer(void*, std::size_t, int, int) override {}
-  [[noreturn]] void abort_all(int status) override { std::exit(status); }
 };
 
 }  // namespace

@@ -13,22 +13,6 @@ class Done final : public PendingReduce {
   void wait() override {}
 };
 
-class SingleProcess final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int local_rank() const override { return 0; }
-  int local_size() const override { return 1; }
-  std::string engine() const override { return "one process"; }
-  std::unique_ptr<PendingReduce> start_sum(float*, std::size_t) override { return std::make_unique<Done>(); }
-  void sum(double*, std::size_t) override {}
-  void max(double*, std::size_t) override {}
-  void broadcast(void*, std::size_t, int) override {}
-  std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
-  void transfer(void*, std::size_t, int, int) override {}
-  [[noreturn]] void abort_all(int status) override { std::exit(status); }
-};
-
 }  // namespace
 
 void fail_on_every_process(const Communicator& comm, const std::string& message) {
@@ -48,6 +32,12 @@ Communicator& world() {
   return *communicator;
 }
 
-std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcess>(); }
+std::unique_ptr<PendingReduce> SingleProcessCommunicator::start_sum(float*, std::size_t) {
+  return std::make_unique<Done>();
+}
+
+void SingleProcessCommunicator::abort_all(int status) { std::exit(status); }
+
+std::unique_ptr<Communicator> single_process_communicator() { return std::make_unique<SingleProcessCommunicator>(); }
 
 }  // namespace attograd::train

@@ -66,6 +66,25 @@ class Communicator {
   [[noreturn]] virtual void abort_all(int status) = 0;
 };
 
+// One process: every collective is the identity (sums and maxima of one
+// value, broadcasts from oneself). Not final, so that a test can watch what a
+// trainer asks of its communicator.
+class SingleProcessCommunicator : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string engine() const override { return "one process"; }
+  std::unique_ptr<PendingReduce> start_sum(float* data, std::size_t n) override;
+  void sum(double*, std::size_t) override {}
+  void max(double*, std::size_t) override {}
+  void broadcast(void*, std::size_t, int) override {}
+  std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
+  void transfer(void*, std::size_t, int, int) override {}
+  [[noreturn]] void abort_all(int status) override;
+};
+
 // The GPUs of a run joined by NCCL: sums in device memory, with no copy through
 // the host. Made by choose_device_reduction() (train/data_parallel.h), only
 // when every process drives a GPU of its own.
