@@ -218,7 +218,9 @@ std::string blas_kernels_note() {
   const std::string core = openblas_get_corename();
   __builtin_cpu_init();
   const bool avx512_kernels = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-  if (!__builtin_cpu_supports("x86-64-v4") || avx512_kernels) return "";
+  const bool avx512_cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  if (!avx512_cpu || avx512_kernels) return "";
   // Measured on a Zen 5 core: a 2048-cube SGEMM took 133 ms on the Haswell kernels, 69 on OpenBLAS's own choice.
   return fmt::format("note: OPENBLAS_CORETYPE={} keeps OpenBLAS on its {} kernels on this AVX-512 CPU, where its own "
                      "choice multiplies about twice as fast (unset it unless that is meant)",

@@ -450,7 +450,8 @@ TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, 
 TEST_CASE("OPENBLAS_CORETYPE that narrows OpenBLAS's kernels on an AVX-512 CPU gets a one-line note", "[reliability]") {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("x86-64-v4");
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #else
   const bool avx512 = false;
 #endif
