@@ -333,8 +333,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
                  static_cast<long long>(o.grad_accum), reducer ? reducer->bucket_count() : 0,
                  device_reduction.how.empty() ? "" : " ", device_reduction.how.c_str(),
                  megabytes(optimizer_bytes).c_str(), sharded ? " (sharded, ZeRO-1)" : "");
-  if (const std::string note = blas_kernels_note(); device.is_cpu() && !note.empty())
-    std::fprintf(out, "%s\n", note.c_str());
+  if (device.is_cpu())  // OpenBLAS multiplies only on the CPU
+    if (const std::string note = blas_kernels_note(); !note.empty()) std::fprintf(out, "%s\n", note.c_str());
   if (first_step > 0) std::fprintf(out, "resuming from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first_step));
   std::fflush(out);
 
