@@ -103,7 +103,8 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
                           .training = is_training(),
                           .generator = config_.dropout_generator,
                           .return_weights = options.return_weights,
-                          .impl = config_.impl};
+                          .impl = config_.impl,
+                          .saved_probs_limit = config_.saved_probs_limit};
   // (B, H, Tq, D) -> (B, Tq, H, D) -> (B, Tq, C): free when the fused kernel
   // already laid the output out as (B, Tq, H, D).
   auto project_out = [&](const AttentionOutput& a) -> AttendResult {

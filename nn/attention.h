@@ -39,6 +39,7 @@ struct MultiHeadAttentionConfig {
   bool causal = false;
   Generator* dropout_generator = nullptr;  // default_generator() when null; must outlive the module
   AttentionImpl impl = AttentionImpl::automatic;
+  std::int64_t saved_probs_limit = kAutoSavedProbsLimit;  // bytes per call; see AttentionOptions
 };
 
 // The keys and values of the tokens seen so far by one attention layer, for

@@ -484,7 +484,7 @@ AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in,
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                  const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
   check_same_dtype(op, dout, q);
@@ -505,7 +505,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   }
   const Tensor d = rows_contiguous(dout), qr = rows_contiguous(q), kr = rows_contiguous(k), vr = rows_contiguous(v);
   const Tensor o = rows_contiguous(out);
-  if (!q.device().is_cuda()) return cpu::attention_backward(d, qr, kr, vr, mask, o, lse, options, into);
+  if (!q.device().is_cuda()) return cpu::attention_backward(d, qr, kr, vr, mask, o, lse, probs, options, into);
   // The CUDA kernels write contiguous gradients; outputs asked for get a copy.
   AttentionGrads g = gpu::attention_backward(d, qr, kr, vr, mask, o, lse, options);
   for (auto [grad, computed] : {std::pair{&into.dq, &g.dq}, std::pair{&into.dk, &g.dk}, std::pair{&into.dv, &g.dv}})

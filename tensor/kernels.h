@@ -128,11 +128,15 @@ struct AttentionKernelOptions {
   double dropout_p = 0.0;    // weight (b,h,i,j) dropped when philox_uniform(seed, offset, flat index) < p
   std::uint64_t seed = 0, offset = 0;
   bool return_weights = false;  // also write the (B, H, Tq, Tk) softmax, before dropout
+  // Up to this many bytes, the CPU forward keeps its probability tiles for the
+  // backward, which then need not recompute them (see tensor/cpu/attention.cpp).
+  std::int64_t probs_budget = 0;
 };
 struct AttentionForwardResult {
   Tensor out;      // (B, H, Tq, D); zeros on rows whose keys are all hidden
   Tensor lse;      // (B, H, Tq) log-sum-exp of each scaled, masked score row; -inf when all hidden
   Tensor weights;  // (B, H, Tq, Tk) when asked for
+  Tensor probs;    // the probability tiles kept within probs_budget, for attention_backward; else undefined
 };
 // mask: undefined or bool broadcastable to (B, H, Tq, Tk), true = hidden.
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
@@ -143,8 +147,9 @@ struct AttentionGrads {
 // The gradients are written into `into`'s tensors where defined (each shaped as
 // its input, last dim contiguous: e.g. views of one packed (B, T, 3, H, D)
 // gradient, see autograd's attention_packed), else into new contiguous ones.
+// probs: the forward's, or undefined (the kernel recomputes the probabilities).
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& mask, const Tensor& out, const Tensor& lse,
+                                  const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into = {});
 
 // ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------

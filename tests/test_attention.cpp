@@ -2,6 +2,7 @@
 // float64 gradchecks, fused == composed, causal / padding / dropout semantics.
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "autograd/attention.h"
@@ -71,6 +72,15 @@ Tensor input(const Shape& sizes, std::uint64_t seed, DType dtype, bool transpose
   std::swap(swapped[2], swapped[3]);
   return transpose(randn(swapped, {dtype}, gen), 2, 3);
 }
+
+// The fused backward's two ways to the probabilities: recomputed from the
+// log-sum-exp (saved_probs_limit 0), and the forward's tiles, kept (a limit
+// that holds every shape here, whatever its D).
+struct ProbsPath {
+  const char* name;
+  std::int64_t limit;
+};
+constexpr ProbsPath kProbsPaths[] = {{"recomputed", 0}, {"saved", std::int64_t(1) << 30}};
 
 void require_same_runs(const Run& a, const Run& b, DType dtype) {
   const double atol = atol_for(dtype), rtol = rtol_for(dtype);
@@ -152,7 +162,7 @@ TEST_CASE("attention: the backward kernel checks its operands and mask itself", 
   const Tensor q = zeros({1, 2, 3, 4}), kv = zeros({1, 2, 5, 4});
   const kernels::AttentionForwardResult f = kernels::attention_forward(q, kv, kv, {}, {});
   auto backward = [&](const Tensor& qb, const Tensor& k, const Tensor& mask) {
-    return kernels::attention_backward(f.out, qb, k, kv, mask, f.out, f.lse, {});
+    return kernels::attention_backward(f.out, qb, k, kv, mask, f.out, f.lse, {}, {});
   };
   CHECK_NOTHROW(backward(q, kv, zeros({3, 5}, {DType::b8})));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 4}, {DType::b8})),
@@ -162,6 +172,78 @@ TEST_CASE("attention: the backward kernel checks its operands and mask itself", 
                     Catch::Contains("mask [1,1,1,3,5] does not broadcast"));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 5})), Catch::Contains("mask must be bool"));
   CHECK_THROWS_WITH(backward(q, zeros({1, 2, 5, 3}), {}), Catch::Contains("must share B, H and D"));
+}
+
+// The forward keeps its probability tiles only within the budget, and a
+// backward given them equals one that recomputes them.
+TEST_CASE("attention: the forward keeps its probabilities within probs_budget, and the backward uses them", "[attention]") {
+  struct Case {
+    const char* name;
+    std::int64_t B, H, Tq, Tk, D;
+    bool causal;
+    std::int64_t tiles;  // 64 x 64 tiles per head that some query sees
+  };
+  const Case cases[] = {
+      {"causal, three query blocks", 2, 3, 150, 150, 8, true, 6},
+      {"causal, Tq > Tk", 1, 2, 200, 70, 8, true, 7},
+      {"causal, Tq < Tk", 1, 2, 70, 200, 8, true, 3},
+      {"no causal flag", 1, 2, 70, 130, 8, false, 6},
+  };
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64})
+      DYNAMIC_SECTION(c.name << " " << dtype_name(dtype)) {
+        const Tensor q = input({c.B, c.H, c.Tq, c.D}, 1, dtype), k = input({c.B, c.H, c.Tk, c.D}, 2, dtype),
+                     v = input({c.B, c.H, c.Tk, c.D}, 3, dtype), dout = input({c.B, c.H, c.Tq, c.D}, 4, dtype);
+        // Each tile holds 64 x 64 probabilities and 64 maxima.
+        const std::int64_t bytes = c.B * c.H * c.tiles * (64 * 64 + 64) * static_cast<std::int64_t>(dtype_size(dtype));
+        kernels::AttentionKernelOptions ko{.causal = c.causal, .scale = 0.3, .probs_budget = bytes - 1};
+        CHECK_FALSE(kernels::attention_forward(q, k, v, {}, ko).probs.defined());
+        ko.probs_budget = bytes;
+        const kernels::AttentionForwardResult f = kernels::attention_forward(q, k, v, {}, ko);
+        REQUIRE(f.probs.defined());
+        CHECK(f.probs.numel() * static_cast<std::int64_t>(dtype_size(dtype)) == bytes);
+        const kernels::AttentionGrads saved =
+            kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, f.probs, ko);
+        const kernels::AttentionGrads recomputed = kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, {}, ko);
+        const double atol = atol_for(dtype), rtol = rtol_for(dtype);
+        CHECK(all_close(saved.dq, recomputed.dq, atol, rtol));
+        CHECK(all_close(saved.dk, recomputed.dk, atol, rtol));
+        CHECK(all_close(saved.dv, recomputed.dv, atol, rtol));
+        CHECK(max_abs_diff(saved.dq, zeros(q.sizes(), q.options())) > 1e-3);
+        // Tiles from another shape are refused, not read past.
+        CHECK_THROWS_WITH(kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, narrow(f.probs, 0, 1, 64), ko),
+                          Catch::Contains("is not the forward's saved tiles"));
+      }
+}
+
+TEST_CASE("attention: MHA keeps the probabilities only when it records a graph, within its limit", "[attention]") {
+  // x (1, 70, 128): 2 query blocks, so 3 causal tiles of 64 x 64 probabilities and 64 maxima per head.
+  Generator gen(4);
+  Tensor x = randn({1, 70, 128}, {}, gen);
+  x.set_requires_grad(true);
+  // Bytes held after the forward while its output (and graph) lives.
+  auto held_by_forward = [&](std::int64_t heads, std::int64_t limit, bool grad) {
+    Generator init(3);
+    const MultiHeadAttention mha(
+        {.d_model = 128, .num_heads = heads, .causal = true, .impl = AttentionImpl::fused, .saved_probs_limit = limit},
+        init);
+    std::optional<NoGradGuard> no_grad;
+    if (!grad) no_grad.emplace();
+    const std::size_t before = cpu_alloc_stats().bytes_in_use;
+    const Tensor y = mha(x);
+    return cpu_alloc_stats().bytes_in_use - before;
+  };
+  for (std::int64_t heads : {2, 4}) {
+    INFO(heads << " heads of " << 128 / heads);
+    const std::size_t probs_bytes = heads * 3 * (64 * 64 + 64) * sizeof(float);
+    const std::size_t recomputed = held_by_forward(heads, 0, true);
+    CHECK(held_by_forward(heads, probs_bytes, true) == recomputed + probs_bytes);
+    CHECK(held_by_forward(heads, probs_bytes - 1, true) == recomputed);  // over the limit
+    CHECK(held_by_forward(heads, probs_bytes, false) < recomputed);      // no graph: nothing saved
+    // The automatic limit keeps them on heads of 64 values, not on narrower ones.
+    CHECK(held_by_forward(heads, kAutoSavedProbsLimit, true) == recomputed + (heads == 2 ? probs_bytes : 0));
+  }
+  CHECK_THROWS_WITH(held_by_forward(2, -2, true), Catch::Contains("saved_probs_limit must be a byte count >= 0"));
 }
 
 // ---- fused == composed ---------------------------------------------------------------------
@@ -194,25 +276,28 @@ TEST_CASE("attention: fused equals composed, forward and backward", "[attention]
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::f64, DType::f32}) {
-      DYNAMIC_SECTION(c.name << " " << dtype_name(dtype)) {
-        const Tensor q = input({c.B, c.H, c.Tq, c.D}, 1, dtype, c.transposed);
-        const Tensor k = input({c.B, c.H, c.Tk, c.D}, 2, dtype, c.transposed);
-        const Tensor v = input({c.B, c.H, c.Tk, c.D}, 3, dtype, c.transposed);
-        AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .return_weights = true};
-        if (c.mask == 1) {
-          std::vector<std::int64_t> lengths;
-          for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<std::int64_t>(1, c.Tk - 3 * b));
-          o.mask = nn::key_padding_mask(lengths, c.Tk);
-        }
-        if (c.mask == 2) o.mask = hide_row(random_mask({c.B, c.H, c.Tq, c.Tk}, 0.3, 7), 3);
-        if (c.mask == 3) o.mask = random_mask({c.Tq, c.Tk}, 0.5, 8);
-        const Run fused = run_attention(q, k, v, o, AttentionImpl::fused);
-        const Run composed = run_attention(q, k, v, o, AttentionImpl::composed);
-        require_same_runs(fused, composed, dtype);
-        CHECK(all_close(fused.weights, composed.weights, atol_for(dtype), rtol_for(dtype)));
-        for (const Tensor& t : {fused.out, fused.dq, fused.dk, fused.dv}) {
-          const auto values = t.to_vector<double>();
-          CHECK(std::none_of(values.begin(), values.end(), [](double x) { return std::isnan(x); }));
+      for (const ProbsPath& path : kProbsPaths) {
+        DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << ", probabilities " << path.name) {
+          const Tensor q = input({c.B, c.H, c.Tq, c.D}, 1, dtype, c.transposed);
+          const Tensor k = input({c.B, c.H, c.Tk, c.D}, 2, dtype, c.transposed);
+          const Tensor v = input({c.B, c.H, c.Tk, c.D}, 3, dtype, c.transposed);
+          AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .return_weights = true};
+          o.saved_probs_limit = path.limit;
+          if (c.mask == 1) {
+            std::vector<std::int64_t> lengths;
+            for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<std::int64_t>(1, c.Tk - 3 * b));
+            o.mask = nn::key_padding_mask(lengths, c.Tk);
+          }
+          if (c.mask == 2) o.mask = hide_row(random_mask({c.B, c.H, c.Tq, c.Tk}, 0.3, 7), 3);
+          if (c.mask == 3) o.mask = random_mask({c.Tq, c.Tk}, 0.5, 8);
+          const Run fused = run_attention(q, k, v, o, AttentionImpl::fused);
+          const Run composed = run_attention(q, k, v, o, AttentionImpl::composed);
+          require_same_runs(fused, composed, dtype);
+          CHECK(all_close(fused.weights, composed.weights, atol_for(dtype), rtol_for(dtype)));
+          for (const Tensor& t : {fused.out, fused.dq, fused.dk, fused.dv}) {
+            const auto values = t.to_vector<double>();
+            CHECK(std::none_of(values.begin(), values.end(), [](double x) { return std::isnan(x); }));
+          }
         }
       }
     }
@@ -225,17 +310,20 @@ TEST_CASE("attention: the fused kernels give the same bits on any number of thre
   // Heads long enough (a millisecond or so each) that threads run them side by side.
   const Shape sizes{2, 4, 320, 64};
   const Tensor q = input(sizes, 1, DType::f32), k = input(sizes, 2, DType::f32), v = input(sizes, 3, DType::f32);
-  const AttentionOptions o{.causal = true, .mask = random_mask({2, 4, 320, 320}, 0.2, 9), .dropout_p = 0.1};
-  set_num_threads(1);
-  const Run serial = run_attention(q, k, v, o, AttentionImpl::fused);
-  for (int threads : {2, 3, 5}) {
-    set_num_threads(threads);
-    const Run threaded = run_attention(q, k, v, o, AttentionImpl::fused);
-    INFO(threads << " threads");
-    CHECK(max_abs_diff(threaded.out, serial.out) == 0);
-    CHECK(max_abs_diff(threaded.dq, serial.dq) == 0);
-    CHECK(max_abs_diff(threaded.dk, serial.dk) == 0);
-    CHECK(max_abs_diff(threaded.dv, serial.dv) == 0);
+  for (const ProbsPath& path : kProbsPaths) {
+    AttentionOptions o{.causal = true, .mask = random_mask({2, 4, 320, 320}, 0.2, 9), .dropout_p = 0.1};
+    o.saved_probs_limit = path.limit;
+    set_num_threads(1);
+    const Run serial = run_attention(q, k, v, o, AttentionImpl::fused);
+    for (int threads : {2, 3, 5}) {
+      set_num_threads(threads);
+      const Run threaded = run_attention(q, k, v, o, AttentionImpl::fused);
+      INFO(threads << " threads, probabilities " << path.name);
+      CHECK(max_abs_diff(threaded.out, serial.out) == 0);
+      CHECK(max_abs_diff(threaded.dq, serial.dq) == 0);
+      CHECK(max_abs_diff(threaded.dk, serial.dk) == 0);
+      CHECK(max_abs_diff(threaded.dv, serial.dv) == 0);
+    }
   }
   set_num_threads(2);
 }
@@ -334,21 +422,23 @@ TEST_CASE("attention: returned weights sum to one over visible keys", "[attentio
 }
 
 TEST_CASE("attention: gradcheck of the op on odd and transposed shapes", "[attention][gradcheck]") {
-  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
-    Generator gen(3);
-    Fn fn = [&](const std::vector<Tensor>& x) {
-      gen.set_state(3, 0);
-      return attention(x[0], x[1], x[2],
-                       {.causal = true,
-                        .mask = random_mask({5, 7}, 0.3, 4),
-                        .dropout_p = 0.2,
-                        .generator = &gen,
-                        .impl = impl})
-          .out;
-    };
-    REQUIRE_GRADCHECK("attention", fn,
-                      {leaf({1, 2, 5, 3}, 1), transposed_leaf({1, 2, 7, 3}, 2), leaf({1, 2, 7, 3}, 3)});
-  }
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
+    for (const ProbsPath& path : kProbsPaths) {
+      INFO("impl " << int(impl) << ", probabilities " << path.name);
+      Generator gen(3);
+      Fn fn = [&](const std::vector<Tensor>& x) {
+        gen.set_state(3, 0);
+        AttentionOptions o{.causal = true,
+                           .mask = random_mask({5, 7}, 0.3, 4),
+                           .dropout_p = 0.2,
+                           .generator = &gen,
+                           .impl = impl};
+        o.saved_probs_limit = path.limit;
+        return attention(x[0], x[1], x[2], o).out;
+      };
+      REQUIRE_GRADCHECK("attention", fn,
+                        {leaf({1, 2, 5, 3}, 1), transposed_leaf({1, 2, 7, 3}, 2), leaf({1, 2, 7, 3}, 3)});
+    }
 }
 
 // ---- attention_packed: q, k, v side by side in one (B, T, 3 H D) projection ------------------
@@ -446,44 +536,49 @@ TEST_CASE("attention: the fused kernels give the same bits on packed and on cont
   };
   for (const Case& c : cases)
     for (DType dtype : {DType::f32, DType::f64})
-      DYNAMIC_SECTION(c.name << " " << dtype_name(dtype)) {
-        AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout};
-        if (c.mask) o.mask = random_mask({c.B, 1, c.T, c.T}, 0.2, 4);
-        const Tensor qkv = packed_leaf(c.B, c.T, 3 * c.H * c.D, 6, dtype, false);
-        const auto views = split_views(qkv.detach(), c.H);
-        const Run contiguous = run_attention(kernels::contiguous(views[0]), kernels::contiguous(views[1]),
-                                             kernels::contiguous(views[2]), o, AttentionImpl::fused);
-        const Run strided = run_attention(views[0], views[1], views[2], o, AttentionImpl::fused);
-        // attention_packed writes d(qkv) itself, rows 3 H D apart; run_attention's seeds.
-        Generator gen(99), rg(5);
-        o.generator = &gen;
-        const Tensor out = attention_packed(qkv, c.H, o).out;
-        backward(out, randn(out.sizes(), out.options(), rg));
-        const auto grads = split_views(qkv.grad(), c.H);
-        for (const Run* run : {&strided, &contiguous}) {
-          INFO((run == &strided ? "strided views" : "contiguous") << " against attention_packed");
-          CHECK(max_abs_diff(run->out, out) == 0);
-          CHECK(max_abs_diff(run->dq, grads[0]) == 0);
-          CHECK(max_abs_diff(run->dk, grads[1]) == 0);
-          CHECK(max_abs_diff(run->dv, grads[2]) == 0);
+      for (const ProbsPath& path : kProbsPaths)
+        DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << ", probabilities " << path.name) {
+          AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout};
+          o.saved_probs_limit = path.limit;
+          if (c.mask) o.mask = random_mask({c.B, 1, c.T, c.T}, 0.2, 4);
+          const Tensor qkv = packed_leaf(c.B, c.T, 3 * c.H * c.D, 6, dtype, false);
+          const auto views = split_views(qkv.detach(), c.H);
+          const Run contiguous = run_attention(kernels::contiguous(views[0]), kernels::contiguous(views[1]),
+                                               kernels::contiguous(views[2]), o, AttentionImpl::fused);
+          const Run strided = run_attention(views[0], views[1], views[2], o, AttentionImpl::fused);
+          // attention_packed writes d(qkv) itself, rows 3 H D apart; run_attention's seeds.
+          Generator gen(99), rg(5);
+          o.generator = &gen;
+          const Tensor out = attention_packed(qkv, c.H, o).out;
+          backward(out, randn(out.sizes(), out.options(), rg));
+          const auto grads = split_views(qkv.grad(), c.H);
+          for (const Run* run : {&strided, &contiguous}) {
+            INFO((run == &strided ? "strided views" : "contiguous") << " against attention_packed");
+            CHECK(max_abs_diff(run->out, out) == 0);
+            CHECK(max_abs_diff(run->dq, grads[0]) == 0);
+            CHECK(max_abs_diff(run->dk, grads[1]) == 0);
+            CHECK(max_abs_diff(run->dv, grads[2]) == 0);
+          }
+          CHECK(max_abs_diff(out, zeros(out.sizes(), out.options())) > 1e-3);
         }
-        CHECK(max_abs_diff(out, zeros(out.sizes(), out.options())) > 1e-3);
-      }
 }
 
 TEST_CASE("attention: gradcheck of attention_packed", "[attention][gradcheck]") {
   for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
     for (bool transposed : {false, true}) {
+      // The saved probabilities on plain qkv, recomputed ones on the transposed.
+      const ProbsPath& path = kProbsPaths[transposed ? 0 : 1];
+      INFO("impl " << int(impl) << ", probabilities " << path.name);
       Generator gen(3);
       Fn fn = [&](const std::vector<Tensor>& x) {
         gen.set_state(3, 0);
-        return attention_packed(x[0], 2,
-                                {.causal = true,
-                                 .mask = random_mask({6, 6}, 0.3, 4),
-                                 .dropout_p = 0.2,
-                                 .generator = &gen,
-                                 .impl = impl})
-            .out;
+        AttentionOptions o{.causal = true,
+                           .mask = random_mask({6, 6}, 0.3, 4),
+                           .dropout_p = 0.2,
+                           .generator = &gen,
+                           .impl = impl};
+        o.saved_probs_limit = path.limit;
+        return attention_packed(x[0], 2, o).out;
       };
       const Tensor qkv = transposed ? transposed_leaf({2, 6, 18}, 5) : leaf({2, 6, 18}, 5);
       REQUIRE_GRADCHECK("attention_packed", fn, {qkv});

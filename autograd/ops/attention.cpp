@@ -61,20 +61,32 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   return result;
 }
 
+// The kernel options of one fused call on heads of head_dim values: the
+// probabilities are kept for the backward only when there will be one.
+kernels::AttentionKernelOptions fused_options(kernels::AttentionKernelOptions ko, const AttentionOptions& o,
+                                              std::int64_t head_dim, const std::vector<Tensor>& inputs) {
+  std::int64_t limit = o.saved_probs_limit;
+  if (limit == kAutoSavedProbsLimit) limit = head_dim >= kSavedProbsMinHeadDim ? kDefaultSavedProbsLimit : 0;
+  ko.probs_budget = any_requires_grad(inputs) ? limit : 0;
+  return ko;
+}
+
 AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                 const kernels::AttentionKernelOptions& ko) {
-  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, ko);
+  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q.size(3), {q, k, v});
+  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, forward_options);
   AttentionOutput result;
   result.weights = r.weights;
   kernels::AttentionKernelOptions backward_options = ko;
   backward_options.return_weights = false;
-  result.out = record("attention", r.out, {q, k, v}, {q, k, v, o.mask, r.out, r.lse},
+  result.out = record("attention", r.out, {q, k, v}, {q, k, v, o.mask, r.out, r.lse, r.probs},
                       [backward_options](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                         // forward: out = dropout(softmax(scale q k^T, masked)) @ v, with one
-                        // log-sum-exp per row saved; the kernel recomputes the weights from it
-                        // (the formulas are written out in tensor/cpu/attention.cpp).
-                        kernels::AttentionGrads d =
-                            kernels::attention_backward(g, s[0], s[1], s[2], s[3], s[4], s[5], backward_options);
+                        // log-sum-exp per row saved, and the probabilities where kept; the kernel
+                        // recomputes them from the log-sum-exp otherwise (the formulas are
+                        // written out in tensor/cpu/attention.cpp).
+                        kernels::AttentionGrads d = kernels::attention_backward(g, s[0], s[1], s[2], s[3], s[4], s[5],
+                                                                                s[6], backward_options);
                         return {d.dq, d.dk, d.dv};
                       });
   return result;
@@ -94,19 +106,21 @@ std::array<Tensor, 3> packed_heads(const Tensor& qkv, std::int64_t heads) {
 AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, const AttentionOptions& o,
                                        const kernels::AttentionKernelOptions& ko) {
   const auto [q, k, v] = packed_heads(qkv.detach(), heads);
-  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, ko);
+  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q.size(3), {qkv});
+  kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, forward_options);
   AttentionOutput result;
   result.weights = r.weights;
   kernels::AttentionKernelOptions backward_options = ko;
   backward_options.return_weights = false;
-  result.out = record("attention", r.out, {qkv}, {qkv, o.mask, r.out, r.lse},
+  result.out = record("attention", r.out, {qkv}, {qkv, o.mask, r.out, r.lse, r.probs},
                       [backward_options, heads](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                         // attention_fused's backward, with the three gradients written into
                         // their places in one packed d(qkv).
                         const Tensor d_qkv = empty(s[0].sizes(), s[0].options());
                         const auto [q, k, v] = packed_heads(s[0], heads);
                         const auto [dq, dk, dv] = packed_heads(d_qkv, heads);
-                        kernels::attention_backward(g, q, k, v, s[1], s[2], s[3], backward_options, {dq, dk, dv});
+                        kernels::attention_backward(g, q, k, v, s[1], s[2], s[3], s[4], backward_options,
+                                                    {dq, dk, dv});
                         return {d_qkv};
                       });
   return result;
@@ -133,6 +147,9 @@ kernels::AttentionKernelOptions checked_kernel_options(const Tensor& q, const Te
   }
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
+  AG_CHECK(options.saved_probs_limit >= 0 || options.saved_probs_limit == kAutoSavedProbsLimit, op,
+           "saved_probs_limit must be a byte count >= 0 or kAutoSavedProbsLimit (-1), got {}",
+           options.saved_probs_limit);
 
   kernels::AttentionKernelOptions ko;
   ko.causal = options.causal;

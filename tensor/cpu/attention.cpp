@@ -1,7 +1,9 @@
 // Fused attention on the CPU, flash-attention style (Dao et al. 2022, 2023):
 // queries and keys are processed in tiles with an online softmax, so no
-// (Tq, Tk) score matrix is ever kept; the forward saves one log-sum-exp per
-// query row and the backward recomputes the probabilities from it.
+// (Tq, Tk) score matrix is needed; the forward saves one log-sum-exp per
+// query row and the backward recomputes the probabilities from it. Within a
+// memory budget the forward keeps its probability tiles instead, and the
+// backward skips that recomputation (see "saved probabilities").
 //
 // The tasks are (batch, head, query block) in the forward and (batch, head)
 // in the backward, handed to threads one at a time as they come free
@@ -734,6 +736,51 @@ AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int
   }
 }
 
+// ---- saved probabilities ---------------------------------------------------------------
+// Within a budget (AttentionKernelOptions::probs_budget) the forward keeps
+// every tile's probabilities for the backward, which then multiplies each by
+// one factor per query instead of recomputing S = q k^T and its
+// exponentials: it does four tile products instead of five. A tile is kept
+// as the forward has it, keys for rows, exp(s - m) against the running max m
+// of its moment, with that m beside it; P = exp(s - m) exp(m - lse).
+//
+// The tiles of one head are stored in the backward's order, key tile by key
+// tile and within one by query block, so that it reads them front to back.
+template <typename T>
+struct SavedProbs {
+  T* tiles = nullptr;  // kTileValues per tile: (kBlockK, kBlockQ) exp(s - m), zero where hidden, before dropout
+  T* max = nullptr;    // kBlockQ per tile: the m of each query
+  std::int64_t query_blocks = 0, key_tiles = 0, per_head = 0;
+  bool causal = false;
+
+  static constexpr std::int64_t kTileValues = kBlockK * kBlockQ;
+  SavedProbs() = default;
+  SavedProbs(std::int64_t Tq, std::int64_t Tk, bool is_causal)
+      : query_blocks((Tq + kBlockQ - 1) / kBlockQ), key_tiles((Tk + kBlockK - 1) / kBlockK), causal(is_causal) {
+    per_head = before(key_tiles);
+  }
+  // Values kept for B * H heads: each tile and its maxima.
+  std::int64_t values(std::int64_t heads) const { return heads * per_head * (kTileValues + kBlockQ); }
+  // Points the layout at `data`, which holds values(heads) elements.
+  void place(T* data, std::int64_t heads) {
+    tiles = data;
+    max = data + heads * per_head * kTileValues;
+  }
+  // Tiles of a head's key tiles before kb. Causally, key tile kb is seen by
+  // query blocks kb and later only (kBlockQ == kBlockK).
+  std::int64_t before(std::int64_t kb) const {
+    if (!causal) return kb * query_blocks;
+    const std::int64_t n = std::min(kb, query_blocks);
+    return n * query_blocks - n * (n - 1) / 2;
+  }
+  std::int64_t index(std::int64_t bh, std::int64_t qb, std::int64_t kb) const {
+    return bh * per_head + before(kb) + (causal ? qb - kb : qb);
+  }
+  T* tile(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return tiles + index(bh, qb, kb) * kTileValues; }
+  T* tile_max(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return max + index(bh, qb, kb) * kBlockQ; }
+};
+static_assert(kBlockQ == kBlockK, "SavedProbs::before counts causal tiles for square tiles");
+
 // ---- forward ------------------------------------------------------------------------------
 
 template <typename T>
@@ -741,6 +788,7 @@ struct ForwardOutputs {
   T* out;      // (B, Tq, H, D)
   T* lse;      // (B, H, Tq)
   T* weights;  // (B, H, Tq, Tk), or nullptr
+  SavedProbs<T> saved;  // tiles == nullptr: none kept
 };
 
 // The keys and values of one head, rows [0, rows) copied compact (Dp wide,
@@ -921,18 +969,25 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = w.keys(P, b, h, j0, nk, nkp, Dp);
     const Panel<T> v = w.values(P, b, h, j0, nk, Dp);
-    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, s, kBlockQ, diag,
+    // The score tile: the saved one itself where the probabilities are kept,
+    // written as it is made (copying it from scratch afterwards cost more).
+    const std::int64_t qb = i0 / kBlockQ, kb = j0 / kBlockK;
+    T* __restrict st = O.saved.tiles ? O.saved.tile(b * P.H + h, qb, kb) : s;
+    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag,
                                       prefetch_next_tile);  // S^T
-    hide_causal<kKeyRows>(s, kBlockQ, nkp, nk, nqp, diag, neg_inf);
-    hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, s, kBlockQ);
-    online_softmax_tile<T, Tile>(s, nkp, nqp, m, l, rescale);
+    hide_causal<kKeyRows>(st, kBlockQ, nkp, nk, nqp, diag, neg_inf);
+    hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, st, kBlockQ);
+    online_softmax_tile<T, Tile>(st, nkp, nqp, m, l, rescale);
+    if (O.saved.tiles) std::copy(m, m + nqp, O.saved.tile_max(b * P.H + h, qb, kb));
+    const T* weights_tile = st;  // P^T, or P^T Z with dropout
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
       dropout_tile<kKeyRows>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
       for (std::int64_t c = 0; c < nk; ++c)
-        for (std::int64_t r = 0; r < nqp; ++r) s[c * kBlockQ + r] *= z[c * kBlockQ + r];
+        for (std::int64_t r = 0; r < nqp; ++r) z[c * kBlockQ + r] *= st[c * kBlockQ + r];
+      weights_tile = z;
     }
-    accumulate_queries<T, Tile, kKeyRows>(nqp, Dp, nk, s, kBlockQ, v.data, v.ld, acc, Dp, diag,
+    accumulate_queries<T, Tile, kKeyRows>(nqp, Dp, nk, weights_tile, kBlockQ, v.data, v.ld, acc, Dp, diag,
                                           Into::rescale_and_accumulate, rescale,
                                           prefetch_next_tile);  // acc = rescale acc + P v
   }
@@ -1011,6 +1066,7 @@ struct BackwardIo {
   Rows<T> dout, out;  // (B, H, Tq, D)
   const T* lse;       // (B, H, Tq)
   OutRows<T> dq, dk, dv;  // (B, H, T, D): contiguous, or views of one packed (B, T, 3, H, D) gradient
+  SavedProbs<T> saved;    // the forward's tiles, or none (tiles == nullptr): recompute them
 };
 
 // Scratch of one thread. Dp is D rounded up to the vector width, Tp is Tq
@@ -1020,15 +1076,57 @@ struct BackwardScratch {
   Scratch<T> q, dout;       // (Tp, Dp) rows of q and do, when not read_in_place
   Scratch<T> dq;            // (Tp, Dp) dq accumulator, when the output cannot be used
   Scratch<T> delta, shift;  // (Tp) do_i . o_i; lse_i, +inf on rows with every key hidden
-  Scratch<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed
-  Scratch<T> k;             // (kBlockK, Dp) keys of a tile, when not read_in_place
+  Scratch<T> kt, vt;        // (D, kBlockK) scale * keys and values of a tile, transposed; recomputing only
+  Scratch<T> dout_t;        // (Tp / kBlockQ) x (D, kBlockQ) do transposed by query block; with saved tiles only
+  Scratch<T> k, v;          // (kBlockK, Dp) keys and values of a tile, when not read_in_place
   Scratch<T> dk, dv;        // (kBlockK, Dp) accumulators, when the output cannot be used
   Scratch<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
-  BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp)
-      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(D * kBlockK), vt(D * kBlockK),
-        k(kBlockK * Dp), dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK),
-        z(kBlockQ * kBlockK) {}
+  Scratch<T> z_row;         // (kBlockK) one query's dropout factors
+  Scratch<T> correction;    // (kBlockQ) exp(m - lse) of a saved tile's queries
+  BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp, bool saved)
+      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(saved ? 0 : D * kBlockK),
+        vt(saved ? 0 : D * kBlockK), dout_t(saved ? D * Tp : 0), k(kBlockK * Dp), v(saved ? kBlockK * Dp : 0),
+        dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), z(kBlockQ * kBlockK),
+        z_row(kBlockK), correction(kBlockQ) {}
 };
+
+// delta_i = do_i . o_i and shift_i = lse_i (+inf where every key is hidden, and
+// on padding rows up to Tp), the per-query terms of the backward. The pass
+// streams o and do from memory (a long head's are not prefetched with it:
+// see backward_heads), so it requests rows a few ahead, and q's for the
+// tiles after it.
+template <typename T, typename Tile>
+AG_ALWAYS_INLINE void backward_row_terms(const Problem<T>& P, const BackwardIo<T>& io, std::int64_t b, std::int64_t h,
+                                         std::int64_t Tp, T* __restrict delta, T* __restrict shift) {
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes;
+  const std::int64_t D = P.D, Tq = P.Tq;
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T* lse = io.lse + (b * P.H + h) * Tq;
+  constexpr std::int64_t kRowsAhead = 8;
+  for (std::int64_t i = 0; i < Tp; ++i) {
+    if (i + kRowsAhead < Tq) {
+      prefetch_rows(io.out, b, h, i + kRowsAhead, 1, D);
+      prefetch_rows(io.dout, b, h, i + kRowsAhead, 1, D);
+      prefetch_rows<T, 2>(P.q, b, h, i + kRowsAhead, 1, D);
+    }
+    if (i >= Tq || lse[i] == neg_inf) {  // padding, or every key hidden: P = exp(s - inf) = 0
+      delta[i] = 0;
+      shift[i] = -neg_inf;
+      continue;
+    }
+    const T* __restrict o = io.out.row(b, h, i);
+    const T* __restrict g = io.dout.row(b, h, i);
+    T lanes[W] = {};  // partial sums, so the dot product vectorises without -ffast-math
+    std::int64_t d = 0;
+    for (; d + W <= D; d += W)
+      for (std::int64_t l = 0; l < W; ++l) lanes[l] += g[d + l] * o[d + l];
+    for (std::int64_t l = 0; d < D; ++d, ++l) lanes[l] += g[d] * o[d];
+    T acc = 0;
+    for (T l : lanes) acc += l;
+    delta[i] = acc;
+    shift[i] = lse[i];
+  }
+}
 
 // Backward of (b, h), FlashAttention-2's order: for each key tile, for each
 // query tile that can see it, P = exp(S - lse) (recomputed) and dS are
@@ -1055,39 +1153,11 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   constexpr TileRows kQueryRows = TileRows::queries;
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const std::int64_t bh = b * P.H + h;
   T* __restrict p = w.p.data();
   T* __restrict ds = w.ds.data();
   T* __restrict delta = w.delta.data();
   T* __restrict shift = w.shift.data();
-  // The first pass over the head's query rows, delta, streams o and do from
-  // memory (a long head's are not prefetched with it: see backward_heads), so
-  // it requests rows a few ahead, and q's for the tiles after it.
-  const T* lse = io.lse + bh * Tq;
-  constexpr std::int64_t kRowsAhead = 8;
-  for (std::int64_t i = 0; i < Tp; ++i) {
-    if (i + kRowsAhead < Tq) {
-      prefetch_rows(io.out, b, h, i + kRowsAhead, 1, D);
-      prefetch_rows(io.dout, b, h, i + kRowsAhead, 1, D);
-      prefetch_rows<T, 2>(P.q, b, h, i + kRowsAhead, 1, D);
-    }
-    if (i >= Tq || lse[i] == neg_inf) {  // padding, or every key hidden: P = exp(s - inf) = 0
-      delta[i] = 0;
-      shift[i] = -neg_inf;
-      continue;
-    }
-    const T* __restrict o = io.out.row(b, h, i);
-    const T* __restrict g = io.dout.row(b, h, i);
-    T lanes[W] = {};  // partial sums, so the dot product vectorises without -ffast-math
-    std::int64_t d = 0;
-    for (; d + W <= D; d += W)
-      for (std::int64_t l = 0; l < W; ++l) lanes[l] += g[d + l] * o[d + l];
-    for (std::int64_t l = 0; d < D; ++d, ++l) lanes[l] += g[d] * o[d];
-    T acc = 0;
-    for (T l : lanes) acc += l;
-    delta[i] = acc;
-    shift[i] = lse[i];
-  }
+  backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
   // Queries are rows of the score tiles, so q and do are read in whole row groups (zero padding rows).
   const std::int64_t Tqp = round_up(Tq, MR);
   const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
@@ -1183,10 +1253,132 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
 }
 
+// Backward of (b, h) from the forward's saved tiles (SavedProbs), in
+// backward_head's order and with its formulas, but with the tiles kept the
+// forward's way round, keys for rows: P^T = saved exp(s - m) times
+// exp(m - lse) per query, dP^T = v do^T, read with the head's do transposed
+// once, and dS^T from them; dv += P^T do and dk += dS^T q read the tiles as
+// they lie, and dq += dS k reads them transposed, as the forward's P v does.
+template <typename T, typename Tile>
+AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
+                                          std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
+  constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);  // queries are score columns and rows of dq
+  constexpr TileRows kKeyRows = TileRows::keys;
+  const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
+  const std::int64_t bh = b * P.H + h;
+  const SavedProbs<T>& saved = io.saved;
+  T* __restrict p = w.p.data();
+  T* __restrict ds = w.ds.data();
+  T* __restrict z = w.z.data();
+  T* __restrict delta = w.delta.data();
+  T* __restrict shift = w.shift.data();
+  T* __restrict correction = w.correction.data();
+  backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
+  const std::int64_t Tqp = round_up(Tq, MR);
+  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
+  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
+  // do transposed block by block, (D, kBlockQ) each: one (D, Tp) with rows
+  // 4 KiB apart (at T = 1024) made the tile product that reads it miss L1 on
+  // its 64 rows' shared cache sets, and the whole backward slower than
+  // recomputing.
+  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
+    pack_transposed<T, Tile>(io.dout, b, h, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
+                             w.dout_t.data() + i0 * D);
+  const bool dq_direct = D == Dp && Tq == Tqp;
+  T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
+  const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
+  auto zero_rows = [Dp](T* x, std::int64_t rows, std::int64_t ld) {
+    for (std::int64_t r = 0; r < rows; ++r) std::fill(x + r * ld, x + r * ld + Dp, T(0));
+  };
+  if (Tk == 0) zero_rows(dq, Tqp, ld_dq);
+  auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
+  const std::int64_t tiles = std::max<std::int64_t>(saved.per_head, 1);
+  const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / tiles;
+  for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
+    const std::int64_t kb = j0 / kBlockK, nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
+    const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
+    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
+    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
+    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
+    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, Tq, w.v.data());
+    const bool dkv_direct = D == Dp && nk == nkp;
+    T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
+    T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
+    const std::int64_t ld_dk = dkv_direct ? io.dk.st : Dp, ld_dv = dkv_direct ? io.dv.st : Dp;
+    if (first_query_tile(j0) >= Tq) {
+      zero_rows(dk, nkp, ld_dk);
+      zero_rows(dv, nkp, ld_dv);
+    }
+    for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
+      const std::int64_t qb = i0 / kBlockQ, nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
+      const std::int64_t diag = P.diagonal(i0, j0);
+      const Into into_dkv = i0 == first_query_tile(j0) ? Into::overwrite : Into::accumulate;
+      const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
+      const T* saved_tile = saved.tile(bh, qb, kb);
+      const T* saved_max = saved.tile_max(bh, qb, kb);
+      successor.request(successor_rows_per_tile);
+      product_scores<T, Tile, kKeyRows>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
+                                        diag);  // dP^T = v do^T
+      hide_causal<kKeyRows>(ds, kBlockQ, nkp, nk, nqp, diag, T(0));
+      if (P.dropout_p > 0) {
+        std::fill(z, z + nkp * kBlockQ, T(0));
+        dropout_tile<kKeyRows>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
+      }
+      for (std::int64_t r = 0; r < nqp; r += W) {
+        Vec m, lse;
+        load(m, saved_max + r);
+        load(lse, shift + i0 + r);
+        Vec x = m - lse;
+        exp_softmax(x);
+        store(correction + r, x);
+      }
+      for (std::int64_t c = 0; c < nkp; ++c) {
+        const T* __restrict sc = saved_tile + c * kBlockQ;
+        T* __restrict pc = p + c * kBlockQ;
+        T* __restrict dc = ds + c * kBlockQ;
+        const T* __restrict zc = z + c * kBlockQ;
+        for (std::int64_t r = 0; r < nqp; r += W) {
+          Vec x, f, dp, delta_r;
+          load(x, sc + r);
+          load(f, correction + r);
+          load(dp, dc + r);
+          load(delta_r, delta + i0 + r);
+          x *= f;  // P_ij
+          if (P.dropout_p > 0) {
+            Vec zr;
+            load(zr, zc + r);
+            store(dc + r, P.scale * x * (dp * zr - delta_r));
+            store(pc + r, x * zr);
+          } else {
+            store(dc + r, P.scale * x * (dp - delta_r));
+            store(pc + r, x);
+          }
+        }
+      }
+      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, ld_dv, diag,
+                                         into_dkv);
+      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, ld_dk, diag,
+                                         into_dkv);
+      accumulate_queries<T, Tile, kKeyRows>(round_up(nq, MR), Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * ld_dq,
+                                            ld_dq, diag, into_dq);
+    }
+    if (!dkv_direct)
+      for (std::int64_t j = 0; j < nk; ++j) {
+        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk.row(b, h, j0 + j));
+        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv.row(b, h, j0 + j));
+      }
+  }
+  if (!dq_direct)
+    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
+}
+
 // Backward of the heads b * H + h the queue hands this thread.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes));
+  const bool saved = io.saved.tiles != nullptr;
+  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes), saved);
   const std::int64_t first_keys = std::min(kBlockK, P.Tk);
   const bool prefetch_successor =
       (3 * P.Tq + 2 * first_keys) * P.D * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBytes;
@@ -1201,7 +1393,10 @@ AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& i
       successor.add(P.k, b, h, 0, first_keys);
       successor.add(P.v, b, h, 0, first_keys);
     }
-    backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+    if (saved)
+      backward_head_saved<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+    else
+      backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
   }
 }
 
@@ -1285,8 +1480,14 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
   AG_DISPATCH_FLOAT(q.dtype(), "attention", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
-    const ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(),
-                              options.return_weights ? r.weights.data<T>() : nullptr};
+    ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(), options.return_weights ? r.weights.data<T>() : nullptr, {}};
+    SavedProbs<T> saved(Tq, Tk, options.causal);
+    const std::int64_t values = saved.values(B * H);
+    if (values > 0 && values * static_cast<std::int64_t>(sizeof(T)) <= options.probs_budget) {
+      r.probs = empty({values}, q.options());
+      saved.place(r.probs.data<T>(), B * H);
+      O.saved = saved;
+    }
     const std::int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ;
     parallel_tasks(0, B * H * blocks, 1, [&](TaskQueue& tasks) { forward_tasks_any(isa, P, O, tasks); });
   });
@@ -1295,9 +1496,9 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
 
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                           const kernels::AttentionKernelOptions& options,
+                                           const Tensor& probs, const kernels::AttentionKernelOptions& options,
                                            const kernels::AttentionGrads& into) {
-  const std::int64_t B = q.size(0), H = q.size(1);
+  const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2);
   kernels::AttentionGrads g{into.dq.defined() ? into.dq : empty(q.sizes(), q.options()),
                             into.dk.defined() ? into.dk : empty(k.sizes(), k.options()),
                             into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
@@ -1306,8 +1507,17 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
   AG_DISPATCH_FLOAT(q.dtype(), "attention backward", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
-    const BackwardIo<T> io{rows_of<T>(dout),          rows_of<T>(out),          lse.data<T>(),
-                           out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv)};
+    BackwardIo<T> io{rows_of<T>(dout),    rows_of<T>(out),      lse.data<T>(),
+                     out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv), {}};
+    if (probs.defined()) {
+      SavedProbs<T> saved(Tq, Tk, options.causal);
+      AG_CHECK(probs.dtype() == q.dtype() && probs.is_contiguous() && probs.numel() == saved.values(B * H),
+               "attention backward", "probs {} {} is not the forward's saved tiles for q {}, k {} ({} values)",
+               dtype_name(probs.dtype()), shape_str(probs.sizes()), shape_str(q.sizes()), shape_str(k.sizes()),
+               saved.values(B * H));
+      saved.place(const_cast<T*>(probs.data<T>()), B * H);
+      io.saved = saved;
+    }
     parallel_tasks(0, B * H, 1, [&](TaskQueue& heads) { backward_heads_any(isa, P, io, heads); });
   });
   return g;

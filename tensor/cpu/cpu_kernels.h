@@ -39,7 +39,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
                                                   const kernels::AttentionKernelOptions& options);
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                           const kernels::AttentionKernelOptions& options,
+                                           const Tensor& probs, const kernels::AttentionKernelOptions& options,
                                            const kernels::AttentionGrads& into);
 void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const kernels::AdamWStep& step);
 
