@@ -8,7 +8,9 @@
 //  - composed: matmul, masked_fill, softmax, dropout, matmul, each a
 //    differentiable op (the reference, and what the fused path must equal);
 //  - fused: kernels::attention_forward / _backward (tensor/cpu/attention.cpp),
-//    blocked with an online softmax, keeping no (Tq, Tk) matrix.
+//    blocked with an online softmax. It needs no (Tq, Tk) matrix; within
+//    saved_probs_limit it keeps the probabilities for the backward, tile by
+//    tile, so that the backward need not recompute them.
 //
 // Semantics shared by both:
 //  - causal: query i sees keys j <= i, aligned to the top-left corner when
