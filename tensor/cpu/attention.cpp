@@ -1128,6 +1128,36 @@ AG_ALWAYS_INLINE void backward_row_terms(const Problem<T>& P, const BackwardIo<T
   }
 }
 
+// Where a backward accumulates rows [t0, t0 + n) of one gradient (dq of a
+// head, dk or dv of a key tile): straight into the output when its rows are
+// as the micro-kernel writes them (Dp wide, no padding rows), however far
+// apart they are, else into scratch, copied out by finish(). (For dq,
+// accumulating in scratch and copying out gained nothing clear, and with the
+// copies of q and do it lost on short heads.) The first tile that reaches a
+// row writes it rather than accumulating (trimmed row groups write zeros),
+// so only rows no tile reaches need zero().
+template <typename T>
+struct GradRows {
+  T* data;
+  std::int64_t ld;
+  bool direct;
+  GradRows(const OutRows<T>& out, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
+           std::int64_t n_padded, std::int64_t D, std::int64_t Dp, Scratch<T>& scratch)
+      : direct(D == Dp && n == n_padded) {
+    data = direct ? out.row(b, h, t0) : scratch.data();
+    ld = direct ? out.st : Dp;
+  }
+  T* row(std::int64_t r) const { return data + r * ld; }
+  void zero(std::int64_t rows, std::int64_t Dp) const {
+    for (std::int64_t r = 0; r < rows; ++r) std::fill(row(r), row(r) + Dp, T(0));
+  }
+  void finish(const OutRows<T>& out, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
+              std::int64_t D) const {
+    if (!direct)
+      for (std::int64_t r = 0; r < n; ++r) std::copy(row(r), row(r) + D, out.row(b, h, t0 + r));
+  }
+};
+
 // Backward of (b, h), FlashAttention-2's order: for each key tile, for each
 // query tile that can see it, P = exp(S - lse) (recomputed) and dS are
 // built, then folded into dq, dk, dv. With Z the dropout factors and
@@ -1162,19 +1192,8 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   const std::int64_t Tqp = round_up(Tq, MR);
   const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
   const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
-  // dq goes straight into the output when its rows are as the micro-kernel
-  // writes them (Dp wide, no padding rows), however far apart they are:
-  // accumulating in scratch and copying out gained nothing clear, and with
-  // the copies of q and do it lost on short heads.
-  const bool dq_direct = D == Dp && Tq == Tqp;
-  T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
-  const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
-  // dq, dk and dv are written, not accumulated, by the first tile that reaches them (trimmed row groups
-  // write zeros), so they need no zeroing first, except where no tile reaches.
-  auto zero_rows = [Dp](T* x, std::int64_t rows, std::int64_t ld) {
-    for (std::int64_t r = 0; r < rows; ++r) std::fill(x + r * ld, x + r * ld + Dp, T(0));
-  };
-  if (Tk == 0) zero_rows(dq, Tqp, ld_dq);
+  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, w.dq);
+  if (Tk == 0) dq.zero(Tqp, Dp);
   // Causal: query tiles wholly before j0 see none of its keys.
   auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
   std::int64_t tiles = 0;
@@ -1189,13 +1208,10 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
     pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
-    const bool dkv_direct = D == Dp && nk == nkp;
-    T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
-    T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
-    const std::int64_t ld_dk = dkv_direct ? io.dk.st : Dp, ld_dv = dkv_direct ? io.dv.st : Dp;
+    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, w.dv);
     if (first_query_tile(j0) >= Tq) {
-      zero_rows(dk, nkp, ld_dk);
-      zero_rows(dv, nkp, ld_dv);
+      dk.zero(nkp, Dp);
+      dv.zero(nkp, Dp);
     }
     for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
       const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, MR);
@@ -1238,19 +1254,16 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
           }
         }
       }
-      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, p, kBlockK, dout_tile, dout.ld, dv, ld_dv, diag, into_dkv);
-      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, ds, kBlockK, q_tile, q.ld, dk, ld_dk, diag, into_dkv);
-      accumulate_queries<T, Tile, kQueryRows>(nqp, Dp, nk, ds, kBlockK, k.data, k.ld, dq + i0 * ld_dq, ld_dq, diag,
+      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, p, kBlockK, dout_tile, dout.ld, dv.data, dv.ld, diag,
+                                           into_dkv);
+      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, ds, kBlockK, q_tile, q.ld, dk.data, dk.ld, diag, into_dkv);
+      accumulate_queries<T, Tile, kQueryRows>(nqp, Dp, nk, ds, kBlockK, k.data, k.ld, dq.row(i0), dq.ld, diag,
                                               into_dq);
     }
-    if (!dkv_direct)
-      for (std::int64_t j = 0; j < nk; ++j) {
-        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk.row(b, h, j0 + j));
-        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv.row(b, h, j0 + j));
-      }
+    dk.finish(io.dk, b, h, j0, nk, D);
+    dv.finish(io.dv, b, h, j0, nk, D);
   }
-  if (!dq_direct)
-    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
+  dq.finish(io.dq, b, h, 0, Tq, D);
 }
 
 // Backward of (b, h) from the forward's saved tiles (SavedProbs), in
@@ -1286,13 +1299,8 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
   for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
     pack_transposed<T, Tile>(io.dout, b, h, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
                              w.dout_t.data() + i0 * D);
-  const bool dq_direct = D == Dp && Tq == Tqp;
-  T* dq = dq_direct ? io.dq.row(b, h, 0) : w.dq.data();
-  const std::int64_t ld_dq = dq_direct ? io.dq.st : Dp;
-  auto zero_rows = [Dp](T* x, std::int64_t rows, std::int64_t ld) {
-    for (std::int64_t r = 0; r < rows; ++r) std::fill(x + r * ld, x + r * ld + Dp, T(0));
-  };
-  if (Tk == 0) zero_rows(dq, Tqp, ld_dq);
+  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, w.dq);
+  if (Tk == 0) dq.zero(Tqp, Dp);
   auto first_query_tile = [&](std::int64_t j0) { return P.causal ? j0 / kBlockQ * kBlockQ : 0; };
   const std::int64_t tiles = std::max<std::int64_t>(saved.per_head, 1);
   const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / tiles;
@@ -1303,13 +1311,10 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
     prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, Tq, w.v.data());
-    const bool dkv_direct = D == Dp && nk == nkp;
-    T* dk = dkv_direct ? io.dk.row(b, h, j0) : w.dk.data();
-    T* dv = dkv_direct ? io.dv.row(b, h, j0) : w.dv.data();
-    const std::int64_t ld_dk = dkv_direct ? io.dk.st : Dp, ld_dv = dkv_direct ? io.dv.st : Dp;
+    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, w.dv);
     if (first_query_tile(j0) >= Tq) {
-      zero_rows(dk, nkp, ld_dk);
-      zero_rows(dv, nkp, ld_dv);
+      dk.zero(nkp, Dp);
+      dv.zero(nkp, Dp);
     }
     for (std::int64_t i0 = first_query_tile(j0); i0 < Tq; i0 += kBlockQ) {
       const std::int64_t qb = i0 / kBlockQ, nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
@@ -1357,21 +1362,17 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
           }
         }
       }
-      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv, ld_dv, diag,
+      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv.data, dv.ld,
+                                         diag, into_dkv);
+      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk.data, dk.ld, diag,
                                          into_dkv);
-      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk, ld_dk, diag,
-                                         into_dkv);
-      accumulate_queries<T, Tile, kKeyRows>(round_up(nq, MR), Dp, nk, ds, kBlockQ, k.data, k.ld, dq + i0 * ld_dq,
-                                            ld_dq, diag, into_dq);
+      accumulate_queries<T, Tile, kKeyRows>(round_up(nq, MR), Dp, nk, ds, kBlockQ, k.data, k.ld, dq.row(i0), dq.ld,
+                                            diag, into_dq);
     }
-    if (!dkv_direct)
-      for (std::int64_t j = 0; j < nk; ++j) {
-        std::copy(dk + j * Dp, dk + j * Dp + D, io.dk.row(b, h, j0 + j));
-        std::copy(dv + j * Dp, dv + j * Dp + D, io.dv.row(b, h, j0 + j));
-      }
+    dk.finish(io.dk, b, h, j0, nk, D);
+    dv.finish(io.dv, b, h, j0, nk, D);
   }
-  if (!dq_direct)
-    for (std::int64_t i = 0; i < Tq; ++i) std::copy(dq + i * Dp, dq + i * Dp + D, io.dq.row(b, h, i));
+  dq.finish(io.dq, b, h, 0, Tq, D);
 }
 
 // Backward of the heads b * H + h the queue hands this thread.
