@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -375,6 +376,18 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
        "blocks.0.attn.qkv.weight is"},
       {"tensor float64", edit_contents([](auto& t, auto&) { t["ln_f.weight"] = to(t["ln_f.weight"], DType::f64); }),
        "'ln_f.weight' is float64, expected float32"},
+      {"a NaN weight", edit_contents([](auto& t, auto&) {
+         Tensor w = kernels::clone(t["ln_f.weight"]);
+         w.template data<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+         t["ln_f.weight"] = w;
+       }),
+       "tensor 'ln_f.weight' holds nan at element 3: a damaged file"},
+      {"an infinite optimizer moment", edit_contents([](auto& t, auto&) {
+         Tensor m = kernels::clone(t["optim.exp_avg_sq.ln_f.bias"]);
+         m.template data<float>()[0] = std::numeric_limits<float>::infinity();
+         t["optim.exp_avg_sq.ln_f.bias"] = m;
+       }),
+       "tensor 'optim.exp_avg_sq.ln_f.bias' holds inf at element 0"},
       {"optimizer state int64",
        edit_contents([](auto& t, auto&) { t["optim.exp_avg.ln_f.bias"] = zeros({8}, {DType::i64}); }),
        "optimizer state 'optim.exp_avg.ln_f.bias' is int64"},

@@ -1,5 +1,7 @@
 #include "train/checkpoint.h"
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "tensor/error.h"
@@ -22,6 +24,15 @@ const std::string& entry(const Metadata& m, const std::string& key, const std::s
 // is refused unbuilt (4 MiB of float32): within it, building the model and
 // loading its state dict names each missing or mis-shaped tensor.
 constexpr std::int64_t kUnheldParameterSlack = std::int64_t{1} << 20;
+
+// Training stops before an update that would make a weight non-finite, and
+// saves nothing of that step, so a NaN or infinity in a checkpoint is damage:
+// refused here, not evaluated, sampled from or trained on.
+void check_finite(const std::string& name, const Tensor& t, const std::string& path) {
+  const float* values = t.data<float>();  // float32 and contiguous, as loaded
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    AG_CHECK(std::isfinite(values[i]), path, "tensor '{}' holds {} at element {}: a damaged file", name, values[i], i);
+}
 
 // The model's tensors (names without "optim.") must be float32, and the model
 // the config describes must be about the size of the tensors the file holds:
@@ -89,12 +100,14 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
       if (name.rfind(kOptimPrefix, 0) == 0) {
         AG_CHECK(t.dtype() == DType::f32, path, "optimizer state '{}' is {}, expected float32", name,
                  dtype_name(t.dtype()));
+        check_finite(name, t, path);
         out.optimizer_state.emplace(name.substr(kOptimPrefix.size()), t);
       } else {
         params.emplace(name, t);
       }
     }
     check_parameters_fit(params, out.info.config, out.info.tokenizer, path);
+    for (const auto& [name, t] : params) check_finite(name, t, path);
     out.model = build_model(out.info.config, out.info.tokenizer.size());
     try {
       out.model->load_state_dict(params);  // names and shapes all checked, nothing changed on error
