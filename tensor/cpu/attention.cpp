@@ -763,26 +763,26 @@ AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int
 //
 // The tiles of one head are stored in the backward's order, key tile by key
 // tile and within one by query block, so that it reads them front to back.
+// Each tile's maxima follow it, so the tiles do not lie exactly 16 KiB apart,
+// all at one offset within a 4 KiB page. In a probe at L (one thread,
+// AVX-512) a forward that kept the tiles took 10.6 ms this way and 11.2 with
+// the maxima apart, but the benchmark case could not tell the two apart:
+// the probe's gain depended on where its buffers lay.
 template <typename T>
 struct SavedProbs {
-  T* tiles = nullptr;  // kTileValues per tile: (kBlockK, kBlockQ) exp(s - m), zero where hidden, before dropout
-  T* max = nullptr;    // kBlockQ per tile: the m of each query
+  T* data = nullptr;  // kSlotValues per tile: (kBlockK, kBlockQ) exp(s - m), zero where hidden, before
+                      // dropout, then the m of each of its kBlockQ queries
   std::int64_t query_blocks = 0, key_tiles = 0, per_head = 0;
   bool causal = false;
 
-  static constexpr std::int64_t kTileValues = kBlockK * kBlockQ;
+  static constexpr std::int64_t kTileValues = kBlockK * kBlockQ, kSlotValues = kTileValues + kBlockQ;
   SavedProbs() = default;
   SavedProbs(std::int64_t Tq, std::int64_t Tk, bool is_causal)
       : query_blocks((Tq + kBlockQ - 1) / kBlockQ), key_tiles((Tk + kBlockK - 1) / kBlockK), causal(is_causal) {
     per_head = before(key_tiles);
   }
-  // Values kept for B * H heads: each tile and its maxima.
-  std::int64_t values(std::int64_t heads) const { return heads * per_head * (kTileValues + kBlockQ); }
-  // Points the layout at `data`, which holds values(heads) elements.
-  void place(T* data, std::int64_t heads) {
-    tiles = data;
-    max = data + heads * per_head * kTileValues;
-  }
+  // Values kept for B * H heads.
+  std::int64_t values(std::int64_t heads) const { return heads * per_head * kSlotValues; }
   // Tiles of a head's key tiles before kb. Causally, key tile kb is seen by
   // query blocks kb and later only (kBlockQ == kBlockK).
   std::int64_t before(std::int64_t kb) const {
@@ -793,8 +793,8 @@ struct SavedProbs {
   std::int64_t index(std::int64_t bh, std::int64_t qb, std::int64_t kb) const {
     return bh * per_head + before(kb) + (causal ? qb - kb : qb);
   }
-  T* tile(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return tiles + index(bh, qb, kb) * kTileValues; }
-  T* tile_max(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return max + index(bh, qb, kb) * kBlockQ; }
+  T* tile(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return data + index(bh, qb, kb) * kSlotValues; }
+  T* tile_max(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return tile(bh, qb, kb) + kTileValues; }
 };
 static_assert(kBlockQ == kBlockK, "SavedProbs::before counts causal tiles for square tiles");
 
@@ -991,13 +991,13 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     // On AVX-512 a forward that keeps them takes about 13% longer (one
     // thread, L); requesting the next tile's lines ahead did not change that.
     const std::int64_t bh = b * P.H + h, qb = i0 / kBlockQ, kb = j0 / kBlockK;
-    T* __restrict st = O.saved.tiles ? O.saved.tile(bh, qb, kb) : s;
+    T* __restrict st = O.saved.data ? O.saved.tile(bh, qb, kb) : s;
     product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag,
                                       prefetch_next_tile);  // S^T
     hide_causal<kKeyRows>(st, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, st, kBlockQ);
     online_softmax_tile<T, Tile>(st, nkp, nqp, m, l, rescale);
-    if (O.saved.tiles) std::copy(m, m + nqp, O.saved.tile_max(bh, qb, kb));
+    if (O.saved.data) std::copy(m, m + nqp, O.saved.tile_max(bh, qb, kb));
     const T* weights_tile = st;  // P^T, or P^T Z with dropout
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
@@ -1346,8 +1346,8 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
       // and last products: read without it, the tiles' loads stalled the AVX-512 path for a
       // tenth of its time and it gained nothing over recomputing them.
       const bool last_tile = saved.index(bh, qb, kb) + 1 == (bh + 1) * saved.per_head;
-      SpanPrefetch next_tile(saved_tile + SavedProbs<T>::kTileValues,
-                             last_tile ? 0 : SavedProbs<T>::kTileValues * std::int64_t(sizeof(T)),
+      SpanPrefetch next_tile(saved_tile + SavedProbs<T>::kSlotValues,
+                             last_tile ? 0 : SavedProbs<T>::kSlotValues * std::int64_t(sizeof(T)),
                              nkp / MR + round_up(nq, MR) / MR);
       auto prefetch_next_tile = [&next_tile] { next_tile.step(); };
       successor.request(successor_rows_per_tile);
@@ -1405,7 +1405,7 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
 // Backward of the heads b * H + h the queue hands this thread.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  const bool saved = io.saved.tiles != nullptr;
+  const bool saved = io.saved.data != nullptr;
   BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes), saved);
   const std::int64_t first_keys = std::min(kBlockK, P.Tk);
   const bool prefetch_successor =
@@ -1513,7 +1513,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
     const std::int64_t values = saved.values(B * H);
     if (values > 0 && values * static_cast<std::int64_t>(sizeof(T)) <= options.probs_budget) {
       r.probs = empty({values}, q.options());
-      saved.place(r.probs.data<T>(), B * H);
+      saved.data = r.probs.data<T>();
       O.saved = saved;
     }
     const std::int64_t blocks = (Tq + kBlockQ - 1) / kBlockQ;
@@ -1543,7 +1543,7 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
                "attention backward", "probs {} {} is not the forward's saved tiles for q {}, k {} ({} values)",
                dtype_name(probs.dtype()), shape_str(probs.sizes()), shape_str(q.sizes()), shape_str(k.sizes()),
                saved.values(B * H));
-      saved.place(const_cast<T*>(probs.data<T>()), B * H);
+      saved.data = const_cast<T*>(probs.data<T>());
       io.saved = saved;
     }
     parallel_tasks(0, B * H, 1, [&](TaskQueue& heads) { backward_heads_any(isa, P, io, heads); });
