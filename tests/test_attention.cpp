@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <random>
 #include <string>
 
 #include "autograd/attention.h"
@@ -176,7 +177,8 @@ TEST_CASE("attention: the backward kernel checks its operands and mask itself", 
 
 // The forward keeps its probability tiles only within the budget, and a
 // backward given them equals one that recomputes them.
-TEST_CASE("attention: the forward keeps its probabilities within probs_budget, and the backward uses them", "[attention]") {
+TEST_CASE("attention: the forward keeps its probabilities within probs_budget, and the backward uses them",
+          "[attention]") {
   struct Case {
     const char* name;
     std::int64_t B, H, Tq, Tk, D;
@@ -244,6 +246,35 @@ TEST_CASE("attention: MHA keeps the probabilities only when it records a graph, 
     CHECK(held_by_forward(heads, kAutoSavedProbsLimit, true) == recomputed + (heads == 2 ? probs_bytes : 0));
   }
   CHECK_THROWS_WITH(held_by_forward(2, -2, true), Catch::Contains("saved_probs_limit must be a byte count >= 0"));
+}
+
+// Random shapes, seeded so a failure reproduces: both fused backward paths
+// against the composed reference, in float64, with the causal flag, a
+// broadcast mask and dropout drawn at random. The fixed cases above pick the
+// edges; this reaches the ones between them (odd D, one-row blocks, Tq far
+// from Tk, tiles cut anywhere).
+TEST_CASE("attention: on random shapes both backward paths equal the composed one", "[attention][property]") {
+  std::mt19937 rng(20261124);
+  auto pick = [&rng](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  for (int n = 0; n < 24; ++n) {
+    const std::int64_t B = pick(1, 2), H = pick(1, 3), Tq = pick(1, 150), Tk = pick(1, 150), D = pick(1, 70);
+    const bool causal = pick(0, 1) == 1, masked = pick(0, 2) == 0;
+    const double dropout = pick(0, 3) == 0 ? 0.25 : 0.0;
+    AttentionOptions o{.causal = causal, .dropout_p = dropout};
+    if (masked) o.mask = random_mask({B, 1, Tq, Tk}, 0.2, 100 + n);
+    const Tensor q = input({B, H, Tq, D}, 3 * n, DType::f64), k = input({B, H, Tk, D}, 3 * n + 1, DType::f64),
+                 v = input({B, H, Tk, D}, 3 * n + 2, DType::f64);
+    INFO("case " << n << ": B " << B << " H " << H << " Tq " << Tq << " Tk " << Tk << " D " << D << " causal "
+                 << causal << " masked " << masked << " dropout " << dropout);
+    const Run composed = run_attention(q, k, v, o, AttentionImpl::composed);
+    for (const ProbsPath& path : kProbsPaths) {
+      INFO("probabilities " << path.name);
+      o.saved_probs_limit = path.limit;
+      require_same_runs(run_attention(q, k, v, o, AttentionImpl::fused), composed, DType::f64);
+    }
+  }
 }
 
 // ---- fused == composed ---------------------------------------------------------------------

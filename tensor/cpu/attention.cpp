@@ -1508,7 +1508,8 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
   AG_DISPATCH_FLOAT(q.dtype(), "attention", [&] {
     using T = scalar_t;
     const Problem<T> P = make_problem<T>(q, k, v, mask, options);
-    ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(), options.return_weights ? r.weights.data<T>() : nullptr, {}};
+    ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(),
+                        options.return_weights ? r.weights.data<T>() : nullptr, {}};
     SavedProbs<T> saved(Tq, Tk, options.causal);
     const std::int64_t values = saved.values(B * H);
     if (values > 0 && values * static_cast<std::int64_t>(sizeof(T)) <= options.probs_budget) {
