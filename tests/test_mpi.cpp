@@ -12,7 +12,6 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <regex>
 #include <thread>
 
@@ -145,26 +144,13 @@ bool gpu_or_nccl_missing(bool need_nccl) {
   return false;
 }
 
-// ATTOGRAD_NCCL set (or unset, for nullptr) while it lives.
-class NcclSetting {
- public:
-  explicit NcclSetting(const char* value) {
-    if (const char* old = std::getenv("ATTOGRAD_NCCL")) old_ = old;
-    value ? ::setenv("ATTOGRAD_NCCL", value, 1) : ::unsetenv("ATTOGRAD_NCCL");
-  }
-  ~NcclSetting() { old_ ? ::setenv("ATTOGRAD_NCCL", old_->c_str(), 1) : ::unsetenv("ATTOGRAD_NCCL"); }
-
- private:
-  std::optional<std::string> old_;
-};
-
 }  // namespace
 
 TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backward's gradients, bit for bit",
           "[mpi][cuda]") {
   if (gpu_or_nccl_missing(true)) return;
   auto comm = train::single_process_communicator();
-  const NcclSetting unset(nullptr);
+  const ScopedEnv unset("ATTOGRAD_NCCL", nullptr);
   train::DeviceReduction nccl = train::choose_device_reduction(*comm, Device::cuda(0));
   REQUIRE(nccl.comm);
   CHECK_THAT(nccl.how, Catch::StartsWith("in device memory by NCCL 2."));
@@ -218,14 +204,14 @@ TEST_CASE("the GPU's gradient path is chosen alike everywhere: NCCL, ATTOGRAD_NC
   if (gpu_or_nccl_missing(false)) return;
   auto comm = train::single_process_communicator();
   {
-    const NcclSetting off("0");
+    const ScopedEnv off("ATTOGRAD_NCCL", "0");
     const train::DeviceReduction staged = train::choose_device_reduction(*comm, Device::cuda(0));
     CHECK_FALSE(staged.comm);
     CHECK_THAT(staged.how, Catch::StartsWith("staged through host memory ("));
     CHECK_THAT(staged.how, Catch::Contains(train::built_with_nccl() ? "ATTOGRAD_NCCL=0" : "this build has no NCCL"));
   }
   {
-    const NcclSetting bad("yes");
+    const ScopedEnv bad("ATTOGRAD_NCCL", "yes");
     CHECK_THROWS_WITH(train::choose_device_reduction(*comm, Device::cuda(0)),
                       Catch::Contains("[ATTOGRAD_NCCL] must be 0 or 1 (or unset), but rank 0 has 'yes'"));
   }

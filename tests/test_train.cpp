@@ -184,6 +184,32 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
   CHECK_THAT(missing.err, Catch::Contains("nope.safetensors"));
 }
 
+// Under mpirun every process parses the same command line, and rank 0 alone
+// reports a mistake in it. A rank variable with no launch of several
+// processes around it (left in a shell, say) must not silence the error.
+TEST_CASE("a command-line error is reported by rank 0 of a launch, and by a process no launch started", "[train]") {
+  const auto says_error = [] {
+    const CliResult r = cli({"train", "--no-such-flag"});
+    CHECK(r.code == 2);
+    return r.err.find("attograd: error: ") != std::string::npos && r.err.find("--no-such-flag") != std::string::npos;
+  };
+  CHECK(says_error());
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1"), size("OMPI_COMM_WORLD_SIZE", nullptr);
+    CHECK(says_error());  // a stray rank, no launch
+  }
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_RANK", "3"), size("OMPI_COMM_WORLD_SIZE", "2");
+    CHECK(says_error());  // not a rank of this launch
+  }
+  {
+    const ScopedEnv rank("OMPI_COMM_WORLD_RANK", "0"), size("OMPI_COMM_WORLD_SIZE", "2");
+    CHECK(says_error());
+  }
+  const ScopedEnv rank("OMPI_COMM_WORLD_RANK", "1"), size("OMPI_COMM_WORLD_SIZE", "2");
+  CHECK_FALSE(says_error());  // rank 1 of 2: rank 0 speaks for it
+}
+
 // ---- tasks -------------------------------------------------------------------------
 
 TEST_CASE("task generators give correct answers", "[train]") {

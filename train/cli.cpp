@@ -210,7 +210,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     // Under mpirun every process parses the same command line: rank 0 speaks for all.
-    const bool speaks = train::launcher_rank() == 0;
+    const bool speaks = train::launcher_speaks();
     if (e.get_exit_code() == 0) {  // --help, --version
       std::ostringstream os, es;
       app.exit(e, os, es);

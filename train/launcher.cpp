@@ -25,4 +25,9 @@ int first_set(std::initializer_list<const char*> names) {
 int launcher_world_size() { return first_set({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}); }
 int launcher_rank() { return first_set({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}); }
 
+bool launcher_speaks() {
+  const int processes = launcher_world_size(), rank = launcher_rank();
+  return processes <= 1 || rank <= 0 || rank >= processes;
+}
+
 }  // namespace attograd::train

@@ -8,5 +8,9 @@ namespace attograd::train {
 int launcher_world_size();
 // This process's rank among them (OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK), or 0.
 int launcher_rank();
+// Whether this process speaks for the launch, before any MPI call: rank 0 of
+// several, or any process a launcher did not start as one of several. A stray
+// rank variable (left in a shell, say) must not silence an error.
+bool launcher_speaks();
 
 }  // namespace attograd::train
