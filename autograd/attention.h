@@ -72,6 +72,13 @@ struct AttentionOutput {
 
 AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options = {});
 
+// The bytes of probabilities a fused CPU call keeps for its backward while its
+// graph lives, on `heads` (B * H) heads of head_dim values, Tq queries and Tk
+// keys of element_bytes each, when it records a graph (none otherwise): all
+// its tiles within options.saved_probs_limit, else none.
+std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
+                               std::int64_t head_dim, std::int64_t element_bytes);
+
 // (B, T, n * H * D) holding n projections side by side (q, k, v of a packed
 // Linear) -> n differentiable (B, H, T, D) views of it, no copy.
 std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads);

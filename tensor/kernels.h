@@ -138,6 +138,11 @@ struct AttentionForwardResult {
   Tensor weights;  // (B, H, Tq, Tk) when asked for
   Tensor probs;    // the probability tiles kept within probs_budget, for attention_backward; else undefined
 };
+// The bytes the CPU forward's probability tiles take for `heads` (B * H) heads
+// of Tq queries and Tk keys, of element_bytes each: what it keeps when they fit
+// probs_budget.
+std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
+                                   std::int64_t element_bytes);
 // mask: undefined or bool broadcastable to (B, H, Tq, Tk), true = hidden.
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options);

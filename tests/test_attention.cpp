@@ -238,6 +238,12 @@ TEST_CASE("attention: MHA keeps the probabilities only when it records a graph, 
   for (std::int64_t heads : {2, 4}) {
     INFO(heads << " heads of " << 128 / heads);
     const std::size_t probs_bytes = heads * 3 * (64 * 64 + 64) * sizeof(float);
+    const auto predicted = [&](std::int64_t limit) {  // what the trainer's memory check counts
+      return saved_probs_bytes({.causal = true, .saved_probs_limit = limit}, heads, 70, 70, 128 / heads, 4);
+    };
+    CHECK(predicted(probs_bytes) == std::int64_t(probs_bytes));
+    CHECK(predicted(probs_bytes - 1) == 0);
+    CHECK(predicted(kAutoSavedProbsLimit) == (heads == 2 ? std::int64_t(probs_bytes) : 0));
     const std::size_t recomputed = held_by_forward(heads, 0, true);
     CHECK(held_by_forward(heads, probs_bytes, true) == recomputed + probs_bytes);
     CHECK(held_by_forward(heads, probs_bytes - 1, true) == recomputed);  // over the limit

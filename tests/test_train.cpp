@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cuda/runtime.h"
+#include "autograd/attention.h"
 #include "autograd/grad_mode.h"
 #include "helpers.h"
 #include "program_helpers.h"
@@ -182,6 +183,27 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
   const CliResult missing = cli({"eval", "--ckpt", tmp / "nope.safetensors"});
   CHECK(missing.code != 0);
   CHECK_THAT(missing.err, Catch::Contains("nope.safetensors"));
+}
+
+// The memory check counts the probability tiles the attention keeps for
+// backward (their bytes are checked against the allocation in
+// test_attention.cpp): on heads of 64 values or more, within 64 MiB a layer.
+TEST_CASE("the memory estimate counts the probabilities each layer's attention keeps", "[train]") {
+  TrainOptions o;
+  o.block = 4096;
+  o.width = 64;
+  o.heads = 1;
+  o.layers = 3;
+  const double tile = (64 * 64 + 64) * sizeof(float);
+  CHECK(backward_memory(o, 65, 1).probs_bytes == 3 * 2080 * tile);  // 64 x 65 / 2 causal tiles a head
+  CHECK(backward_memory(o, 65, 2).probs_bytes == 0);                // 69 MB a layer: over the limit
+  o.block = 100;
+  CHECK(backward_memory(o, 65, 5).probs_bytes == 3 * 5 * 3 * tile);
+  const double activations = backward_memory(o, 65, 5).activation_bytes;
+  CHECK(activations == 5 * 100 * (20.0 * 3 * 64 + 4 * 65) * sizeof(float));
+  o.heads = 2;  // heads of 32 values keep none
+  CHECK(backward_memory(o, 65, 5).probs_bytes == 0);
+  CHECK(backward_memory(o, 65, 5).activation_bytes == activations);
 }
 
 // Under mpirun every process parses the same command line, and rank 0 alone

@@ -1,5 +1,6 @@
 #include "train/model.h"
 
+#include "autograd/attention.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
@@ -33,6 +34,21 @@ std::int64_t parameter_count(const nn::GPTConfig& c) {
                              + (4 * C * C + bias * C);                 // mlp.proj
   const std::int64_t lm_head = c.tie_weights ? 0 : C * c.vocab_size;
   return c.vocab_size * C + c.block_size * C + c.n_layer * block + layer_norm + lm_head;
+}
+
+// The activations were measured at about 23 x layers x width + 4 x vocabulary
+// floats per token (peak RSS over batch, width, layers and block); 20 and 4 are
+// counted, so that the memory check refuses only what cannot fit. On heads of
+// 64 values or more each layer's attention also keeps its probability tiles,
+// up to 64 MiB a layer (autograd/attention.h).
+BackwardMemory backward_memory(const TrainOptions& o, std::int64_t vocab_size, std::int64_t micro_batch) {
+  const double tokens = static_cast<double>(micro_batch) * static_cast<double>(o.block);
+  const double per_token = (20.0 * static_cast<double>(o.layers * o.width) + 4.0 * static_cast<double>(vocab_size)) *
+                           sizeof(float);
+  const std::int64_t probs_per_layer = saved_probs_bytes({.causal = true}, micro_batch * o.heads, o.block, o.block,
+                                                         o.width / o.heads, sizeof(float));
+  return {.activation_bytes = tokens * per_token,
+          .probs_bytes = static_cast<double>(o.layers) * static_cast<double>(probs_per_layer)};
 }
 
 std::vector<std::vector<std::vector<float>>> attention_weights(nn::GPT& model, const Tensor& tokens) {

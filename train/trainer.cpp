@@ -55,11 +55,8 @@ constexpr std::int64_t kTrainEvalWindows = 256;
 // any of it. Per process on this machine: on the CPU the weights and gradients
 // (2 floats per parameter) and the optimizer's state (AdamW 2, SGD 1; a 1/N share
 // with --shard-optimizer), plus the activations backward keeps for one
-// micro-batch; with --device cuda only the host copy the model is built in (1),
-// the rest living on the GPU. The activations were measured at about
-// 23 x layers x width + 4 x vocabulary floats per token (peak RSS over batch,
-// width, layers and block); the check counts 20 and 4, to refuse only what
-// cannot fit.
+// micro-batch (train/model.cpp's backward_memory); with --device cuda only the
+// host copy the model is built in (1), the rest living on the GPU.
 void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_here, int processes) {
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (available <= 0) return;
@@ -75,15 +72,17 @@ void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_
            "and optimizer state{}, more than this machine's {:.1f} GiB",
            o.layers, o.width, vocab_size, parameters, model_bytes / kGiB, each, available / kGiB);
   if (!cpu) return;
-  const double tokens = static_cast<double>(o.batch / (processes * o.grad_accum)) * static_cast<double>(o.block);
-  const double per_token = (20.0 * static_cast<double>(o.layers * o.width) + 4.0 * static_cast<double>(vocab_size)) *
-                           sizeof(float);
-  const double activation_bytes = tokens * per_token * processes_here;
+  const BackwardMemory kept = backward_memory(o, vocab_size, o.batch / (processes * o.grad_accum));
+  const double probs_bytes = kept.probs_bytes * processes_here;
+  const double activation_bytes = kept.activation_bytes * processes_here + probs_bytes;
+  const std::string probs_share =
+      probs_bytes > 0 ? fmt::format(", {:.2f} GiB of them attention probabilities", probs_bytes / kGiB) : "";
   AG_CHECK(model_bytes + activation_bytes <= available, "--batch",
-           "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward{} (and "
-           "the model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in smaller "
-           "pieces) or lower --batch or --block",
-           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, each, model_bytes / kGiB, available / kGiB);
+           "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward{}{} "
+           "(and the model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in "
+           "smaller pieces) or lower --batch or --block",
+           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, probs_share, each, model_bytes / kGiB,
+           available / kGiB);
 }
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params) {

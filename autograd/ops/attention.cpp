@@ -61,13 +61,17 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   return result;
 }
 
+// The bytes of probabilities a fused call on heads of head_dim values may keep.
+std::int64_t saved_probs_budget(const AttentionOptions& o, std::int64_t head_dim) {
+  if (o.saved_probs_limit != kAutoSavedProbsLimit) return o.saved_probs_limit;
+  return head_dim >= kSavedProbsMinHeadDim ? kDefaultSavedProbsLimit : 0;
+}
+
 // The kernel options of one fused call on heads of head_dim values: the
 // probabilities are kept for the backward only when there will be one.
 kernels::AttentionKernelOptions fused_options(kernels::AttentionKernelOptions ko, const AttentionOptions& o,
                                               std::int64_t head_dim, const std::vector<Tensor>& inputs) {
-  std::int64_t limit = o.saved_probs_limit;
-  if (limit == kAutoSavedProbsLimit) limit = head_dim >= kSavedProbsMinHeadDim ? kDefaultSavedProbsLimit : 0;
-  ko.probs_budget = any_requires_grad(inputs) ? limit : 0;
+  ko.probs_budget = any_requires_grad(inputs) ? saved_probs_budget(o, head_dim) : 0;
   return ko;
 }
 
@@ -172,6 +176,12 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
   if (options.impl == AttentionImpl::composed)
     return attention_composed(q, k, v, options, ko.scale, ko.dropout_p > 0, ko.seed, ko.offset);
   return attention_fused(q, k, v, options, ko);
+}
+
+std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
+                               std::int64_t head_dim, std::int64_t element_bytes) {
+  const std::int64_t bytes = kernels::attention_probs_bytes(heads, Tq, Tk, options.causal, element_bytes);
+  return bytes > 0 && bytes <= saved_probs_budget(options, head_dim) ? bytes : 0;
 }
 
 std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads) {

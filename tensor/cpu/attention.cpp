@@ -1513,7 +1513,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
                         options.return_weights ? r.weights.data<T>() : nullptr, {}};
     SavedProbs<T> saved(Tq, Tk, options.causal);
     const std::int64_t values = saved.values(B * H);
-    if (values > 0 && values * static_cast<std::int64_t>(sizeof(T)) <= options.probs_budget) {
+    if (values > 0 && attention_probs_bytes(B * H, Tq, Tk, options.causal, sizeof(T)) <= options.probs_budget) {
       r.probs = empty({values}, q.options());
       saved.data = r.probs.data<T>();
       O.saved = saved;
@@ -1522,6 +1522,11 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
     parallel_tasks(0, B * H * blocks, 1, [&](TaskQueue& tasks) { forward_tasks_any(isa, P, O, tasks); });
   });
   return r;
+}
+
+std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
+                                   std::int64_t element_bytes) {
+  return SavedProbs<float>(Tq, Tk, causal).values(heads) * element_bytes;  // the layout does not depend on T
 }
 
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
