@@ -1,15 +1,26 @@
 // Embedding: rows of a (V, C) table picked by int64 ids, and the backward that
-// scatter-adds gradient rows into a zeroed (V, C) table. Repeated ids add into
-// the same row from different threads, so the backward uses atomicAdd: fast,
-// but the order of the additions (and so the last bits of a row hit many times)
-// may differ between runs. The CPU version is the deterministic reference.
+// sums gradient rows into a (V, C) table.
+//
+// The backward is deterministic, as every other kernel here is, and equals the
+// CPU's to the bit: row v of dweight adds the dy rows of the ids equal to v in
+// increasing position, starting from zero, as tensor/cpu/gather.cpp does (only
+// additions, so nothing for the compiler to contract). A scatter with atomicAdd
+// would add a row hit many times in whatever order the threads arrive, and two
+// runs of one seed would drift apart. Two steps on the stream:
+//  1. group_by_id, one block: a stable counting sort of the positions by id.
+//     start[v] .. start[v + 1] is where id v's positions lie in `order`.
+//  2. sum_groups, one thread per (v, c): its group's dy values, in that order.
+#include <climits>
 #include <cstdint>
 
+#include "cuda/buffer.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/launchers.h"
 
 namespace attograd::cuda {
 namespace {
+
+constexpr int kGroupThreads = 1024;  // the one block of group_by_id: 32 warps
 
 template <typename T>
 __global__ void embedding_forward_kernel(T* out, const T* weight, const std::int64_t* ids, std::int64_t count,
@@ -20,13 +31,84 @@ __global__ void embedding_forward_kernel(T* out, const T* weight, const std::int
   }
 }
 
-// forward: out[i] = weight[ids[i]]; so dweight[v] = sum of dy[i] over every i with ids[i] == v
+// The inclusive prefix sum of x over the block's kGroupThreads threads; `total`
+// gets the sum of all of them. Every thread of the block calls it together.
+__device__ int block_inclusive_scan(int x, int* warp_sums, int& total) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int d = 1; d < kWarp; d *= 2) {
+    const int y = __shfl_up_sync(kFullMask, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {  // scan the 32 warps' sums
+    int s = warp_sums[lane];
+#pragma unroll
+    for (int d = 1; d < kWarp; d *= 2) {
+      const int y = __shfl_up_sync(kFullMask, s, d);
+      if (lane >= d) s += y;
+    }
+    warp_sums[lane] = s;
+  }
+  __syncthreads();
+  if (warp > 0) x += warp_sums[warp - 1];
+  total = warp_sums[kWarp - 1];
+  __syncthreads();  // warp_sums is read; the next call may write it
+  return x;
+}
+
+// One block of kGroupThreads. start: rows + 1 entries, cursor: rows, order: count.
+__global__ void group_by_id_kernel(const std::int64_t* ids, int count, int rows, int* start, int* cursor, int* order) {
+  __shared__ int warp_sums[kWarp];
+  __shared__ std::int64_t chunk_ids[kGroupThreads];
+  const int t = threadIdx.x;
+  // How many positions hold each id, counted one entry up (start[v + 1] for id v),
+  // so that the inclusive scan below leaves start[v] = positions of ids below v.
+  for (int v = t; v <= rows; v += kGroupThreads) start[v] = 0;
+  __syncthreads();
+  for (int i = t; i < count; i += kGroupThreads) atomicAdd(start + ids[i] + 1, 1);  // integers: any order
+  __syncthreads();
+  int carry = 0;
+  for (int base = 0; base <= rows; base += kGroupThreads) {  // the same trip count on every thread
+    const int v = base + t;
+    int total;
+    const int sum = carry + block_inclusive_scan(v <= rows ? start[v] : 0, warp_sums, total);
+    if (v <= rows) start[v] = sum;
+    if (v < rows) cursor[v] = sum;
+    carry += total;
+  }
+  __syncthreads();
+  // Positions, a block-wide chunk at a time and in order: a position's place in
+  // its group is the group's cursor plus the earlier positions of its id in the
+  // chunk; the chunk's last position of each id then moves that cursor on.
+  for (int base = 0; base < count; base += kGroupThreads) {
+    const int i = base + t, n = min(kGroupThreads, count - base);
+    const std::int64_t id = i < count ? ids[i] : -1;
+    chunk_ids[t] = id;
+    __syncthreads();
+    int earlier = 0;
+    bool last = true;
+    if (i < count) {
+      for (int s = 0; s < t; ++s) earlier += chunk_ids[s] == id;
+      for (int s = t + 1; s < n && last; ++s) last = chunk_ids[s] != id;
+      order[cursor[id] + earlier] = i;
+    }
+    __syncthreads();  // every cursor read before any moves
+    if (i < count && last) cursor[id] += earlier + 1;
+    __syncthreads();  // cursors moved and chunk_ids read before the next chunk
+  }
+}
+
+// dweight[v][c] = 0 + dy[i0][c] + dy[i1][c] + ..., over id v's positions in increasing order.
 template <typename T>
-__global__ void embedding_backward_kernel(T* dweight, const T* dy, const std::int64_t* ids, std::int64_t count,
-                                          std::int64_t channels) {
-  for (std::int64_t e = global_thread(); e < count * channels; e += grid_threads()) {
-    const std::int64_t i = e / channels, c = e % channels;
-    atomicAdd(dweight + ids[i] * channels + c, dy[e]);
+__global__ void sum_groups_kernel(T* dweight, const T* dy, const int* start, const int* order, std::int64_t rows,
+                                  std::int64_t channels) {
+  for (std::int64_t e = global_thread(); e < rows * channels; e += grid_threads()) {
+    const std::int64_t v = e / channels, c = e % channels;
+    T sum = 0;
+    for (int k = start[v]; k < start[v + 1]; ++k) sum += dy[order[k] * channels + c];
+    dweight[e] = sum;
   }
 }
 
@@ -43,9 +125,24 @@ void embedding_forward(T* out, const T* weight, const std::int64_t* ids, std::in
 template <typename T>
 void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
                         std::int64_t num_rows, cudaStream_t stream) {
-  CUDA_CHECK(cudaMemsetAsync(dweight, 0, sizeof(T) * num_rows * channels, stream));
-  if (count * channels == 0) return;
-  embedding_backward_kernel<<<grid_for(count * channels), kThreads, 0, stream>>>(dweight, dy, ids, count, channels);
+  if (num_rows * channels == 0) return;
+  if (count == 0) {
+    CUDA_CHECK(cudaMemsetAsync(dweight, 0, sizeof(T) * num_rows * channels, stream));
+    return;
+  }
+  // Positions and ids are counted in int: 2^31 - 1 of either is a (V, C) table or
+  // a batch of several TB.
+  AG_CHECK(count < INT_MAX && num_rows < INT_MAX, "embedding backward",
+           "{} ids into {} rows: the CUDA backward counts them in 32 bits", count, num_rows);
+  DeviceBuffer groups(sizeof(int) * static_cast<std::size_t>(2 * num_rows + 1 + count));
+  int* start = groups.as<int>();
+  int* cursor = start + num_rows + 1;
+  int* order = cursor + num_rows;
+  group_by_id_kernel<<<1, kGroupThreads, 0, stream>>>(ids, static_cast<int>(count), static_cast<int>(num_rows), start,
+                                                      cursor, order);
+  CUDA_CHECK_LAUNCH();
+  sum_groups_kernel<<<grid_for(num_rows * channels), kThreads, 0, stream>>>(dweight, dy, start, order, num_rows,
+                                                                            channels);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -122,7 +122,8 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int64_t* tar
 template <typename T>
 void embedding_forward(T* out, const T* weight, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
                        cudaStream_t stream);
-// dweight (num_rows, channels) = 0, then += dy row i into row ids[i] (atomic scatter-add).
+// dweight (num_rows, channels): row v sums the dy rows i with ids[i] == v, in increasing i from
+// zero, as the CPU does (deterministic, and the same bits).
 template <typename T>
 void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
                         std::int64_t num_rows, cudaStream_t stream);

@@ -10,7 +10,9 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
+#include <tuple>
 
 #include "autograd/attention.h"
 #include "helpers.h"
@@ -37,7 +39,7 @@ bool cuda_missing() {
 
 // ---- tolerances, written once per dtype ----------------------------------------------------
 
-// The GPU adds in other orders than the CPU (trees, tiles, atomics) and uses
+// The GPU adds in other orders than the CPU (trees, tiles) and uses
 // CUDA's exp/tanh: float32 results agree to about 1e-6 relative, float64 ones
 // in their last bits. Integers and bools must agree exactly.
 struct Tolerance {
@@ -482,6 +484,38 @@ TEST_CASE("cuda: embedding matches the CPU, repeated ids scatter-adding", "[cuda
   }
 }
 
+// The backward sums each row's gradients in the CPU's order (cuda/embedding.cu):
+// the same bits, across the one-block sort's chunks of 1024 ids and 1024 rows,
+// with ids spread out, piled on a few rows, and absent.
+TEST_CASE("cuda: the embedding backward is the CPU's to the bit, and deterministic", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  std::mt19937 rng(5);
+  const std::vector<std::tuple<std::int64_t, std::int64_t, bool>> cases = {
+      {1, 1, true}, {35, 11, true}, {1024, 65, false}, {2500, 1500, true}, {2500, 1500, false}, {3000, 3, true}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (const auto& [count, rows, spread] : cases) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
+      std::uniform_int_distribution<std::int64_t> pick(0, (spread ? rows : std::min<std::int64_t>(rows, 3)) - 1);
+      for (auto& id : ids) id = pick(rng);
+      const Tensor id_cpu = ids_tensor(ids, {count}), dy = input({count, 37}, dtype, Layout::contiguous, 72);
+      const Tensor expected = kernels::embedding_backward(dy, id_cpu, rows);
+      const Tensor first = kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), rows);
+      const Tensor second = kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), rows);
+      INFO(count << " ids into " << rows << " rows, " << (spread ? "spread" : "on 3 rows") << ", "
+                 << dtype_name(dtype));
+      if (dtype == DType::f32) {
+        REQUIRE(on_cpu(first).to_vector<float>() == expected.to_vector<float>());
+        REQUIRE(on_cpu(second).to_vector<float>() == expected.to_vector<float>());
+      } else {
+        REQUIRE(on_cpu(first).to_vector<double>() == expected.to_vector<double>());
+        REQUIRE(on_cpu(second).to_vector<double>() == expected.to_vector<double>());
+      }
+    }
+  // No ids at all: a zero table.
+  const Tensor none = kernels::embedding_backward(on_gpu(zeros({0, 4})), on_gpu(ids_tensor({}, {0})), 3);
+  REQUIRE(on_cpu(none).to_vector<float>() == std::vector<float>(12, 0.0f));
+}
+
 TEST_CASE("cuda: dropout masks are the CPU's, bit for bit", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   for (const Shape& sizes : {Shape{1}, Shape{3}, Shape{5, 7}, Shape{1001}, Shape{4, 3, 33}})
@@ -657,4 +691,32 @@ TEST_CASE("cuda: a GPT training step on the GPU equals the CPU step", "[cuda]") 
     for (std::size_t i = 0; i < cpu_params.size(); ++i)
       require_parity(gpu_params[i].tensor, cpu_params[i].tensor, "after the step: " + cpu_params[i].name);
   }
+}
+
+// No kernel adds floats in an order that depends on timing (the embedding
+// backward was the last to use atomics): a GPU run repeats itself to the bit.
+TEST_CASE("cuda: two GPU training runs of one seed give the same bits, dropout on", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  nn::GPTConfig config;
+  config.vocab_size = 65, config.block_size = 32, config.n_layer = 2, config.n_head = 4, config.n_embd = 64;
+  config.dropout = 0.1;
+  const auto train_three_steps = [&config] {
+    nn::GPT model(config);
+    model.to(Device::cuda());
+    train::AdamW opt(model.named_parameters(), {.lr = 1e-3});
+    Generator gen(78);
+    for (int step = 0; step < 3; ++step) {
+      const Tensor tokens = kernels::cast(
+          kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99), DType::i64);
+      opt.zero_grad();
+      backward(model.loss(to(tokens, Device::cuda()), to(tokens, Device::cuda())));
+      opt.step();
+    }
+    std::vector<std::vector<float>> values;
+    for (const auto& p : model.named_parameters()) values.push_back(on_cpu(p.tensor).to_vector<float>());
+    return values;
+  };
+  const auto first = train_three_steps(), second = train_three_steps();
+  REQUIRE(first.size() == second.size());
+  for (std::size_t i = 0; i < first.size(); ++i) REQUIRE(first[i] == second[i]);
 }
