@@ -56,12 +56,12 @@ struct AttentionOptions {
   Generator* generator = nullptr;  // for dropout; nullptr = default_generator()
   bool return_weights = false;
   AttentionImpl impl = AttentionImpl::automatic;
-  // The fused CPU path's forward keeps its probabilities for the backward when
-  // they take at most this many bytes (about B H Tq Tk / 2 values when causal,
-  // B H Tq Tk otherwise), and only when the call records a graph: its
-  // backward then skips recomputing them, one tile product in five. Above it,
-  // or at 0, the backward recomputes them, as FlashAttention does, and memory
-  // stays O(T) per head. kAutoSavedProbsLimit: see above.
+  // The fused CPU path's forward keeps probabilities for the backward, up to
+  // this many bytes (a head's take about Tq Tk / 2 values when causal, Tq Tk
+  // otherwise), and only when the call records a graph: whole heads' of them,
+  // as many as fit. The backward skips recomputing those, one tile product in
+  // five, and recomputes the others' as FlashAttention does. At 0 memory stays
+  // O(T) per head. kAutoSavedProbsLimit: see above.
   std::int64_t saved_probs_limit = kAutoSavedProbsLimit;
 };
 
@@ -74,8 +74,8 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 // The bytes of probabilities a fused CPU call keeps for its backward while its
 // graph lives, on `heads` (B * H) heads of head_dim values, Tq queries and Tk
-// keys of element_bytes each, when it records a graph (none otherwise): all
-// its tiles within options.saved_probs_limit, else none.
+// keys of element_bytes each, when it records a graph (none otherwise): the
+// tiles of as many whole heads as options.saved_probs_limit allows.
 std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
                                std::int64_t head_dim, std::int64_t element_bytes);
 

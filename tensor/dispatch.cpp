@@ -465,8 +465,8 @@ void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, 
 }  // namespace
 
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes) {
-  return cpu::attention_probs_bytes(heads, Tq, Tk, causal, element_bytes);
+                                   std::int64_t element_bytes, std::int64_t budget) {
+  return cpu::attention_probs_bytes(heads, Tq, Tk, causal, element_bytes, budget);
 }
 
 AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,

@@ -128,21 +128,22 @@ struct AttentionKernelOptions {
   double dropout_p = 0.0;    // weight (b,h,i,j) dropped when philox_uniform(seed, offset, flat index) < p
   std::uint64_t seed = 0, offset = 0;
   bool return_weights = false;  // also write the (B, H, Tq, Tk) softmax, before dropout
-  // Up to this many bytes, the CPU forward keeps its probability tiles for the
-  // backward, which then need not recompute them (see tensor/cpu/attention.cpp).
+  // Up to this many bytes, the CPU forward keeps probability tiles for the
+  // backward, whole heads of them, which it then need not recompute (see
+  // tensor/cpu/attention.cpp).
   std::int64_t probs_budget = 0;
 };
 struct AttentionForwardResult {
   Tensor out;      // (B, H, Tq, D); zeros on rows whose keys are all hidden
   Tensor lse;      // (B, H, Tq) log-sum-exp of each scaled, masked score row; -inf when all hidden
   Tensor weights;  // (B, H, Tq, Tk) when asked for
-  Tensor probs;    // the probability tiles kept within probs_budget, for attention_backward; else undefined
+  Tensor probs;    // the probability tiles kept within probs_budget (the first heads'), for attention_backward
 };
-// The bytes the CPU forward's probability tiles take for `heads` (B * H) heads
-// of Tq queries and Tk keys, of element_bytes each: what it keeps when they fit
-// probs_budget.
+// The bytes the CPU forward keeps of its probability tiles within `budget`
+// (probs_budget), for `heads` (B * H) heads of Tq queries and Tk keys of
+// element_bytes each: the tiles of as many whole heads as fit.
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes);
+                                   std::int64_t element_bytes, std::int64_t budget);
 // mask: undefined or bool broadcastable to (B, H, Tq, Tk), true = hidden.
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options);

@@ -2,6 +2,7 @@
 // float64 gradchecks, fused == composed, causal / padding / dropout semantics.
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -74,14 +75,22 @@ Tensor input(const Shape& sizes, std::uint64_t seed, DType dtype, bool transpose
   return transpose(randn(swapped, {dtype}, gen), 2, 3);
 }
 
-// The fused backward's two ways to the probabilities: recomputed from the
-// log-sum-exp (saved_probs_limit 0), and the forward's tiles, kept (a limit
-// that holds every shape here, whatever its D).
+// The fused backward's ways to the probabilities: recomputed from the
+// log-sum-exp (saved_probs_limit 0), the forward's tiles kept (a limit that
+// holds every shape here, whatever its D), and both in one call: the tiles of
+// the first half of the heads kept, the others' recomputed.
 struct ProbsPath {
   const char* name;
-  std::int64_t limit;
+  enum Keep { none, all, first_half } keep;
+  // The saved_probs_limit that does it for `heads` (B * H) heads of Tq queries and Tk keys.
+  std::int64_t limit(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal, DType dtype) const {
+    if (keep != first_half) return keep == all ? std::int64_t(1) << 30 : 0;
+    return kernels::attention_probs_bytes((heads + 1) / 2, Tq, Tk, causal, dtype_size(dtype),
+                                          std::numeric_limits<std::int64_t>::max());
+  }
 };
-constexpr ProbsPath kProbsPaths[] = {{"recomputed", 0}, {"saved", std::int64_t(1) << 30}};
+constexpr ProbsPath kProbsPaths[] = {
+    {"recomputed", ProbsPath::none}, {"saved", ProbsPath::all}, {"saved for half the heads", ProbsPath::first_half}};
 
 void require_same_runs(const Run& a, const Run& b, DType dtype) {
   const double atol = atol_for(dtype), rtol = rtol_for(dtype);
@@ -198,23 +207,53 @@ TEST_CASE("attention: the forward keeps its probabilities within probs_budget, a
                      v = input({c.B, c.H, c.Tk, c.D}, 3, dtype), dout = input({c.B, c.H, c.Tq, c.D}, 4, dtype);
         // Each tile holds 64 x 64 probabilities and 64 maxima.
         const std::int64_t bytes = c.B * c.H * c.tiles * (64 * 64 + 64) * static_cast<std::int64_t>(dtype_size(dtype));
-        kernels::AttentionKernelOptions ko{.causal = c.causal, .scale = 0.3, .probs_budget = bytes - 1};
-        CHECK_FALSE(kernels::attention_forward(q, k, v, {}, ko).probs.defined());
+        const std::int64_t heads = c.B * c.H, head_bytes = bytes / heads;
+        kernels::AttentionKernelOptions ko{.causal = c.causal, .scale = 0.3, .probs_budget = head_bytes - 1};
+        const kernels::AttentionForwardResult none = kernels::attention_forward(q, k, v, {}, ko);
+        CHECK_FALSE(none.probs.defined());
+        const kernels::AttentionGrads recomputed =
+            kernels::attention_backward(dout, q, k, v, {}, none.out, none.lse, {}, ko);
+        CHECK(max_abs_diff(recomputed.dq, zeros(q.sizes(), q.options())) > 1e-3);
+        // Whole heads, as many as fit: 1, all but one, all (and no more for a larger budget).
+        for (const std::int64_t budget : {head_bytes, bytes - 1, bytes, 2 * bytes}) {
+          INFO("budget " << budget << " bytes, " << head_bytes << " a head");
+          ko.probs_budget = budget;
+          const kernels::AttentionForwardResult f = kernels::attention_forward(q, k, v, {}, ko);
+          REQUIRE(f.probs.defined());
+          const std::int64_t kept = std::min(heads, budget / head_bytes);
+          CHECK(f.probs.numel() * static_cast<std::int64_t>(dtype_size(dtype)) == kept * head_bytes);
+          CHECK(kernels::attention_probs_bytes(heads, c.Tq, c.Tk, c.causal, dtype_size(dtype), budget) ==
+                kept * head_bytes);
+          const kernels::AttentionGrads saved =
+              kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, f.probs, ko);
+          const double atol = atol_for(dtype), rtol = rtol_for(dtype);
+          CHECK(all_close(saved.dq, recomputed.dq, atol, rtol));
+          CHECK(all_close(saved.dk, recomputed.dk, atol, rtol));
+          CHECK(all_close(saved.dv, recomputed.dv, atol, rtol));
+        }
+        // With one head's budget the backward reads head (0, 0)'s tiles and recomputes the
+        // others': zeroed tiles change that head's gradients alone.
+        ko.probs_budget = head_bytes;
+        const kernels::AttentionForwardResult first = kernels::attention_forward(q, k, v, {}, ko);
+        const kernels::AttentionGrads zeroed = kernels::attention_backward(
+            dout, q, k, v, {}, first.out, first.lse, zeros(first.probs.sizes(), first.probs.options()), ko);
+        for (std::int64_t b = 0; b < c.B; ++b)
+          for (std::int64_t h = 0; h < c.H; ++h) {
+            const auto head = [&](const Tensor& t) { return narrow(narrow(t, 0, b, 1), 1, h, 1); };
+            INFO("head " << b << ", " << h);
+            if (b == 0 && h == 0)
+              CHECK(max_abs_diff(head(zeroed.dk), head(recomputed.dk)) > 1e-3);
+            else
+              CHECK(max_abs_diff(head(zeroed.dk), head(recomputed.dk)) == 0);
+          }
         ko.probs_budget = bytes;
         const kernels::AttentionForwardResult f = kernels::attention_forward(q, k, v, {}, ko);
-        REQUIRE(f.probs.defined());
-        CHECK(f.probs.numel() * static_cast<std::int64_t>(dtype_size(dtype)) == bytes);
-        const kernels::AttentionGrads saved =
-            kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, f.probs, ko);
-        const kernels::AttentionGrads recomputed = kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, {}, ko);
-        const double atol = atol_for(dtype), rtol = rtol_for(dtype);
-        CHECK(all_close(saved.dq, recomputed.dq, atol, rtol));
-        CHECK(all_close(saved.dk, recomputed.dk, atol, rtol));
-        CHECK(all_close(saved.dv, recomputed.dv, atol, rtol));
-        CHECK(max_abs_diff(saved.dq, zeros(q.sizes(), q.options())) > 1e-3);
-        // Tiles from another shape are refused, not read past.
+        // Tiles from another shape, or of more heads than there are, are refused, not read past.
         CHECK_THROWS_WITH(kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, narrow(f.probs, 0, 1, 64), ko),
                           Catch::Contains("is not the forward's saved tiles"));
+        CHECK_THROWS_WITH(
+            kernels::attention_backward(dout, q, k, v, {}, f.out, f.lse, kernels::cat({f.probs, f.probs}, 0), ko),
+            Catch::Contains("is not the forward's saved tiles"));
       }
 }
 
@@ -242,11 +281,13 @@ TEST_CASE("attention: MHA keeps the probabilities only when it records a graph, 
       return saved_probs_bytes({.causal = true, .saved_probs_limit = limit}, heads, 70, 70, 128 / heads, 4);
     };
     CHECK(predicted(probs_bytes) == std::int64_t(probs_bytes));
-    CHECK(predicted(probs_bytes - 1) == 0);
+    CHECK(predicted(probs_bytes - 1) == std::int64_t(probs_bytes / heads * (heads - 1)));  // whole heads
     CHECK(predicted(kAutoSavedProbsLimit) == (heads == 2 ? std::int64_t(probs_bytes) : 0));
     const std::size_t recomputed = held_by_forward(heads, 0, true);
     CHECK(held_by_forward(heads, probs_bytes, true) == recomputed + probs_bytes);
-    CHECK(held_by_forward(heads, probs_bytes - 1, true) == recomputed);  // over the limit
+    // Over the limit: the heads that fit.
+    CHECK(held_by_forward(heads, probs_bytes - 1, true) == recomputed + probs_bytes / heads * (heads - 1));
+    CHECK(held_by_forward(heads, probs_bytes / heads - 1, true) == recomputed);
     CHECK(held_by_forward(heads, probs_bytes, false) < recomputed);      // no graph: nothing saved
     // The automatic limit keeps them on heads of 64 values, not on narrower ones.
     CHECK(held_by_forward(heads, kAutoSavedProbsLimit, true) == recomputed + (heads == 2 ? probs_bytes : 0));
@@ -277,7 +318,7 @@ TEST_CASE("attention: on random shapes both backward paths equal the composed on
     const Run composed = run_attention(q, k, v, o, AttentionImpl::composed);
     for (const ProbsPath& path : kProbsPaths) {
       INFO("probabilities " << path.name);
-      o.saved_probs_limit = path.limit;
+      o.saved_probs_limit = path.limit(B * H, Tq, Tk, causal, DType::f64);
       require_same_runs(run_attention(q, k, v, o, AttentionImpl::fused), composed, DType::f64);
     }
   }
@@ -319,7 +360,7 @@ TEST_CASE("attention: fused equals composed, forward and backward", "[attention]
           const Tensor k = input({c.B, c.H, c.Tk, c.D}, 2, dtype, c.transposed);
           const Tensor v = input({c.B, c.H, c.Tk, c.D}, 3, dtype, c.transposed);
           AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .return_weights = true};
-          o.saved_probs_limit = path.limit;
+          o.saved_probs_limit = path.limit(c.B * c.H, c.Tq, c.Tk, c.causal, dtype);
           if (c.mask == 1) {
             std::vector<std::int64_t> lengths;
             for (std::int64_t b = 0; b < c.B; ++b) lengths.push_back(std::max<std::int64_t>(1, c.Tk - 3 * b));
@@ -349,7 +390,7 @@ TEST_CASE("attention: the fused kernels give the same bits on any number of thre
   const Tensor q = input(sizes, 1, DType::f32), k = input(sizes, 2, DType::f32), v = input(sizes, 3, DType::f32);
   for (const ProbsPath& path : kProbsPaths) {
     AttentionOptions o{.causal = true, .mask = random_mask({2, 4, 320, 320}, 0.2, 9), .dropout_p = 0.1};
-    o.saved_probs_limit = path.limit;
+    o.saved_probs_limit = path.limit(8, 320, 320, true, DType::f32);
     set_num_threads(1);
     const Run serial = run_attention(q, k, v, o, AttentionImpl::fused);
     for (int threads : {2, 3, 5}) {
@@ -470,7 +511,7 @@ TEST_CASE("attention: gradcheck of the op on odd and transposed shapes", "[atten
                            .dropout_p = 0.2,
                            .generator = &gen,
                            .impl = impl};
-        o.saved_probs_limit = path.limit;
+        o.saved_probs_limit = path.limit(2, 5, 7, true, DType::f64);
         return attention(x[0], x[1], x[2], o).out;
       };
       REQUIRE_GRADCHECK("attention", fn,
@@ -576,7 +617,7 @@ TEST_CASE("attention: the fused kernels give the same bits on packed and on cont
       for (const ProbsPath& path : kProbsPaths)
         DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << ", probabilities " << path.name) {
           AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout};
-          o.saved_probs_limit = path.limit;
+          o.saved_probs_limit = path.limit(c.B * c.H, c.T, c.T, c.causal, dtype);
           if (c.mask) o.mask = random_mask({c.B, 1, c.T, c.T}, 0.2, 4);
           const Tensor qkv = packed_leaf(c.B, c.T, 3 * c.H * c.D, 6, dtype, false);
           const auto views = split_views(qkv.detach(), c.H);
@@ -603,8 +644,8 @@ TEST_CASE("attention: the fused kernels give the same bits on packed and on cont
 TEST_CASE("attention: gradcheck of attention_packed", "[attention][gradcheck]") {
   for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
     for (bool transposed : {false, true}) {
-      // The saved probabilities on plain qkv, recomputed ones on the transposed.
-      const ProbsPath& path = kProbsPaths[transposed ? 0 : 1];
+      // Half the heads' probabilities saved on plain qkv, all recomputed on the transposed.
+      const ProbsPath& path = kProbsPaths[transposed ? 0 : 2];
       INFO("impl " << int(impl) << ", probabilities " << path.name);
       Generator gen(3);
       Fn fn = [&](const std::vector<Tensor>& x) {
@@ -614,7 +655,7 @@ TEST_CASE("attention: gradcheck of attention_packed", "[attention][gradcheck]") 
                            .dropout_p = 0.2,
                            .generator = &gen,
                            .impl = impl};
-        o.saved_probs_limit = path.limit;
+        o.saved_probs_limit = path.limit(4, 6, 6, true, DType::f64);
         return attention_packed(x[0], 2, o).out;
       };
       const Tensor qkv = transposed ? transposed_leaf({2, 6, 18}, 5) : leaf({2, 6, 18}, 5);

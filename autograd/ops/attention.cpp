@@ -180,8 +180,8 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 
 std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
                                std::int64_t head_dim, std::int64_t element_bytes) {
-  const std::int64_t bytes = kernels::attention_probs_bytes(heads, Tq, Tk, options.causal, element_bytes);
-  return bytes > 0 && bytes <= saved_probs_budget(options, head_dim) ? bytes : 0;
+  return kernels::attention_probs_bytes(heads, Tq, Tk, options.causal, element_bytes,
+                                       saved_probs_budget(options, head_dim));
 }
 
 std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads) {

@@ -758,7 +758,8 @@ AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int
 
 // ---- saved probabilities ---------------------------------------------------------------
 // Within a budget (AttentionKernelOptions::probs_budget) the forward keeps
-// every tile's probabilities for the backward, which then multiplies each by
+// the tiles' probabilities of as many whole heads as fit (the first ones,
+// b * H + h), and the backward recomputes the others'. With them it multiplies each by
 // one factor per query instead of recomputing S = q k^T and its
 // exponentials: it does four tile products instead of five. A tile is kept
 // as the forward has it, keys for rows, exp(s - m) against the running max m
@@ -776,6 +777,7 @@ struct SavedProbs {
   T* data = nullptr;  // kSlotValues per tile: (kBlockK, kBlockQ) exp(s - m), zero where hidden, before
                       // dropout, then the m of each of its kBlockQ queries
   std::int64_t query_blocks = 0, key_tiles = 0, per_head = 0;
+  std::int64_t heads = 0;  // heads 0 .. heads - 1 (b * H + h) keep their tiles; the others recompute them
   bool causal = false;
 
   static constexpr std::int64_t kTileValues = kBlockK * kBlockQ, kSlotValues = kTileValues + kBlockQ;
@@ -796,6 +798,7 @@ struct SavedProbs {
   std::int64_t index(std::int64_t bh, std::int64_t qb, std::int64_t kb) const {
     return bh * per_head + before(kb) + (causal ? qb - kb : qb);
   }
+  bool kept(std::int64_t bh) const { return data != nullptr && bh < heads; }
   T* tile(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return data + index(bh, qb, kb) * kSlotValues; }
   T* tile_max(std::int64_t bh, std::int64_t qb, std::int64_t kb) const { return tile(bh, qb, kb) + kTileValues; }
 };
@@ -995,13 +998,13 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     // L: 10.6 ms against 9.9); requesting the next tile's lines ahead did not
     // change that.
     const std::int64_t bh = b * P.H + h, qb = i0 / kBlockQ, kb = j0 / kBlockK;
-    T* __restrict st = O.saved.data ? O.saved.tile(bh, qb, kb) : s;
+    T* __restrict st = O.saved.kept(bh) ? O.saved.tile(bh, qb, kb) : s;
     product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag,
                                       prefetch_next_tile);  // S^T
     hide_causal<kKeyRows>(st, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, st, kBlockQ);
     online_softmax_tile<T, Tile>(st, nkp, nqp, m, l, rescale);
-    if (O.saved.data) std::copy(m, m + nqp, O.saved.tile_max(bh, qb, kb));
+    if (O.saved.kept(bh)) std::copy(m, m + nqp, O.saved.tile_max(bh, qb, kb));
     const T* weights_tile = st;  // P^T, or P^T Z with dropout
     if (P.dropout_p > 0) {
       T* __restrict z = w.z.data();
@@ -1106,9 +1109,9 @@ struct BackwardScratch {
   Scratch<T> p, ds, z;      // (kBlockQ, kBlockK) P Z, dS, Z
   Scratch<T> z_row;         // (kBlockK) one query's dropout factors
   Scratch<T> correction;    // (kBlockQ) exp(m - lse) of a saved tile's queries
-  BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp, bool saved)
-      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(saved ? 0 : D * kBlockK),
-        vt(saved ? 0 : D * kBlockK), dout_t(saved ? D * Tp : 0), k(kBlockK * Dp), v(saved ? kBlockK * Dp : 0),
+  BackwardScratch(std::int64_t Tp, std::int64_t D, std::int64_t Dp, bool saved, bool recomputed)
+      : q(Tp * Dp), dout(Tp * Dp), dq(Tp * Dp), delta(Tp), shift(Tp), kt(recomputed ? D * kBlockK : 0),
+        vt(recomputed ? D * kBlockK : 0), dout_t(saved ? D * Tp : 0), k(kBlockK * Dp), v(saved ? kBlockK * Dp : 0),
         dk(kBlockK * Dp), dv(kBlockK * Dp), p(kBlockQ * kBlockK), ds(kBlockQ * kBlockK), z(kBlockQ * kBlockK),
         z_row(kBlockK), correction(kBlockQ) {}
 };
@@ -1406,8 +1409,9 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
 // Backward of the heads b * H + h the queue hands this thread.
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  const bool saved = io.saved.data != nullptr;
-  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes), saved);
+  const bool saved = io.saved.heads > 0, recomputed = io.saved.heads < P.B * P.H;
+  BackwardScratch<T> scratch(round_up(P.Tq, kBlockQ), P.D, round_up(P.D, Simd<T, Tile::kBytes>::kLanes), saved,
+                             recomputed);
   const std::int64_t first_keys = std::min(kBlockK, P.Tk);
   const bool prefetch_successor =
       (3 * P.Tq + 2 * first_keys) * P.D * static_cast<std::int64_t>(sizeof(T)) <= kPrefetchBytes;
@@ -1422,7 +1426,7 @@ AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& i
       successor.add(P.k, b, h, 0, first_keys);
       successor.add(P.v, b, h, 0, first_keys);
     }
-    if (saved)
+    if (io.saved.kept(bh))
       backward_head_saved<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
     else
       backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
@@ -1512,9 +1516,10 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
     ForwardOutputs<T> O{out_bthd.data<T>(), r.lse.data<T>(),
                         options.return_weights ? r.weights.data<T>() : nullptr, {}};
     SavedProbs<T> saved(Tq, Tk, options.causal);
-    const std::int64_t values = saved.values(B * H);
-    if (values > 0 && attention_probs_bytes(B * H, Tq, Tk, options.causal, sizeof(T)) <= options.probs_budget) {
-      r.probs = empty({values}, q.options());
+    const std::int64_t bytes = attention_probs_bytes(B * H, Tq, Tk, options.causal, sizeof(T), options.probs_budget);
+    if (bytes > 0) {
+      saved.heads = bytes / (saved.values(1) * static_cast<std::int64_t>(sizeof(T)));
+      r.probs = empty({saved.values(saved.heads)}, q.options());
       saved.data = r.probs.data<T>();
       O.saved = saved;
     }
@@ -1525,8 +1530,9 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
 }
 
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes) {
-  return SavedProbs<float>(Tq, Tk, causal).values(heads) * element_bytes;  // the layout does not depend on T
+                                   std::int64_t element_bytes, std::int64_t budget) {
+  const std::int64_t per_head = SavedProbs<float>(Tq, Tk, causal).values(1) * element_bytes;  // any T: one layout
+  return per_head > 0 && budget >= per_head ? std::min(heads, budget / per_head) * per_head : 0;
 }
 
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -1546,10 +1552,14 @@ kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, 
                      out_rows_of<T>(g.dq), out_rows_of<T>(g.dk), out_rows_of<T>(g.dv), {}};
     if (probs.defined()) {
       SavedProbs<T> saved(Tq, Tk, options.causal);
-      AG_CHECK(probs.dtype() == q.dtype() && probs.is_contiguous() && probs.numel() == saved.values(B * H),
-               "attention backward", "probs {} {} is not the forward's saved tiles for q {}, k {} ({} values)",
+      const std::int64_t per_head = saved.values(1);
+      AG_CHECK(probs.dtype() == q.dtype() && probs.is_contiguous() && per_head > 0 && probs.numel() > 0 &&
+                   probs.numel() % per_head == 0 && probs.numel() <= saved.values(B * H),
+               "attention backward",
+               "probs {} {} is not the forward's saved tiles for q {}, k {} (whole heads of {} values, at most {})",
                dtype_name(probs.dtype()), shape_str(probs.sizes()), shape_str(q.sizes()), shape_str(k.sizes()),
-               saved.values(B * H));
+               per_head, B * H);
+      saved.heads = probs.numel() / per_head;
       saved.data = const_cast<T*>(probs.data<T>());
       io.saved = saved;
     }

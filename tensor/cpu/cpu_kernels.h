@@ -36,7 +36,7 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
 // "baseline" (SSE2, or any CPU without the x86 dispatch); see attention.cpp.
 const char* attention_isa();
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes);
+                                   std::int64_t element_bytes, std::int64_t budget);
 kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                                   const kernels::AttentionKernelOptions& options);
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
