@@ -5,7 +5,10 @@
 //       given q, k, v (B, H, T, D), D = C / H;
 //   mha_{fwd,fwdbwd}/{composed,fused}/{S,M,L}: nn::MultiHeadAttention on
 //       x (B, T, C) with its four C x C projections (q, k, v packed as one
-//       (C, 3C) matmul, then out_proj), biases on.
+//       (C, 3C) matmul, then out_proj), biases on;
+//   attn_core_{fwd,fwdbwd}/fused/{T2048,T4096}: long sequences, (1, T, 512, 8),
+//       heads of 64: the fused path only (the composed one is checked against
+//       it once, as above).
 // "_fwd" runs under NoGradGuard (no graph, as inference); "_fwdbwd" runs the
 // forward with grad on, then backward from a fixed random dout, producing the
 // gradients of every input and parameter. Before timing, the fused result is
@@ -152,7 +155,8 @@ void mha_case(benchmark::State& state, const AttentionShape& s, AttentionImpl im
   set_counters(state, (backward_too ? 3 : 1) * fwd, backward_too ? 4 * (4 * btc + 3 * params) : 4 * (2 * btc + params));
 }
 
-// The L cases take a second or more per iteration with the composed path;
+// The L cases take a second or more per iteration with the composed path, and
+// the long ones a good fraction of one with the fused path;
 // a fixed, small iteration count keeps the whole suite within its time budget.
 void limit_large(benchmark::internal::Benchmark* b, const AttentionShape& s) {
   if (s.T >= 1024) b->Iterations(3);
@@ -172,6 +176,11 @@ const bool registered = [] {
       }
     }
   }
+  for (bool bwd : {false, true})
+    for (const AttentionShape& s : kLongShapes)
+      limit_large(register_case(std::string(bwd ? "attn_core_fwdbwd" : "attn_core_fwd") + "/fused/" + s.name,
+                                [s, bwd](benchmark::State& st) { attn_core_case(st, s, AttentionImpl::fused, bwd); }),
+                  s);
   return true;
 }();
 

@@ -36,6 +36,8 @@ inline constexpr AttentionShape kShapeS{"S", 8, 64, 128, 4};
 inline constexpr AttentionShape kShapeM{"M", 4, 256, 256, 8};
 inline constexpr AttentionShape kShapeL{"L", 2, 1024, 512, 8};
 inline constexpr AttentionShape kAttentionShapes[] = {kShapeS, kShapeM, kShapeL};
+// Long sequences, for the fused core attention only (heads of D = 64).
+inline constexpr AttentionShape kLongShapes[] = {{"T2048", 1, 2048, 512, 8}, {"T4096", 1, 4096, 512, 8}};
 
 // Threads for every case: ATTOGRAD_THREADS if set (>= 1), else the library's default.
 // Read in each case's Setup so that `ATTOGRAD_THREADS=1 attograd_bench` and

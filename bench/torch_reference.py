@@ -58,15 +58,18 @@ import torch.nn.functional as F
 SHAPES = {"S": (8, 64, 128, 4), "M": (4, 256, 256, 8), "L": (2, 1024, 512, 8)}
 # And on the GPU (bench_cuda.cpp) two more.
 GPU_SHAPES = dict(SHAPES, XL=(8, 1024, 768, 12), XXL=(4, 4096, 768, 12))
+# Long sequences on the CPU, the fused core attention only (bench_attention.cpp).
+LONG_SHAPES = {"T2048": (1, 2048, 512, 8), "T4096": (1, 4096, 512, 8)}
+ALL_SHAPES = dict(GPU_SHAPES, **LONG_SHAPES)
 DEVICE = torch.device("cpu")  # --device
 HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
 HAS_COMPILE = hasattr(torch, "compile")
 
 
 def fixed_iterations(shape_name):
-    """The C++ suite runs the L attention cases a fixed 3 times on the CPU (bench_attention.cpp);
-    its GPU cases run for a minimum time."""
-    return 3 if shape_name == "L" and DEVICE.type == "cpu" else None
+    """The C++ suite runs the attention cases of T >= 1024 a fixed 3 times on the CPU
+    (bench_attention.cpp); its GPU cases run for a minimum time."""
+    return 3 if ALL_SHAPES[shape_name][1] >= 1024 and DEVICE.type == "cpu" else None
 
 
 def randn(*sizes, seed, requires_grad=False):
@@ -117,7 +120,7 @@ def core_fwd_flops(B, T, C, H):
 
 
 def attn_core_case(shape_name, impl, backward_too):
-    B, T, C, H = GPU_SHAPES[shape_name]
+    B, T, C, H = ALL_SHAPES[shape_name]
     D = C // H
     q, k, v = (randn(B, H, T, D, seed=s, requires_grad=True) for s in (11, 12, 13))
     dout = randn(B, H, T, D, seed=14)
@@ -416,6 +419,10 @@ def all_cases():
                               lambda s=s, impl=impl, bwd=bwd: attn_core_case(s, impl, bwd)))
                 cases.append(("mha_" + ("fwdbwd" if bwd else "fwd") + tail,
                               lambda s=s, impl=impl, bwd=bwd: mha_case(s, impl, bwd)))
+    for bwd in (False, True):
+        for s in LONG_SHAPES:
+            cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + f"/fused/{s}",
+                          lambda s=s, bwd=bwd: attn_core_case(s, "fused", bwd)))
     cases.append(("gpt_step", gpt_step_case))
     if HAS_COMPILE:  # torch >= 2.0: the same step under torch.compile (attograd has no such case; see side_by_side)
         cases.append(("gpt_step/compiled", lambda: gpt_step_case(compiled=True)))
