@@ -758,10 +758,10 @@ AG_ALWAYS_INLINE void dropout_tile(const Problem<T>& P, std::int64_t b, std::int
 
 // ---- saved probabilities ---------------------------------------------------------------
 // Within a budget (AttentionKernelOptions::probs_budget) the forward keeps
-// the tiles' probabilities of as many whole heads as fit (the first ones,
-// b * H + h), and the backward recomputes the others'. With them it multiplies each by
-// one factor per query instead of recomputing S = q k^T and its
-// exponentials: it does four tile products instead of five. A tile is kept
+// the probability tiles of as many whole heads as fit (the first ones,
+// b * H + h) for the backward, which recomputes the others'. A kept tile it
+// multiplies by one factor per query instead of recomputing S = q k^T and its
+// exponentials: four tile products instead of five. A tile is kept
 // as the forward has it, keys for rows, exp(s - m) against the running max m
 // of its moment, with that m beside it; P = exp(s - m) exp(m - lse).
 //
