@@ -36,6 +36,8 @@ struct GPTConfig {
   bool bias = true;      // in Linears and LayerNorms
   bool tie_weights = true;
   std::uint64_t seed = 1337;
+  // Each layer's AttentionOptions::saved_probs_limit: memory, not the model (no checkpoint holds it).
+  std::int64_t saved_probs_limit = kAutoSavedProbsLimit;
 };
 
 // Per-layer keys and values of the tokens seen so far, for generation.

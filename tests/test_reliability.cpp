@@ -155,6 +155,8 @@ TEST_CASE("every train flag is validated: one line naming the flag and value, ex
       {{"--eval-interval", "0"}, {"[--eval-interval]", "0"}},
       {{"--stop-at", "-1"}, {"[--stop-at]", "-1"}},
       {{"--threads", "5000"}, {"[--threads]", "5000"}},
+      {{"--attention-memory", "2000000"}, {"[--attention-memory]", "2000000"}},
+      {{"--attention-memory", "lots"}, {"--attention-memory", "lots"}},
       {{"--seed", "-1"}, {"--seed", "-1"}},
       {{"--task", ""}, {"[--task]", "''"}},
       {{"--task", "sort", "--data", tmp / "short.txt"}, {"[--task]", "--data"}},

@@ -17,6 +17,7 @@
 #include "autograd/grad_mode.h"
 #include "helpers.h"
 #include "program_helpers.h"
+#include "tensor/storage.h"
 #include "train/checkpoint.h"
 #include "train/cli.h"
 #include "train/commands.h"
@@ -148,6 +149,8 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--data", tmp / "bad.txt", "--task-size", "4"}, {"[--task-size] applies to the tasks, not to --data"}},
       {{"--data", tmp / "bad.txt", "--heldout", "4"}, {"[--heldout] applies to the tasks, not to --data"}},
       {{"--momentum", "0.5"}, {"[--momentum] applies to SGD, not to --optimizer adamw"}},
+      {{"--attention-memory", "-2"}, {"[--attention-memory]", "-2"}},
+      {{"--device", "cuda", "--attention-memory", "8"}, {"[--attention-memory] applies to the CPU's attention"}},
       {{"--optimizer", "sgd", "--beta2", "0.9"}, {"[--beta2] applies to AdamW, not to --optimizer sgd"}},
       // About 11 TB of activations: refused up front, not killed by the kernel mid-step.
       {{"--batch", "1048576", "--width", "1024", "--layers", "8"}, {"[--batch] 1048576 sequences", "raise --grad-accum"}},
@@ -205,6 +208,43 @@ TEST_CASE("the memory estimate counts the probabilities each layer's attention k
   o.heads = 2;  // heads of 32 values keep none
   CHECK(backward_memory(o, 65, 5).probs_bytes == 0);
   CHECK(backward_memory(o, 65, 5).activation_bytes == activations);
+  o.attention_memory = 1;  // unless --attention-memory is given: 1 MiB holds the 10 heads' 3 tiles
+  CHECK(backward_memory(o, 65, 5).probs_bytes == 3 * 10 * 3 * tile);
+  o.heads = 1;
+  o.block = 4096;
+  o.attention_memory = 100;  // 3 of 4 heads' 34.6 MB
+  CHECK(backward_memory(o, 65, 4).probs_bytes == 3 * 3 * 2080 * tile);
+  o.attention_memory = 0;
+  CHECK(backward_memory(o, 65, 4).probs_bytes == 0);
+}
+
+// --attention-memory reaches every layer's attention, and the estimate is what
+// a training forward holds.
+TEST_CASE("the attention memory flag sets what the model's attention keeps, as the estimate says", "[train]") {
+  TrainOptions o;
+  o.block = 100;  // 3 causal tiles a head
+  o.width = 64;
+  o.heads = 1;
+  o.layers = 2;
+  const std::int64_t batch = 2;
+  Generator gen(5);
+  const Tensor tokens = kernels::cast(kernels::unary(kernels::Unary::mul_scalar, rand({batch, 100}, {DType::f64}, gen),
+                                                     64.99),
+                                      DType::i64);
+  const auto held = [&](std::int64_t mib) {
+    o.attention_memory = mib;
+    CHECK(gpt_config(o, 65).saved_probs_limit == (mib < 0 ? kAutoSavedProbsLimit : mib << 20));
+    const auto model = build_model(o, 65);
+    const std::size_t before = cpu_alloc_stats().bytes_in_use;
+    const Tensor loss = model->loss(tokens, tokens);
+    return static_cast<double>(cpu_alloc_stats().bytes_in_use - before);
+  };
+  const double none = held(0);
+  o.attention_memory = 1;
+  const double tiles = backward_memory(o, 65, batch).probs_bytes;
+  CHECK(tiles == 2 * 2 * 3 * (64 * 64 + 64) * sizeof(float));
+  CHECK(held(1) == none + tiles);
+  CHECK(held(-1) == none + tiles);  // automatic: heads of 64 values
 }
 
 // Under mpirun every process parses the same command line, and rank 0 alone

@@ -142,6 +142,10 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                  "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
     add_number(c, "--stop-at", train.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
     c.add_flag("--quiet", train.quiet, "No progress line (evaluations and the summary still print)");
+    add_number(c, "--attention-memory", train.attention_memory,
+               "MiB of softmax probabilities each attention layer may keep for its backward, which then need not "
+               "recompute them (whole heads; -1: 64 on heads of 64 values or more, none on narrower; 0: none, "
+               "memory O(T) per head)");
     add_number(c, "--grad-accum", train.grad_accum,
                "Split each process's share of --batch into this many micro-batches (less memory, same result)");
     c.add_flag("--shard-optimizer", train.shard_optimizer,

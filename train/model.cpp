@@ -7,6 +7,15 @@
 
 namespace attograd {
 
+namespace {
+
+// --attention-memory in bytes, or kAutoSavedProbsLimit.
+std::int64_t saved_probs_limit(const TrainOptions& o) {
+  return o.attention_memory < 0 ? kAutoSavedProbsLimit : o.attention_memory << 20;
+}
+
+}  // namespace
+
 nn::GPTConfig gpt_config(const TrainOptions& o, std::int64_t vocab_size) {
   nn::GPTConfig c;
   c.vocab_size = vocab_size;
@@ -18,6 +27,7 @@ nn::GPTConfig gpt_config(const TrainOptions& o, std::int64_t vocab_size) {
   c.bias = true;
   c.tie_weights = true;
   c.seed = o.seed;
+  c.saved_probs_limit = saved_probs_limit(o);
   return c;
 }
 
@@ -38,15 +48,16 @@ std::int64_t parameter_count(const nn::GPTConfig& c) {
 
 // The activations were measured at about 23 x layers x width + 4 x vocabulary
 // floats per token (peak RSS over batch, width, layers and block); 20 and 4 are
-// counted, so that the memory check refuses only what cannot fit. On heads of
-// 64 values or more each layer's attention also keeps its probability tiles,
-// up to 64 MiB a layer (autograd/attention.h).
+// counted, so that the memory check refuses only what cannot fit. Each layer's
+// attention also keeps probability tiles, up to --attention-memory (by default
+// 64 MiB on heads of 64 values or more; autograd/attention.h).
 BackwardMemory backward_memory(const TrainOptions& o, std::int64_t vocab_size, std::int64_t micro_batch) {
   const double tokens = static_cast<double>(micro_batch) * static_cast<double>(o.block);
   const double per_token = (20.0 * static_cast<double>(o.layers * o.width) + 4.0 * static_cast<double>(vocab_size)) *
                            sizeof(float);
-  const std::int64_t probs_per_layer = saved_probs_bytes({.causal = true}, micro_batch * o.heads, o.block, o.block,
-                                                         o.width / o.heads, sizeof(float));
+  const std::int64_t probs_per_layer =
+      saved_probs_bytes({.causal = true, .saved_probs_limit = saved_probs_limit(o)}, micro_batch * o.heads, o.block,
+                        o.block, o.width / o.heads, sizeof(float));
   return {.activation_bytes = tokens * per_token,
           .probs_bytes = static_cast<double>(o.layers) * static_cast<double>(probs_per_layer)};
 }

@@ -80,7 +80,11 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.stop_at >= 0, "--stop-at", "must be >= 1 (0: run to --steps), got {}", o.stop_at);
   AG_CHECK(o.grad_accum >= 1 && o.grad_accum <= o.batch, "--grad-accum", "must be in [1, --batch {}], got {}", o.batch,
            o.grad_accum);
+  AG_CHECK(o.attention_memory >= -1 && o.attention_memory <= 1 << 20, "--attention-memory",
+           "must be a MiB count in [0, 1048576] (-1: automatic), got {}", o.attention_memory);
   AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
+  AG_CHECK(o.device == "cpu" || o.attention_memory < 0, "--attention-memory",
+           "applies to the CPU's attention, not to --device {}", o.device);
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
     AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present ({})", cuda::no_device_reason());
@@ -117,6 +121,7 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--resume", o.resume},
           {"--stop-at", str(o.stop_at)},
           {"--quiet", str(o.quiet)},
+          {"--attention-memory", str(o.attention_memory)},
           {"--grad-accum", str(o.grad_accum)},
           {"--shard-optimizer", str(o.shard_optimizer)}};
 }

@@ -42,6 +42,9 @@ struct TrainOptions {
   std::string resume;               // checkpoint to continue from
   std::int64_t stop_at = 0;         // stop (and save) after this step; 0: run to `steps`
   bool quiet = false;               // no progress line (evaluations and the summary still print)
+  // MiB of softmax probabilities each attention layer may keep for its backward on the CPU
+  // (AttentionOptions::saved_probs_limit); -1: automatic, 64 on heads of 64 values or more.
+  std::int64_t attention_memory = -1;
 
   // ---- data parallelism (mpirun -np N attograd train ...): how, not what, is computed
   std::int64_t grad_accum = 1;      // micro-batches per process and step (their gradients add up)
