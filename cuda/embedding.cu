@@ -58,8 +58,9 @@ __device__ int block_inclusive_scan(int x, int* warp_sums, int& total) {
   return x;
 }
 
-// One block of kGroupThreads. start: rows + 1 entries, cursor: rows, order: count.
-__global__ void group_by_id_kernel(const std::int64_t* ids, int count, int rows, int* start, int* cursor, int* order) {
+// One block of kGroupThreads (block_inclusive_scan reads all 32 warps' sums).
+// start: rows + 1 entries, cursor: rows, order: count.
+__global__ void __launch_bounds__(kGroupThreads) group_by_id_kernel(const std::int64_t* ids, int count, int rows, int* start, int* cursor, int* order) {
   __shared__ int warp_sums[kWarp];
   __shared__ std::int64_t chunk_ids[kGroupThreads];
   const int t = threadIdx.x;
@@ -130,10 +131,11 @@ void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::i
     CUDA_CHECK(cudaMemsetAsync(dweight, 0, sizeof(T) * num_rows * channels, stream));
     return;
   }
-  // Positions and ids are counted in int: 2^31 - 1 of either is a (V, C) table or
-  // a batch of several TB.
-  AG_CHECK(count < INT_MAX && num_rows < INT_MAX, "embedding backward",
-           "{} ids into {} rows: the CUDA backward counts them in 32 bits", count, num_rows);
+  // Positions and ids are counted in int, and the kernel's loops step a block's
+  // width past the last one: 2^31 - 1024 ids are 16 GiB of them.
+  constexpr std::int64_t kMost = INT_MAX - kGroupThreads;
+  AG_CHECK(count <= kMost && num_rows <= kMost, "embedding backward",
+           "{} ids into {} rows: the CUDA backward counts them in 32 bits (at most {})", count, num_rows, kMost);
   DeviceBuffer groups(sizeof(int) * static_cast<std::size_t>(2 * num_rows + 1 + count));
   int* start = groups.as<int>();
   int* cursor = start + num_rows + 1;

@@ -8,6 +8,7 @@
 // reports itself skipped, by name, and passes: see SKIP_WITHOUT_CUDA.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -484,32 +485,44 @@ TEST_CASE("cuda: embedding matches the CPU, repeated ids scatter-adding", "[cuda
   }
 }
 
-// The backward sums each row's gradients in the CPU's order (cuda/embedding.cu):
-// the same bits, across the one-block sort's chunks of 1024 ids and 1024 rows,
-// with ids spread out, piled on a few rows, and absent.
+// The backward sums each row's gradients in the CPU's order from +0
+// (cuda/embedding.cu): the same bits, compared as bytes (so -0 and +0 differ),
+// across the one-block sort's chunks of 1024 ids and its scan's passes of 1024
+// rows, with ids spread out, piled on a few rows, and absent; and one case past
+// the summing kernel's grid, where its threads loop.
 TEST_CASE("cuda: the embedding backward is the CPU's to the bit, and deterministic", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(5);
-  const std::vector<std::tuple<std::int64_t, std::int64_t, bool>> cases = {
-      {1, 1, true}, {35, 11, true}, {1024, 65, false}, {2500, 1500, true}, {2500, 1500, false}, {3000, 3, true}};
+  const auto same_bytes = [](const Tensor& gpu, const Tensor& cpu) {
+    const Tensor back = on_cpu(gpu);
+    return back.sizes() == cpu.sizes() &&
+           std::memcmp(back.raw_data(), cpu.raw_data(), cpu.numel() * dtype_size(cpu.dtype())) == 0;
+  };
+  struct Case {
+    std::int64_t count, rows, channels;
+    bool spread;  // over every row, or piled on the first 3
+  };
+  const Case cases[] = {{1, 1, 37, true},        {35, 11, 37, true},      {1024, 65, 37, false},
+                        {1025, 1024, 37, true},  {1025, 2, 37, false},    {2048, 1023, 37, true},
+                        {2500, 1500, 37, true},  {2500, 1500, 37, false}, {3000, 3, 37, true},
+                        {600, 36000, 256, true}};  // 9.2M (row, channel) threads: past the grid
   for (DType dtype : {DType::f32, DType::f64})
-    for (const auto& [count, rows, spread] : cases) {
-      std::vector<std::int64_t> ids(static_cast<std::size_t>(count));
-      std::uniform_int_distribution<std::int64_t> pick(0, (spread ? rows : std::min<std::int64_t>(rows, 3)) - 1);
+    for (const Case& c : cases) {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(c.count));
+      std::uniform_int_distribution<std::int64_t> pick(0, (c.spread ? c.rows : std::min<std::int64_t>(c.rows, 3)) - 1);
       for (auto& id : ids) id = pick(rng);
-      const Tensor id_cpu = ids_tensor(ids, {count}), dy = input({count, 37}, dtype, Layout::contiguous, 72);
-      const Tensor expected = kernels::embedding_backward(dy, id_cpu, rows);
-      const Tensor first = kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), rows);
-      const Tensor second = kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), rows);
-      INFO(count << " ids into " << rows << " rows, " << (spread ? "spread" : "on 3 rows") << ", "
-                 << dtype_name(dtype));
-      if (dtype == DType::f32) {
-        REQUIRE(on_cpu(first).to_vector<float>() == expected.to_vector<float>());
-        REQUIRE(on_cpu(second).to_vector<float>() == expected.to_vector<float>());
-      } else {
-        REQUIRE(on_cpu(first).to_vector<double>() == expected.to_vector<double>());
-        REQUIRE(on_cpu(second).to_vector<double>() == expected.to_vector<double>());
-      }
+      Tensor dy = input({c.count, c.channels}, dtype, Layout::contiguous, 72);
+      // A row whose only gradients are -0: +0 + -0 is +0 on the CPU, and must be on the GPU.
+      ids[0] = c.rows - 1;
+      for (std::size_t i = 1; i < ids.size(); ++i)
+        if (ids[i] == c.rows - 1) ids[i] = 0;
+      kernels::fill_(narrow(dy, 0, 0, 1), -0.0);
+      const Tensor id_cpu = ids_tensor(ids, {c.count});
+      const Tensor expected = kernels::embedding_backward(dy, id_cpu, c.rows);
+      INFO(c.count << " ids into " << c.rows << " rows of " << c.channels << ", "
+                   << (c.spread ? "spread" : "on 3 rows") << ", " << dtype_name(dtype));
+      REQUIRE(same_bytes(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));
+      REQUIRE(same_bytes(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));  // again
     }
   // No ids at all: a zero table.
   const Tensor none = kernels::embedding_backward(on_gpu(zeros({0, 4})), on_gpu(ids_tensor({}, {0})), 3);

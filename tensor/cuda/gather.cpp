@@ -20,7 +20,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
   const std::int64_t channels = dy.size(-1);
-  Tensor dweight = empty({num_rows, channels}, dy.options());  // (V, C), zeroed by the launcher
+  Tensor dweight = empty({num_rows, channels}, dy.options());  // (V, C), every element written by the launcher
   AG_DISPATCH_FLOAT(dy.dtype(), "embedding backward", [&] {
     cuda::embedding_backward(dweight.data<scalar_t>(), dy.data<scalar_t>(), ids.data<std::int64_t>(), ids.numel(),
                              channels, num_rows, stream_of(dy));
