@@ -60,7 +60,8 @@ __device__ int block_inclusive_scan(int x, int* warp_sums, int& total) {
 
 // One block of kGroupThreads (block_inclusive_scan reads all 32 warps' sums).
 // start: rows + 1 entries, cursor: rows, order: count.
-__global__ void __launch_bounds__(kGroupThreads) group_by_id_kernel(const std::int64_t* ids, int count, int rows, int* start, int* cursor, int* order) {
+__global__ void __launch_bounds__(kGroupThreads)
+    group_by_id_kernel(const std::int64_t* ids, int count, int rows, int* start, int* cursor, int* order) {
   __shared__ int warp_sums[kWarp];
   __shared__ std::int64_t chunk_ids[kGroupThreads];
   const int t = threadIdx.x;
