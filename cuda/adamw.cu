@@ -27,7 +27,7 @@ __global__ void adamw_kernel(float* __restrict__ param, const float* __restrict_
 void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWScalars& s,
                 cudaStream_t stream) {
   if (n == 0) return;
-  adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(param, grad, m, v, n, s);
+  launch(adamw_kernel, grid_for(n), kThreads, 0, stream, param, grad, m, v, n, s);
   CUDA_CHECK_LAUNCH();
 }
 

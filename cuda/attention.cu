@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_kernel(AttentionProblem p, float* out, std::int64_t out_sb, std::int64_t out_sh,
                              std::int64_t out_st, float* lse) {
   constexpr int kPerLane = DMax / kWarp;
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared_memory<float>();
   float* qs = smem;                       // (16, DMax): the block's queries, times scale
   float* ks = qs + kBlockRows * DMax;     // (32, DMax + 1): padded, lane j reads row j
   float* vs = ks + kTile * (DMax + 1);    // (32, DMax)
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     attention_dkdv_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dk,
                           float* dv) {
   constexpr int kPerLane = DMax / kWarp;
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared_memory<float>();
   float* qs = smem;                        // (32, DMax + 1): query tile, lane i reads row i
   float* dos = qs + kTile * (DMax + 1);    // (32, DMax + 1): its output gradients
   float* ks = dos + kTile * (DMax + 1);    // (16, DMax): the block's keys
@@ -322,7 +322,7 @@ template <int DMax>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_dq_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dq) {
   constexpr int kPerLane = DMax / kWarp;
-  extern __shared__ float smem[];
+  float* smem = dynamic_shared_memory<float>();
   float* ks = smem;                        // (32, DMax + 1): key tile, lane j reads row j
   float* vs = ks + kTile * (DMax + 1);     // (32, DMax + 1)
   float* qs = vs + kTile * (DMax + 1);     // (16, DMax): the block's queries, times scale
@@ -428,14 +428,14 @@ void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_s
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t smem = forward_smem<DMax>();
     allow_shared_memory(attention_forward_kernel<DMax>, smem);
-    attention_forward_kernel<DMax><<<grid_over(p.Tq, p.B, p.H), kBlockThreads, smem, stream>>>(p, out, out_sb, out_sh,
-                                                                                               out_st, lse);
+    launch(attention_forward_kernel<DMax>, grid_over(p.Tq, p.B, p.H), kBlockThreads, smem, stream, p, out, out_sb,
+           out_sh, out_st, lse);
     CUDA_CHECK_LAUNCH();
   });
   if (weights) {
     const std::int64_t rows = p.B * p.H * p.Tq;
-    attention_weights_kernel<<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kBlockThreads, 0, stream>>>(
-        p, lse, weights);
+    launch(attention_weights_kernel, static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kBlockThreads, 0,
+           stream, p, lse, weights);
     CUDA_CHECK_LAUNCH();
   }
 }
@@ -451,18 +451,18 @@ void attention_backward(const AttentionProblem& p, AttentionRows dout, Attention
     return;
   }
   DeviceBuffer delta(sizeof(float) * rows);  // (B, H, Tq)
-  attention_delta_kernel<<<grid_for(rows * kWarp), kThreads, 0, stream>>>(p, dout, out, delta.as<float>());
+  launch(attention_delta_kernel, grid_for(rows * kWarp), kThreads, 0, stream, p, dout, out, delta.as<float>());
   CUDA_CHECK_LAUNCH();
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();
     allow_shared_memory(attention_dkdv_kernel<DMax>, kv_smem);
-    attention_dkdv_kernel<DMax><<<grid_over(p.Tk, p.B, p.H), kBlockThreads, kv_smem, stream>>>(
-        p, dout, lse, delta.as<const float>(), dk, dv);
+    launch(attention_dkdv_kernel<DMax>, grid_over(p.Tk, p.B, p.H), kBlockThreads, kv_smem, stream, p, dout, lse,
+           delta.as<const float>(), dk, dv);
     CUDA_CHECK_LAUNCH();
     allow_shared_memory(attention_dq_kernel<DMax>, q_smem);
-    attention_dq_kernel<DMax><<<grid_over(p.Tq, p.B, p.H), kBlockThreads, q_smem, stream>>>(
-        p, dout, lse, delta.as<const float>(), dq);
+    launch(attention_dq_kernel<DMax>, grid_over(p.Tq, p.B, p.H), kBlockThreads, q_smem, stream, p, dout, lse,
+           delta.as<const float>(), dq);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -82,11 +82,11 @@ void cross_entropy_forward(T* loss, T* lse, std::int64_t* count, const T* logits
                            std::int64_t rows, std::int64_t n, std::int64_t ignore_index, cudaStream_t stream) {
   DeviceBuffer row_loss(sizeof(double) * rows);  // (rows)
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    cross_entropy_rows_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(
-        lse, row_loss.as<double>(), logits, targets, rows, n, ignore_index);
+    launch(cross_entropy_rows_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, lse,
+           row_loss.as<double>(), logits, targets, rows, n, ignore_index);
   });
-  cross_entropy_mean_kernel<<<1, kThreads, 0, stream>>>(loss, count, row_loss.as<const double>(), targets, rows,
-                                                        ignore_index);
+  launch(cross_entropy_mean_kernel<T>, 1, kThreads, 0, stream, loss, count, row_loss.as<const double>(), targets, rows,
+         ignore_index);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -95,8 +95,8 @@ void cross_entropy_backward(T* dlogits, const T* logits, const std::int64_t* tar
                             std::int64_t n, std::int64_t ignore_index, std::int64_t count, T scale,
                             cudaStream_t stream) {
   if (rows * n == 0) return;
-  cross_entropy_backward_kernel<<<grid_for(rows * n), kThreads, 0, stream>>>(dlogits, logits, targets, lse, rows, n,
-                                                                           ignore_index, count, scale);
+  launch(cross_entropy_backward_kernel<T>, grid_for(rows * n), kThreads, 0, stream, dlogits, logits, targets, lse, rows,
+         n, ignore_index, count, scale);
   CUDA_CHECK_LAUNCH();
 }
 

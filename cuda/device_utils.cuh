@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -21,6 +22,31 @@ constexpr int kThreads = 256;  // block size of the grid-stride kernels
 inline unsigned grid_for(std::int64_t n, int threads = kThreads) {
   constexpr std::int64_t kMaxBlocks = 32768;
   return static_cast<unsigned>(std::clamp<std::int64_t>((n + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+// kernel<<<grid, block, dynamic_smem, stream>>>(args...): every launch goes
+// through here, so the emulated build (cmake -DATTOGRAD_CUDA=EMULATE, see
+// tests/cuda_emulator/) can run the same kernels on the CPU. The caller checks
+// the launch with CUDA_CHECK_LAUNCH, which names its own line.
+template <typename... Params>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+            std::type_identity_t<Params>... args) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  ::emu::launch(kernel, grid, block, dynamic_smem, stream, args...);
+#else
+  kernel<<<grid, block, dynamic_smem, stream>>>(args...);
+#endif
+}
+
+// The block's dynamic shared memory (the launch's dynamic_smem bytes), as T.
+template <typename T>
+__device__ __forceinline__ T* dynamic_shared_memory() {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  return static_cast<T*>(::emu::dynamic_shared_memory());
+#else
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];  // one type for every T, as nvcc requires
+  return reinterpret_cast<T*>(dynamic_smem);
+#endif
 }
 
 // Index of this thread in a 1-D grid and the grid's total thread count, in 64 bits.
@@ -82,18 +108,18 @@ __device__ __forceinline__ T row_reduce(T v, Op op) {
 //     row = first + threadIdx.x / Threads  (maybe >= rows: it still joins the reductions)
 constexpr std::int64_t kLongRow = 1024;
 
-// Calls launch(std::integral_constant<int, Threads>{}, grid) for the right Threads, then checks the launch.
+// Calls launch_with(std::integral_constant<int, Threads>{}, grid) for the right Threads, then checks the launch.
 template <typename Launch>
-void launch_rows(std::int64_t rows, std::int64_t n, Launch launch) {
+void launch_rows(std::int64_t rows, std::int64_t n, Launch launch_with) {
   auto grid = [rows](int threads_per_row) {
     const std::int64_t rows_per_block = kThreads / threads_per_row;
     return static_cast<unsigned>(std::clamp<std::int64_t>((rows + rows_per_block - 1) / rows_per_block, 1, 32768));
   };
   if (rows == 0) return;
   if (n > kLongRow)
-    launch(std::integral_constant<int, kThreads>{}, grid(kThreads));
+    launch_with(std::integral_constant<int, kThreads>{}, grid(kThreads));
   else
-    launch(std::integral_constant<int, kWarp>{}, grid(kWarp));
+    launch_with(std::integral_constant<int, kWarp>{}, grid(kWarp));
   CUDA_CHECK_LAUNCH();
 }
 

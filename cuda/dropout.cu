@@ -30,7 +30,7 @@ template <typename T>
 void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_t seed, std::uint64_t offset,
                   cudaStream_t stream) {
   if (n == 0) return;
-  dropout_mask_kernel<<<grid_for((n + 3) / 4), kThreads, 0, stream>>>(mask, n, threshold, keep, seed, offset);
+  launch(dropout_mask_kernel<T>, grid_for((n + 3) / 4), kThreads, 0, stream, mask, n, threshold, keep, seed, offset);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -22,7 +22,7 @@ __global__ void for_each_kernel(StridedLayout<N> layout, Body body) {
 template <int N, typename Body>
 void for_each(const StridedLayout<N>& layout, const Body& body, cudaStream_t stream) {
   if (layout.numel == 0) return;
-  for_each_kernel<<<grid_for(layout.numel), kThreads, 0, stream>>>(layout, body);
+  launch(for_each_kernel<N, Body>, grid_for(layout.numel), kThreads, 0, stream, layout, body);
   CUDA_CHECK_LAUNCH();
 }
 

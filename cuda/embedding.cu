@@ -120,7 +120,8 @@ template <typename T>
 void embedding_forward(T* out, const T* weight, const std::int64_t* ids, std::int64_t count, std::int64_t channels,
                        cudaStream_t stream) {
   if (count * channels == 0) return;
-  embedding_forward_kernel<<<grid_for(count * channels), kThreads, 0, stream>>>(out, weight, ids, count, channels);
+  launch(embedding_forward_kernel<T>, grid_for(count * channels), kThreads, 0, stream, out, weight, ids, count,
+         channels);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -141,11 +142,11 @@ void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::i
   int* start = groups.as<int>();
   int* cursor = start + num_rows + 1;
   int* order = cursor + num_rows;
-  group_by_id_kernel<<<1, kGroupThreads, 0, stream>>>(ids, static_cast<int>(count), static_cast<int>(num_rows), start,
-                                                      cursor, order);
+  launch(group_by_id_kernel, 1, kGroupThreads, 0, stream, ids, static_cast<int>(count), static_cast<int>(num_rows),
+         start, cursor, order);
   CUDA_CHECK_LAUNCH();
-  sum_groups_kernel<<<grid_for(num_rows * channels), kThreads, 0, stream>>>(dweight, dy, start, order, num_rows,
-                                                                            channels);
+  launch(sum_groups_kernel<T>, grid_for(num_rows * channels), kThreads, 0, stream, dweight, dy, start, order, num_rows,
+         channels);
   CUDA_CHECK_LAUNCH();
 }
 

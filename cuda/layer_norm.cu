@@ -118,8 +118,8 @@ template <typename T>
 void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
                         std::int64_t n, double eps, cudaStream_t stream) {
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    layer_norm_forward_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(
-        y, mean, rstd, x, weight, bias, rows, n, static_cast<T>(eps));
+    launch(layer_norm_forward_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, y, mean, rstd, x, weight,
+           bias, rows, n, static_cast<T>(eps));
   });
 }
 
@@ -128,22 +128,22 @@ void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, c
                          const T* rstd, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    layer_norm_dx_kernel<decltype(threads)::value><<<grid, kThreads, 0, stream>>>(dx, dy, x, weight, mean, rstd,
-                                                                                  rows, n);
+    launch(layer_norm_dx_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, dx, dy, x, weight, mean, rstd,
+           rows, n);
   });
   // Enough chunks of rows that about 64K threads work, each chunk at least 16 rows.
   const std::int64_t chunks = std::clamp<std::int64_t>(65536 / n, 1, std::clamp<std::int64_t>(rows / 16, 1, 4096));
   const std::int64_t chunk = (rows + chunks - 1) / chunks;
   DeviceBuffer dw_partial(dweight ? sizeof(double) * chunks * n : 0), db_partial(sizeof(double) * chunks * n);
   const dim3 grid(grid_for(n), static_cast<unsigned>(chunks));
-  layer_norm_dparams_kernel<<<grid, kThreads, 0, stream>>>(dweight ? dw_partial.as<double>() : nullptr,
-                                                           db_partial.as<double>(), dy, x, mean, rstd, rows, n, chunk);
+  launch(layer_norm_dparams_kernel<T>, grid, kThreads, 0, stream, dweight ? dw_partial.as<double>() : nullptr,
+         db_partial.as<double>(), dy, x, mean, rstd, rows, n, chunk);
   CUDA_CHECK_LAUNCH();
   if (dweight) {
-    sum_chunks_kernel<<<grid_for(n), kThreads, 0, stream>>>(dweight, dw_partial.as<const double>(), chunks, n);
+    launch(sum_chunks_kernel<T>, grid_for(n), kThreads, 0, stream, dweight, dw_partial.as<const double>(), chunks, n);
     CUDA_CHECK_LAUNCH();
   }
-  sum_chunks_kernel<<<grid_for(n), kThreads, 0, stream>>>(dbias, db_partial.as<const double>(), chunks, n);
+  launch(sum_chunks_kernel<T>, grid_for(n), kThreads, 0, stream, dbias, db_partial.as<const double>(), chunks, n);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -168,12 +168,12 @@ bool vector_ok(const GemmOperand& x, const StridedLayout<2>& batch, int operand)
 }
 
 template <int BM, int BN, int BK, int TM, int TN>
-void launch(const GemmArgs& g, cudaStream_t stream) {
+void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   const std::int64_t grid_m = (g.m + BM - 1) / BM, grid_n = (g.n + BN - 1) / BN;
   AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * BM);
   const dim3 grid(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
                   static_cast<unsigned>(std::min<std::int64_t>(g.batches, 65535)));
-  sgemm_kernel<BM, BN, BK, TM, TN><<<grid, (BM / TM) * (BN / TN), 0, stream>>>(g);
+  launch(sgemm_kernel<BM, BN, BK, TM, TN>, grid, (BM / TM) * (BN / TN), 0, stream, g);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -200,9 +200,9 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
   // idle (small or few matrices, as in attention heads), 64 x 64 tiles.
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
   if (big_tiles >= 2 * multiprocessors())
-    launch<128, 128, 8, 8, 8>(g, stream);
+    launch_sgemm<128, 128, 8, 8, 8>(g, stream);
   else
-    launch<64, 64, 8, 4, 4>(g, stream);
+    launch_sgemm<64, 64, 8, 4, 4>(g, stream);
 }
 
 }  // namespace attograd::cuda

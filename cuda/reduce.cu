@@ -46,7 +46,8 @@ __global__ void sum_rows_kernel(Out* out, const In* x, StridedLayout<1> kept, St
     double acc = 0;
     if (o < kept.numel) {
       const In* row = x + offset_in(kept, o);
-      for (std::int64_t r = r_begin + lane; r < r_end; r += Threads) acc += static_cast<double>(row[offset_in(reduced, r)]);
+      for (std::int64_t r = r_begin + lane; r < r_end; r += Threads)
+        acc += static_cast<double>(row[offset_in(reduced, r)]);
     }
     acc = row_reduce<Threads>(acc, SumOp{});
     if (o < kept.numel && lane == 0) out[o * gridDim.y + blockIdx.y] = static_cast<Out>(acc);
@@ -96,14 +97,15 @@ void sum_rows(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t st
                   static_cast<unsigned>(chunks));
   if (chunks == 1) {
     if (long_rows)
-      sum_rows_kernel<kThreads><<<grid, kThreads, 0, stream>>>(out, x, layout.kept, layout.reduced, chunk);
+      launch(sum_rows_kernel<kThreads, In, Out>, grid, kThreads, 0, stream, out, x, layout.kept, layout.reduced, chunk);
     else
-      sum_rows_kernel<kWarp><<<grid, kThreads, 0, stream>>>(out, x, layout.kept, layout.reduced, chunk);
+      launch(sum_rows_kernel<kWarp, In, Out>, grid, kThreads, 0, stream, out, x, layout.kept, layout.reduced, chunk);
     CUDA_CHECK_LAUNCH();
     return;
   }
   DeviceBuffer partial(sizeof(double) * outputs * chunks);  // (outputs, chunks)
-  sum_rows_kernel<kThreads><<<grid, kThreads, 0, stream>>>(partial.as<double>(), x, layout.kept, layout.reduced, chunk);
+  launch(sum_rows_kernel<kThreads, In, double>, grid, kThreads, 0, stream, partial.as<double>(), x, layout.kept,
+         layout.reduced, chunk);
   CUDA_CHECK_LAUNCH();
   sum_rows(out, partial.as<const double>(), ReduceLayout{dense(outputs, chunks), dense(chunks, 1)}, stream);
 }
@@ -111,16 +113,18 @@ void sum_rows(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t st
 template <typename In, typename Out>
 void sum_columns(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t stream) {
   const std::int64_t outputs = layout.kept.numel, R = layout.reduced.numel;
-  const std::int64_t chunks = std::clamp<std::int64_t>(kTargetThreads / outputs, 1, std::clamp<std::int64_t>(R / 64, 1, 4096));
+  const std::int64_t chunks =
+      std::clamp<std::int64_t>(kTargetThreads / outputs, 1, std::clamp<std::int64_t>(R / 64, 1, 4096));
   const std::int64_t chunk = ceil_div(R, chunks);
   const dim3 grid(grid_for(outputs), static_cast<unsigned>(chunks));
   if (chunks == 1) {
-    sum_columns_kernel<<<grid, kThreads, 0, stream>>>(out, x, layout.kept, layout.reduced, chunk);
+    launch(sum_columns_kernel<In, Out>, grid, kThreads, 0, stream, out, x, layout.kept, layout.reduced, chunk);
     CUDA_CHECK_LAUNCH();
     return;
   }
   DeviceBuffer partial(sizeof(double) * chunks * outputs);  // (chunks, outputs)
-  sum_columns_kernel<<<grid, kThreads, 0, stream>>>(partial.as<double>(), x, layout.kept, layout.reduced, chunk);
+  launch(sum_columns_kernel<In, double>, grid, kThreads, 0, stream, partial.as<double>(), x, layout.kept,
+         layout.reduced, chunk);
   CUDA_CHECK_LAUNCH();
   sum_columns(out, partial.as<const double>(), ReduceLayout{dense(outputs, 1), dense(chunks, outputs)}, stream);
 }
@@ -223,11 +227,12 @@ void max(T* values, std::int64_t* indices, const T* x, const ReduceLayout& layou
     const std::int64_t rows_per_block = long_rows ? 1 : kThreads / kWarp;
     const unsigned grid = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(outputs, rows_per_block), 32768));
     if (long_rows)
-      max_rows_kernel<kThreads><<<grid, kThreads, 0, stream>>>(values, indices, x, layout.kept, layout.reduced);
+      launch(max_rows_kernel<kThreads, T>, grid, kThreads, 0, stream, values, indices, x, layout.kept, layout.reduced);
     else
-      max_rows_kernel<kWarp><<<grid, kThreads, 0, stream>>>(values, indices, x, layout.kept, layout.reduced);
+      launch(max_rows_kernel<kWarp, T>, grid, kThreads, 0, stream, values, indices, x, layout.kept, layout.reduced);
   } else {
-    max_columns_kernel<<<grid_for(outputs), kThreads, 0, stream>>>(values, indices, x, layout.kept, layout.reduced);
+    launch(max_columns_kernel<T>, grid_for(outputs), kThreads, 0, stream, values, indices, x, layout.kept,
+           layout.reduced);
   }
   CUDA_CHECK_LAUNCH();
 }

@@ -65,14 +65,14 @@ __global__ void softmax_backward_kernel(T* dx, const T* y, const T* dy, std::int
 template <bool Log, typename T>
 void forward(T* y, const T* x, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    softmax_forward_kernel<decltype(threads)::value, Log><<<grid, kThreads, 0, stream>>>(y, x, rows, n);
+    launch(softmax_forward_kernel<decltype(threads)::value, Log, T>, grid, kThreads, 0, stream, y, x, rows, n);
   });
 }
 
 template <bool Log, typename T>
 void backward(T* dx, const T* y, const T* dy, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    softmax_backward_kernel<decltype(threads)::value, Log><<<grid, kThreads, 0, stream>>>(dx, y, dy, rows, n);
+    launch(softmax_backward_kernel<decltype(threads)::value, Log, T>, grid, kThreads, 0, stream, dx, y, dy, rows, n);
   });
 }
 

@@ -20,7 +20,7 @@ struct StridedLayout {
   bool contiguous = false;  // loop index i is element i of every operand
 };
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(ATTOGRAD_CUDA_EMULATION)
 // Element offsets of loop index i in each operand. Index is 32-bit when the
 // loop has fewer than 2^31 elements: 64-bit division is several times slower.
 template <typename Index, int N>
