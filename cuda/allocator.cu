@@ -9,8 +9,10 @@
 // stream (cuda/stream.h): a kernel that still reads a freed block was queued
 // before any kernel that the block's next owner queues.
 //
-// ATTOGRAD_CUDA_NO_CACHE=1 turns the cache off (every free is a cudaFree), so
-// compute-sanitizer's memcheck can see a use after free that reuse would hide.
+// ATTOGRAD_CUDA_NO_CACHE=1 turns the cache off (every free is a cudaFree) and
+// the rounding with it (every block its exact size), so compute-sanitizer's
+// memcheck can see a use after free that reuse would hide, and an overrun
+// that the rounding would.
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -56,7 +58,7 @@ class DeviceCache {
   explicit DeviceCache(int device) : device_(device) {}
 
   void* get(std::size_t nbytes) {
-    const std::size_t size = round_size(nbytes);
+    const std::size_t size = block_size(nbytes);
     std::lock_guard lock(mutex_);
     void* p = nullptr;
     auto it = free_.find(size);
@@ -75,7 +77,7 @@ class DeviceCache {
   }
 
   void put(void* p, std::size_t nbytes) {
-    const std::size_t size = round_size(nbytes);
+    const std::size_t size = block_size(nbytes);
     std::lock_guard lock(mutex_);
     stats_.allocated -= size;
     if (!caching_) {
@@ -99,6 +101,10 @@ class DeviceCache {
   }
 
  private:
+  std::size_t block_size(std::size_t nbytes) const {
+    return caching_ ? round_size(nbytes) : std::max<std::size_t>(nbytes, 1);
+  }
+
   // cudaMalloc, and on failure once more after giving every cached block back.
   void* fresh(std::size_t size) {
     const OnDevice on(device_);
@@ -146,11 +152,12 @@ class DeviceCache {
 };
 
 DeviceCache& cache(int device) {
-  // Leaked on purpose: tensors may be destroyed during static destruction,
-  // after the CUDA runtime is gone; returning a block to a list is still safe then.
-  static const std::vector<DeviceCache*> caches = [] {
-    std::vector<DeviceCache*> all;
-    for (int d = 0; d < device_count(); ++d) all.push_back(new DeviceCache(d));
+  // Leaked on purpose, the list too: tensors may be destroyed during static
+  // destruction, after the CUDA runtime is gone (and after a static list would
+  // be); returning a block to a free list is still safe then.
+  static const std::vector<DeviceCache*>& caches = *[] {
+    auto* all = new std::vector<DeviceCache*>;
+    for (int d = 0; d < device_count(); ++d) all->push_back(new DeviceCache(d));
     return all;
   }();
   AG_CHECK(device >= 0 && device < static_cast<int>(caches.size()), "cuda malloc", "no CUDA device {} ({} present)",
