@@ -1,0 +1,389 @@
+// Runs a grid on the CPU: the blocks one after the other, each block's
+// threads on fibers that switch only at __syncthreads, a shuffle or a thread's
+// end. A barrier counts every thread of the block, as CUDA requires: a thread
+// that returns while others wait at __syncthreads leaves them waiting, and the
+// launch stops with a line saying so instead of hanging.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "tests/cuda_emulator/cuda_runtime.h"
+#include "tests/cuda_emulator/runtime_state.h"
+
+#if defined(__SANITIZE_ADDRESS__)  // gcc
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+#define EMU_ASAN 1
+#endif
+#endif
+#if defined(EMU_ASAN)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+// Switching fibers: on x86-64 a switch of the callee-saved registers (glibc's
+// swapcontext also saves the signal mask, a system call each time); elsewhere
+// ucontext.
+#if defined(__x86_64__)
+extern "C" void emu_switch_stack(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl emu_switch_stack
+  .type emu_switch_stack, @function
+emu_switch_stack:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch_stack, .-emu_switch_stack
+)");
+#endif
+
+namespace emu {
+namespace {
+
+#if defined(__x86_64__)
+struct Context {
+  void* sp = nullptr;
+};
+void switch_context(Context& from, Context& to) { emu_switch_stack(&from.sp, to.sp); }
+// A context that starts entry() on the stack [bottom, bottom + bytes): the
+// frame emu_switch_stack pops, with entry as its return address.
+void make_context(Context& c, char* bottom, std::size_t bytes, void (*entry)()) {
+  auto* top = reinterpret_cast<std::uint64_t*>(reinterpret_cast<std::uintptr_t>(bottom + bytes) & ~std::uintptr_t{15});
+  std::uint64_t* sp = top - 9;
+  std::uint32_t mxcsr = 0;
+  std::uint16_t fpu_control = 0;
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpu_control));
+  sp[0] = mxcsr | static_cast<std::uint64_t>(fpu_control) << 32;
+  for (int r = 1; r <= 6; ++r) sp[r] = 0;          // r15, r14, r13, r12, rbx, rbp
+  sp[7] = reinterpret_cast<std::uint64_t>(entry);  // where `ret` goes: entry sees rsp = top - 8, as after a call
+  sp[8] = 0;
+  c.sp = sp;
+}
+#else
+}  // namespace
+}  // namespace emu
+#include <ucontext.h>
+namespace emu {
+namespace {
+struct Context {
+  ucontext_t context;
+};
+void switch_context(Context& from, Context& to) { swapcontext(&from.context, &to.context); }
+void make_context(Context& c, char* bottom, std::size_t bytes, void (*entry)()) {
+  getcontext(&c.context);
+  c.context.uc_stack.ss_sp = bottom;
+  c.context.uc_stack.ss_size = bytes;
+  c.context.uc_link = nullptr;
+  makecontext(&c.context, entry, 0);
+}
+#endif
+
+// Debug and sanitizer builds need deep stacks; kernels themselves need little.
+#if defined(EMU_ASAN)
+constexpr std::size_t kStackBytes = 512 * 1024;
+#else
+constexpr std::size_t kStackBytes = 128 * 1024;
+#endif
+constexpr int kWarp = 32;
+
+struct Barrier {
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  unsigned mask = 0;  // warps: the lanes taking part in this round
+};
+
+struct Warp {
+  Barrier barrier;
+  std::uint64_t values[2][kWarp] = {};  // by generation parity: a round's values stay until all lanes read them
+};
+
+// One CUDA thread of the block being run.
+struct Thread {
+  ThreadCoordinates where;
+  const std::uint64_t* watched = nullptr;  // waiting until this generation moves past `waited`
+  std::uint64_t waited = 0;
+  const char* waits_at = nullptr;
+  bool done = false;
+};
+
+// A fiber that runs the block's threads one after the other until one of
+// them waits; that one keeps the fiber, and the next thread gets a new one.
+// So a kernel that never waits runs its whole block on one fiber.
+struct Worker {
+  Context context;
+  Thread* thread = nullptr;  // the one it runs now
+  bool exited = false;
+  void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
+};
+
+// A stack with a guard page below it: an overflow faults instead of writing
+// into the next fiber's stack.
+class Stack {
+ public:
+  Stack() {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    base_ = static_cast<char*>(
+        mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+    if (base_ == MAP_FAILED) {
+      std::fprintf(stderr, "emulated CUDA: no memory for a thread's stack\n");
+      std::abort();
+    }
+    mprotect(base_, page, PROT_NONE);
+    bottom_ = base_ + page;
+    mapped_ = kStackBytes + page;
+  }
+  ~Stack() { munmap(base_, mapped_); }
+  Stack(const Stack&) = delete;
+  Stack& operator=(const Stack&) = delete;
+  char* bottom() const { return bottom_; }
+
+ private:
+  char* base_ = nullptr;
+  char* bottom_ = nullptr;
+  std::size_t mapped_ = 0;
+};
+
+// Runs blocks on the calling host thread; one per host thread.
+class BlockRunner {
+ public:
+  void run(const void* kernel, dim3 grid, dim3 block, uint3 block_index, std::size_t dynamic_smem,
+           const std::function<void()>& body);
+
+  const Thread& current() const { return *current_; }
+  void* dynamic_shared() { return shared_; }
+  void syncthreads() { arrive(block_barrier_, thread_count_, "__syncthreads"); }
+  std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
+  int lane() const { return linear(current_->where.thread) % kWarp; }
+
+ private:
+  static void worker_main();
+  int linear(uint3 t) const { return static_cast<int>(t.x + block_.x * (t.y + block_.y * t.z)); }
+  void arrive(Barrier& barrier, int expected, const char* where);
+  void switch_to(Worker& worker);
+  [[noreturn]] void stuck();
+
+  std::vector<Thread> threads_;
+  std::vector<Worker> workers_;  // capacity for one per thread: a worker's address must not change
+  std::vector<std::unique_ptr<Stack>> stacks_;
+  std::vector<Warp> warps_;
+  Barrier block_barrier_;
+  Context scheduler_;
+  Worker* running_ = nullptr;
+  Thread* current_ = nullptr;
+  const std::function<void()>* body_ = nullptr;
+  const void* kernel_ = nullptr;
+  dim3 block_;
+  int thread_count_ = 0, started_ = 0, finished_ = 0;
+  void* shared_ = nullptr;
+  const void* scheduler_stack_ = nullptr;  // AddressSanitizer's view of the host thread's stack
+  std::size_t scheduler_stack_size_ = 0;
+};
+
+thread_local BlockRunner runner;
+thread_local bool in_kernel = false;
+
+void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_index, std::size_t dynamic_smem,
+                      const std::function<void()>& body) {
+  kernel_ = kernel, block_ = block, body_ = &body;
+  thread_count_ = static_cast<int>(block.x * block.y * block.z);
+  started_ = finished_ = 0;
+  block_barrier_ = Barrier{};
+  warps_.assign(static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp), Warp{});
+  threads_.assign(static_cast<std::size_t>(thread_count_), Thread{});
+  for (int t = 0; t < thread_count_; ++t) {
+    const unsigned ut = static_cast<unsigned>(t);
+    threads_[ut].where = {{ut % block.x, ut / block.x % block.y, ut / (block.x * block.y)}, block_index, block, grid};
+  }
+  workers_.clear();
+  workers_.reserve(static_cast<std::size_t>(thread_count_));
+
+  // Dynamic shared memory: exactly the bytes asked for (so AddressSanitizer
+  // sees an overrun), filled with NaN bytes as fresh shared memory is garbage.
+  void* shared = nullptr;
+  if (posix_memalign(&shared, 128, std::max<std::size_t>(dynamic_smem, 1)) != 0) std::abort();
+  std::memset(shared, 0xff, dynamic_smem);
+  shared_ = shared;
+
+  while (finished_ < thread_count_) {
+    bool ran = false;
+    for (Worker& w : workers_) {
+      if (w.exited || (w.thread->watched && *w.thread->watched == w.thread->waited)) continue;
+      switch_to(w);
+      ran = true;
+    }
+    if (started_ < thread_count_) {  // a thread is waiting: the next one starts on a new worker
+      const std::size_t i = workers_.size();
+      if (stacks_.size() <= i) stacks_.push_back(std::make_unique<Stack>());
+      Worker& w = workers_.emplace_back();
+      make_context(w.context, stacks_[i]->bottom(), kStackBytes, &BlockRunner::worker_main);
+      switch_to(w);
+      ran = true;
+    }
+    if (!ran) stuck();
+  }
+  running_ = nullptr, current_ = nullptr;
+  std::free(shared);
+  shared_ = nullptr;
+}
+
+void BlockRunner::switch_to(Worker& worker) {
+  running_ = &worker, current_ = worker.thread;
+#if defined(EMU_ASAN)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, stacks_[static_cast<std::size_t>(&worker - workers_.data())]->bottom(),
+                                 kStackBytes);
+  switch_context(scheduler_, worker.context);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  switch_context(scheduler_, worker.context);
+#endif
+}
+
+void BlockRunner::worker_main() {
+  BlockRunner& r = runner;
+#if defined(EMU_ASAN)
+  __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_, &r.scheduler_stack_size_);
+#endif
+  Worker& w = *r.running_;
+  while (r.started_ < r.thread_count_) {
+    Thread& t = r.threads_[static_cast<std::size_t>(r.started_++)];
+    w.thread = r.current_ = &t;
+    (*r.body_)();
+    t.done = true;
+    ++r.finished_;
+  }
+  w.exited = true;
+#if defined(EMU_ASAN)
+  __sanitizer_start_switch_fiber(nullptr, r.scheduler_stack_, r.scheduler_stack_size_);
+#endif
+  switch_context(w.context, r.scheduler_);  // never comes back
+  std::abort();
+}
+
+void BlockRunner::arrive(Barrier& barrier, int expected, const char* where) {
+  if (++barrier.arrived == expected) {  // the last one in lets everyone go
+    barrier.arrived = 0;
+    ++barrier.generation;
+    return;
+  }
+  Thread& t = *current_;
+  Worker& w = *running_;
+  t.watched = &barrier.generation, t.waited = barrier.generation, t.waits_at = where;
+#if defined(EMU_ASAN)
+  __sanitizer_start_switch_fiber(&w.fake_stack, scheduler_stack_, scheduler_stack_size_);
+  switch_context(w.context, scheduler_);
+  __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
+#else
+  switch_context(w.context, scheduler_);
+#endif
+  t.watched = nullptr, t.waits_at = nullptr;
+}
+
+std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
+  const int me = linear(current_->where.thread), lane = me % kWarp;
+  Warp& warp = warps_[static_cast<std::size_t>(me / kWarp)];
+  const auto fail = [&](const char* what) {
+    const uint3 t = current_->where.thread, b = current_->where.block;
+    std::fprintf(stderr, "emulated CUDA: kernel %p, block (%u,%u,%u), thread (%u,%u,%u): a shuffle %s (mask %#x)\n",
+                 kernel_, b.x, b.y, b.z, t.x, t.y, t.z, what, mask);
+    std::abort();
+  };
+  if (!(mask >> lane & 1u)) fail("by a lane outside its own mask");
+  if (source >= 0 && !(mask >> source & 1u)) fail("reads a lane outside the mask");
+  if (warp.barrier.arrived == 0)
+    warp.barrier.mask = mask;
+  else if (warp.barrier.mask != mask)
+    fail("whose mask differs from the other lanes'");
+  const int parity = static_cast<int>(warp.barrier.generation & 1u);
+  warp.values[parity][lane] = bits;
+  arrive(warp.barrier, std::popcount(mask), "a shuffle");
+  return source < 0 ? bits : warp.values[parity][source];
+}
+
+void BlockRunner::stuck() {
+  const uint3 b = threads_.front().where.block;
+  std::fprintf(stderr,
+               "emulated CUDA: kernel %p, block (%u,%u,%u) of %d threads can go no further: %d have returned, and",
+               kernel_, b.x, b.y, b.z, thread_count_, finished_);
+  int shown = 0;
+  for (const Thread& t : threads_) {
+    if (t.done || shown++ >= 4) continue;
+    std::fprintf(stderr, " thread (%u,%u,%u) waits at %s;", t.where.thread.x, t.where.thread.y, t.where.thread.z,
+                 t.waits_at ? t.waits_at : "its start");
+  }
+  std::fprintf(stderr, " a __syncthreads or shuffle that not all threads reach\n");
+  std::abort();
+}
+
+}  // namespace
+
+namespace {
+void require_kernel(const char* what) {
+  if (in_kernel) return;
+  std::fprintf(stderr, "emulated CUDA: %s outside a kernel\n", what);
+  std::abort();
+}
+}  // namespace
+
+const ThreadCoordinates& coordinates() {
+  require_kernel("threadIdx, blockIdx, blockDim or gridDim read");
+  return runner.current().where;
+}
+void syncthreads() {
+  require_kernel("__syncthreads");
+  runner.syncthreads();
+}
+void* dynamic_shared_memory() {
+  require_kernel("dynamic shared memory asked for");
+  return runner.dynamic_shared();
+}
+std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane) {
+  require_kernel("a shuffle");
+  return runner.exchange(mask, bits, source_lane);
+}
+int lane() {
+  require_kernel("a shuffle");
+  return runner.lane();
+}
+
+void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+              const std::function<void()>& body) {
+  const cudaError_t refused = check_launch(kernel, grid, block, dynamic_smem, stream);
+  if (refused != cudaSuccess) return set_last_error(refused);
+  if (in_kernel) {
+    std::fprintf(stderr, "emulated CUDA: a kernel launched from inside a kernel\n");
+    std::abort();
+  }
+  in_kernel = true;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) runner.run(kernel, grid, block, {x, y, z}, dynamic_smem, body);
+  in_kernel = false;
+}
+
+}  // namespace emu

@@ -1,0 +1,75 @@
+#pragma once
+// The CPU side of the CUDA emulator: how a launch runs a grid. Each block runs
+// on the launching thread, one after the other; its threads run as fibers,
+// each until it reaches __syncthreads, a warp shuffle or its end, so those
+// have their GPU meaning: a barrier of the whole block, an exchange among the
+// lanes of a warp. A block whose threads cannot all go on (a __syncthreads
+// that only some threads reach, a shuffle whose lanes disagree on the mask)
+// stops the process with a line naming the kernel, block and threads, where a
+// GPU would hang or give undefined results.
+//
+// What it cannot show: speed, races (a block's threads never run at the same
+// time, so a missing __syncthreads goes unseen: compute-sanitizer racecheck on
+// a GPU is for that), the GPU's float rounding where it differs from the
+// host's (expf, FMA contraction), and memory visibility between blocks.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+
+using cudaStream_t = struct EmulatedStream*;
+
+namespace emu {
+
+// The coordinates of the thread running now (on a fiber).
+struct ThreadCoordinates {
+  uint3 thread, block;
+  dim3 block_dim, grid_dim;
+};
+const ThreadCoordinates& coordinates();
+
+// Runs body (one thread's kernel call) for every thread of the grid. A
+// configuration a GPU refuses runs nothing and becomes the error that
+// cudaGetLastError returns next, as on a GPU.
+void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+              const std::function<void()>& body);
+
+void syncthreads();
+void* dynamic_shared_memory();
+
+// Lane exchange: every lane in `mask` publishes `bits` and gets the bits of
+// lane source(lane), or its own where source returns -1.
+std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane);
+int lane();
+
+template <typename T>
+T shuffle(unsigned mask, T value, int source_lane) {
+  static_assert(sizeof(T) <= sizeof(std::uint64_t) && std::is_trivially_copyable_v<T>);
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(T));
+  bits = exchange(mask, bits, source_lane);
+  std::memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+// The launch: the arguments are converted to the kernel's parameter types
+// once, and each thread gets its own copy, as on a GPU.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+            Args&&... args) {
+  const std::tuple<std::decay_t<Params>...> values(std::forward<Args>(args)...);
+  run_grid(reinterpret_cast<const void*>(kernel), grid, block, dynamic_smem, stream,
+           [&] { std::apply([&](auto... copy) { kernel(copy...); }, values); });
+}
+
+}  // namespace emu

@@ -1,0 +1,154 @@
+// The emulator's own semantics, which every [cuda] test in an emulated build
+// leans on: barriers order shared memory, shuffles exchange the right lanes,
+// launches and copies a GPU refuses are refused, and fresh memory is NaN.
+// The cases tagged [.dies] break a rule on purpose; ctest runs each alone and
+// expects the emulator's line on stderr (tests/CMakeLists.txt).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "cuda/device_utils.cuh"
+
+using attograd::cuda::launch;
+
+namespace {
+
+// Device memory for n values, copied back to the host on read().
+template <typename T>
+struct DeviceArray {
+  explicit DeviceArray(std::size_t count) : n(count) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)) == cudaSuccess);
+  }
+  ~DeviceArray() { cudaFree(p); }
+  std::vector<T> read() const {
+    std::vector<T> host(n);
+    REQUIRE(cudaMemcpyAsync(host.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return host;
+  }
+  std::size_t n;
+  T* p = nullptr;
+};
+
+// Each block sums its threads' indices by a tree in shared memory: every step
+// reads what other threads wrote before the barrier.
+__global__ void tree_sum_kernel(int* out) {
+  __shared__ int partial[256];
+  partial[threadIdx.x] = static_cast<int>(threadIdx.x + blockIdx.x * blockDim.x);
+  for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+}
+
+__global__ void shuffles_kernel(int* xor_sum, int* scan, int* broadcast) {
+  const int lane = static_cast<int>(threadIdx.x % 32), id = static_cast<int>(threadIdx.x);
+  int v = id;
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  xor_sum[id] = v;
+  int s = id;  // inclusive scan within each warp
+  for (int delta = 1; delta < 32; delta *= 2) {
+    const int up = __shfl_up_sync(0xffffffffu, s, delta);
+    if (lane >= delta) s += up;
+  }
+  scan[id] = s;
+  broadcast[id] = __shfl_sync(0xffffffffu, id, 3, 16);  // lane 3 of each 16-lane segment
+}
+
+__global__ void read_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
+
+__global__ void dynamic_smem_kernel(float* out) {
+  float* smem = attograd::cuda::dynamic_shared_memory<float>();
+  smem[threadIdx.x] = static_cast<float>(threadIdx.x);
+  __syncthreads();
+  out[threadIdx.x] = smem[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void divergent_barrier_kernel() {
+  if (threadIdx.x % 2 == 0) __syncthreads();
+}
+
+__global__ void early_return_kernel() {
+  if (threadIdx.x == 0) return;
+  __syncthreads();
+}
+
+__global__ void mismatched_masks_kernel(int* out) {
+  out[threadIdx.x] = __shfl_xor_sync(threadIdx.x == 5 ? 0xffffff7fu : 0xffffffffu, 1, 1);
+}
+
+}  // namespace
+
+TEST_CASE("emulator: __syncthreads orders shared memory within each block", "[emulator]") {
+  DeviceArray<int> out(3);
+  launch(tree_sum_kernel, 3, 256, 0, nullptr, out.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<int> sums = out.read();
+  for (int b = 0; b < 3; ++b) {
+    INFO("block " << b);
+    CHECK(sums[b] == 256 * b * 256 + 255 * 256 / 2);
+  }
+}
+
+TEST_CASE("emulator: shuffles exchange the lanes CUDA documents", "[emulator]") {
+  DeviceArray<int> xor_sum(64), scan(64), broadcast(64);
+  launch(shuffles_kernel, 1, 64, 0, nullptr, xor_sum.p, scan.p, broadcast.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<int> x = xor_sum.read(), s = scan.read(), b = broadcast.read();
+  for (int id = 0; id < 64; ++id) {
+    INFO("thread " << id);
+    const int warp_first = id / 32 * 32;
+    CHECK(x[id] == 32 * warp_first + 31 * 32 / 2);                  // the warp's sum, on every lane
+    CHECK(s[id] == (warp_first + id) * (id - warp_first + 1) / 2);  // warp_first + ... + id
+    CHECK(b[id] == id / 16 * 16 + 3);
+  }
+}
+
+TEST_CASE("emulator: fresh device memory reads as NaN, and dynamic shared memory works", "[emulator]") {
+  DeviceArray<float> fresh(32), out(32);
+  launch(read_kernel, 1, 32, 0, nullptr, fresh.p, out.p);
+  for (float v : out.read()) CHECK(std::isnan(v));
+  launch(dynamic_smem_kernel, 1, 32, 32 * sizeof(float), nullptr, out.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> reversed = out.read();
+  for (int t = 0; t < 32; ++t) CHECK(reversed[t] == static_cast<float>(31 - t));
+}
+
+TEST_CASE("emulator: launches a GPU refuses are refused, and run nothing", "[emulator]") {
+  DeviceArray<float> out(32);
+  launch(dynamic_smem_kernel, 1, 1025, 0, nullptr, out.p);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  launch(dynamic_smem_kernel, dim3(1, 65536), 32, 0, nullptr, out.p);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  launch(dynamic_smem_kernel, 1, 32, 64 * 1024, nullptr, out.p);  // over 48 KiB without saying so first
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  REQUIRE(cudaFuncSetAttribute(dynamic_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) ==
+          cudaSuccess);
+  launch(dynamic_smem_kernel, 1, 32, 64 * 1024, nullptr, out.p);
+  CHECK(cudaGetLastError() == cudaSuccess);
+  CHECK(cudaGetLastError() == cudaSuccess);  // an error is returned once
+}
+
+TEST_CASE("emulator: copies and memsets outside an allocation are refused", "[emulator]") {
+  DeviceArray<float> a(8);
+  std::vector<float> host(9, 1.0f);
+  CHECK(cudaMemcpyAsync(a.p, host.data(), 8 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  CHECK(cudaMemcpyAsync(a.p, host.data(), 9 * sizeof(float), cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+  CHECK(cudaMemcpyAsync(host.data(), a.p + 1, 8 * sizeof(float), cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
+  CHECK(cudaMemsetAsync(host.data(), 0, 4) == cudaErrorInvalidValue);  // host memory is not device memory
+  CHECK(cudaGetLastError() == cudaErrorInvalidValue);
+  CHECK(cudaFree(host.data()) == cudaErrorInvalidValue);
+}
+
+// Each of these stops the process with the emulator's line on stderr.
+TEST_CASE("emulator dies: a __syncthreads only half the threads reach", "[.dies]") {
+  launch(divergent_barrier_kernel, 1, 64, 0, nullptr);
+}
+TEST_CASE("emulator dies: a thread returns while the others wait at __syncthreads", "[.dies]") {
+  launch(early_return_kernel, 1, 32, 0, nullptr);
+}
+TEST_CASE("emulator dies: the lanes of a shuffle disagree on its mask", "[.dies]") {
+  DeviceArray<int> out(32);
+  launch(mismatched_masks_kernel, 1, 32, 0, nullptr, out.p);
+}
