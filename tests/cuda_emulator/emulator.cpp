@@ -110,6 +110,20 @@ constexpr std::size_t kStackBytes = 512 * 1024;
 constexpr std::size_t kStackBytes = 128 * 1024;
 #endif
 constexpr int kWarp = 32;
+constexpr std::size_t kMaxThreads = 1024;  // per block
+
+// ATTOGRAD_EMULATED_ORDER=reverse starts a block's threads from the last to
+// the first, so its last warp runs ahead of the others instead of its first.
+bool reversed() {
+  static const bool reverse = [] {
+    const char* order = std::getenv("ATTOGRAD_EMULATED_ORDER");
+    if (!order || !*order || std::strcmp(order, "forward") == 0) return false;
+    if (std::strcmp(order, "reverse") == 0) return true;
+    std::fprintf(stderr, "emulated CUDA: ATTOGRAD_EMULATED_ORDER=%s is neither forward nor reverse\n", order);
+    std::exit(2);
+  }();
+  return reverse;
+}
 
 struct Barrier {
   int arrived = 0;
@@ -132,12 +146,14 @@ struct Thread {
 };
 
 // A fiber that runs the block's threads one after the other until one of
-// them waits; that one keeps the fiber, and the next thread gets a new one.
-// So a kernel that never waits runs its whole block on one fiber.
+// them waits; that one keeps the fiber, and the next thread gets another.
+// So a kernel that never waits runs its whole block on one fiber. Workers
+// outlive blocks (idle in between): starting a fiber costs AddressSanitizer a
+// fake stack, mapped and unmapped, each time.
 struct Worker {
   Context context;
-  Thread* thread = nullptr;  // the one it runs now
-  bool exited = false;
+  Thread* thread = nullptr;    // the one it runs now
+  bool idle = false;           // no thread of this block left to take
   void* fake_stack = nullptr;  // AddressSanitizer's, while switched out
 };
 
@@ -185,11 +201,13 @@ class BlockRunner {
   int linear(uint3 t) const { return static_cast<int>(t.x + block_.x * (t.y + block_.y * t.z)); }
   void arrive(Barrier& barrier, int expected, const char* where);
   void switch_to(Worker& worker);
+  void switch_out(Worker& worker);
   [[noreturn]] void stuck();
 
   std::vector<Thread> threads_;
-  std::vector<Worker> workers_;  // capacity for one per thread: a worker's address must not change
-  std::vector<std::unique_ptr<Stack>> stacks_;
+  std::vector<Worker> workers_ = std::vector<Worker>(kMaxThreads);  // never resized: a worker's address is its own
+  std::vector<std::unique_ptr<Stack>> stacks_;                      // one per worker started so far
+  std::size_t active_ = 0;  // the workers this block has used: workers_[0, active_)
   std::vector<Warp> warps_;
   Barrier block_barrier_;
   Context scheduler_;
@@ -219,8 +237,7 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
     const unsigned ut = static_cast<unsigned>(t);
     threads_[ut].where = {{ut % block.x, ut / block.x % block.y, ut / (block.x * block.y)}, block_index, block, grid};
   }
-  workers_.clear();
-  workers_.reserve(static_cast<std::size_t>(thread_count_));
+  active_ = 0;
 
   // Dynamic shared memory: exactly the bytes asked for (so AddressSanitizer
   // sees an overrun), filled with NaN bytes as fresh shared memory is garbage.
@@ -229,22 +246,35 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   std::memset(shared, 0xff, dynamic_smem);
   shared_ = shared;
 
+  // Always the first worker that can go on: a warp runs as far as it can (to
+  // a __syncthreads, or its end) before the next one starts, as far ahead of
+  // the others as a GPU's warps may get. Workers [0, low) wait at the block's
+  // barrier or are idle, and stay so until the barrier lets them go.
+  std::size_t low = 0;
+  std::uint64_t generation = block_barrier_.generation;
   while (finished_ < thread_count_) {
-    bool ran = false;
-    for (Worker& w : workers_) {
-      if (w.exited || (w.thread->watched && *w.thread->watched == w.thread->waited)) continue;
-      switch_to(w);
-      ran = true;
+    if (block_barrier_.generation != generation) low = 0, generation = block_barrier_.generation;
+    Worker* next = nullptr;
+    for (std::size_t k = low; k < active_ && !next; ++k) {
+      Worker& w = workers_[k];
+      const bool waits = !w.idle && w.thread->watched && *w.thread->watched == w.thread->waited;
+      if (w.idle || (waits && w.thread->watched == &block_barrier_.generation)) {
+        if (k == low) ++low;
+      } else if (!waits) {
+        next = &w;
+      }
     }
-    if (started_ < thread_count_) {  // a thread is waiting: the next one starts on a new worker
-      const std::size_t i = workers_.size();
-      if (stacks_.size() <= i) stacks_.push_back(std::make_unique<Stack>());
-      Worker& w = workers_.emplace_back();
-      make_context(w.context, stacks_[i]->bottom(), kStackBytes, &BlockRunner::worker_main);
-      switch_to(w);
-      ran = true;
+    if (!next && started_ < thread_count_) {  // every worker in use waits: the next thread takes another
+      next = &workers_[active_];
+      if (stacks_.size() <= active_) {  // a fiber never started before
+        stacks_.push_back(std::make_unique<Stack>());
+        make_context(next->context, stacks_[active_]->bottom(), kStackBytes, &BlockRunner::worker_main);
+      }
+      ++active_;
+      next->idle = false, next->thread = nullptr;
     }
-    if (!ran) stuck();
+    if (!next) stuck();
+    switch_to(*next);
   }
   running_ = nullptr, current_ = nullptr;
   std::free(shared);
@@ -270,19 +300,29 @@ void BlockRunner::worker_main() {
   __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_, &r.scheduler_stack_size_);
 #endif
   Worker& w = *r.running_;
-  while (r.started_ < r.thread_count_) {
-    Thread& t = r.threads_[static_cast<std::size_t>(r.started_++)];
-    w.thread = r.current_ = &t;
-    (*r.body_)();
-    t.done = true;
-    ++r.finished_;
+  for (;;) {  // one round per block it is used in
+    while (r.started_ < r.thread_count_) {
+      const int next = r.started_++;
+      Thread& t = r.threads_[static_cast<std::size_t>(reversed() ? r.thread_count_ - 1 - next : next)];
+      w.thread = r.current_ = &t;
+      (*r.body_)();
+      t.done = true;
+      ++r.finished_;
+    }
+    w.idle = true;
+    r.switch_out(w);
   }
-  w.exited = true;
+}
+
+// Back to the scheduler, from a worker that waits or is idle.
+void BlockRunner::switch_out(Worker& w) {
 #if defined(EMU_ASAN)
-  __sanitizer_start_switch_fiber(nullptr, r.scheduler_stack_, r.scheduler_stack_size_);
+  __sanitizer_start_switch_fiber(&w.fake_stack, scheduler_stack_, scheduler_stack_size_);
+  switch_context(w.context, scheduler_);
+  __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
+#else
+  switch_context(w.context, scheduler_);
 #endif
-  switch_context(w.context, r.scheduler_);  // never comes back
-  std::abort();
 }
 
 void BlockRunner::arrive(Barrier& barrier, int expected, const char* where) {
@@ -292,15 +332,8 @@ void BlockRunner::arrive(Barrier& barrier, int expected, const char* where) {
     return;
   }
   Thread& t = *current_;
-  Worker& w = *running_;
   t.watched = &barrier.generation, t.waited = barrier.generation, t.waits_at = where;
-#if defined(EMU_ASAN)
-  __sanitizer_start_switch_fiber(&w.fake_stack, scheduler_stack_, scheduler_stack_size_);
-  switch_context(w.context, scheduler_);
-  __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
-#else
-  switch_context(w.context, scheduler_);
-#endif
+  switch_out(*running_);
   t.watched = nullptr, t.waits_at = nullptr;
 }
 

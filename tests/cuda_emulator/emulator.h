@@ -3,15 +3,17 @@
 // on the launching thread, one after the other; its threads run as fibers,
 // each until it reaches __syncthreads, a warp shuffle or its end, so those
 // have their GPU meaning: a barrier of the whole block, an exchange among the
-// lanes of a warp. A block whose threads cannot all go on (a __syncthreads
-// that only some threads reach, a shuffle whose lanes disagree on the mask)
-// stops the process with a line naming the kernel, block and threads, where a
-// GPU would hang or give undefined results.
+// lanes of a warp. A warp runs as far as it can before the next one starts.
+// A block whose threads cannot all go on (a __syncthreads that only some
+// threads reach, a shuffle whose lanes disagree on the mask) stops the process
+// with a line naming the kernel, block and threads, where a GPU would hang or
+// give undefined results.
 //
-// What it cannot show: speed, races (a block's threads never run at the same
-// time, so a missing __syncthreads goes unseen: compute-sanitizer racecheck on
-// a GPU is for that), the GPU's float rounding where it differs from the
-// host's (expf, FMA contraction), and memory visibility between blocks.
+// What it cannot show: speed; races (a block's threads never run at the same
+// time: a missing __syncthreads between warps mostly shows anyway, as one warp
+// runs ahead, but races are compute-sanitizer racecheck's, on a GPU); the
+// GPU's float rounding where it differs from the host's (expf, FMA
+// contraction); memory visibility between blocks.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -281,7 +281,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   *stream = &streams->emplace_back(EmulatedStream{emu::current_device});
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t stream) { return stream ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return stream ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
