@@ -9,18 +9,18 @@ namespace {
 template <typename Launch>
 Tensor row_op(const char* op, const Tensor& x, Launch launch) {
   Tensor y = empty(x.sizes(), x.options());
-  // Not a structured binding: clang 14 cannot capture one in a lambda.
-  const std::int64_t rows = row_shape(x).rows, n = row_shape(x).n;
-  AG_DISPATCH_FLOAT(x.dtype(), op, [&] { launch(y.data<scalar_t>(), x.data<scalar_t>(), rows, n, stream_of(x)); });
+  const RowShape shape = row_shape(x);  // not a structured binding: clang 14 cannot capture one in a lambda
+  AG_DISPATCH_FLOAT(x.dtype(), op,
+                    [&] { launch(y.data<scalar_t>(), x.data<scalar_t>(), shape.rows, shape.n, stream_of(x)); });
   return y;
 }
 
 template <typename Launch>
 Tensor row_op_backward(const char* op, const Tensor& y, const Tensor& dy, Launch launch) {
   Tensor dx = empty(y.sizes(), y.options());
-  const std::int64_t rows = row_shape(y).rows, n = row_shape(y).n;
+  const RowShape shape = row_shape(y);
   AG_DISPATCH_FLOAT(y.dtype(), op, [&] {
-    launch(dx.data<scalar_t>(), y.data<scalar_t>(), dy.data<scalar_t>(), rows, n, stream_of(y));
+    launch(dx.data<scalar_t>(), y.data<scalar_t>(), dy.data<scalar_t>(), shape.rows, shape.n, stream_of(y));
   });
   return dx;
 }
@@ -65,26 +65,26 @@ kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weigh
   const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
   kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
                                empty(row_sizes, x.options())};
-  const std::int64_t rows = row_shape(x).rows, n = row_shape(x).n;
+  const RowShape shape = row_shape(x);
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
     cuda::layer_norm_forward(out.y.data<scalar_t>(), out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(),
-                             x.data<scalar_t>(), data_or_null<scalar_t>(weight), data_or_null<scalar_t>(bias), rows,
-                             n, eps, stream_of(x));
+                             x.data<scalar_t>(), data_or_null<scalar_t>(weight), data_or_null<scalar_t>(bias),
+                             shape.rows, shape.n, eps, stream_of(x));
   });
   return out;
 }
 
 kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                             const Tensor& mean, const Tensor& rstd) {
-  const std::int64_t rows = row_shape(x).rows, n = row_shape(x).n;
-  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({n}, x.options())};
-  if (weight.defined()) grads.dweight = empty({n}, x.options());
+  const RowShape shape = row_shape(x);
+  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({shape.n}, x.options())};
+  if (weight.defined()) grads.dweight = empty({shape.n}, x.options());
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
     cuda::layer_norm_backward(grads.dx.data<scalar_t>(),
                               grads.dweight.defined() ? grads.dweight.data<scalar_t>() : nullptr,
                               grads.dbias.data<scalar_t>(), dy.data<scalar_t>(), x.data<scalar_t>(),
-                              data_or_null<scalar_t>(weight), mean.data<scalar_t>(), rstd.data<scalar_t>(), rows, n,
-                              stream_of(x));
+                              data_or_null<scalar_t>(weight), mean.data<scalar_t>(), rstd.data<scalar_t>(),
+                              shape.rows, shape.n, stream_of(x));
   });
   return grads;
 }
