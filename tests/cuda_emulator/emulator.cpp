@@ -5,6 +5,9 @@
 // launch stops with a line saying so instead of hanging.
 #include <sys/mman.h>
 #include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 #include <bit>
 #include <cstdio>
@@ -85,11 +88,6 @@ void make_context(Context& c, char* bottom, std::size_t bytes, void (*entry)()) 
   c.sp = sp;
 }
 #else
-}  // namespace
-}  // namespace emu
-#include <ucontext.h>
-namespace emu {
-namespace {
 struct Context {
   ucontext_t context;
 };
@@ -190,11 +188,11 @@ class BlockRunner {
   void run(const void* kernel, dim3 grid, dim3 block, uint3 block_index, std::size_t dynamic_smem,
            const std::function<void()>& body);
 
-  const Thread& current() const { return *current_; }
+  const Thread& current() const { return *running_->thread; }
   void* dynamic_shared() { return shared_; }
   void syncthreads() { arrive(block_barrier_, thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
-  int lane() const { return linear(current_->where.thread) % kWarp; }
+  int lane() const { return linear(current().where.thread) % kWarp; }
 
  private:
   static void worker_main();
@@ -211,8 +209,7 @@ class BlockRunner {
   std::vector<Warp> warps_;
   Barrier block_barrier_;
   Context scheduler_;
-  Worker* running_ = nullptr;
-  Thread* current_ = nullptr;
+  Worker* running_ = nullptr;  // and the thread running now is running_->thread
   const std::function<void()>* body_ = nullptr;
   const void* kernel_ = nullptr;
   dim3 block_;
@@ -240,11 +237,13 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   active_ = 0;
 
   // Dynamic shared memory: exactly the bytes asked for (so AddressSanitizer
-  // sees an overrun), filled with NaN bytes as fresh shared memory is garbage.
-  void* shared = nullptr;
-  if (posix_memalign(&shared, 128, std::max<std::size_t>(dynamic_smem, 1)) != 0) std::abort();
-  std::memset(shared, 0xff, dynamic_smem);
-  shared_ = shared;
+  // sees an overrun), filled with NaN bytes as fresh shared memory is garbage;
+  // none (nullptr) when the launch asked for none.
+  shared_ = nullptr;
+  if (dynamic_smem > 0) {
+    if (posix_memalign(&shared_, 128, dynamic_smem) != 0) std::abort();
+    std::memset(shared_, 0xff, dynamic_smem);
+  }
 
   // Always the first worker that can go on: a warp runs as far as it can (to
   // a __syncthreads, or its end) before the next one starts, as far ahead of
@@ -276,13 +275,13 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
     if (!next) stuck();
     switch_to(*next);
   }
-  running_ = nullptr, current_ = nullptr;
-  std::free(shared);
+  running_ = nullptr;
+  std::free(shared_);
   shared_ = nullptr;
 }
 
 void BlockRunner::switch_to(Worker& worker) {
-  running_ = &worker, current_ = worker.thread;
+  running_ = &worker;
 #if defined(EMU_ASAN)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, stacks_[static_cast<std::size_t>(&worker - workers_.data())]->bottom(),
@@ -304,7 +303,7 @@ void BlockRunner::worker_main() {
     while (r.started_ < r.thread_count_) {
       const int next = r.started_++;
       Thread& t = r.threads_[static_cast<std::size_t>(reversed() ? r.thread_count_ - 1 - next : next)];
-      w.thread = r.current_ = &t;
+      w.thread = &t;
       (*r.body_)();
       t.done = true;
       ++r.finished_;
@@ -331,17 +330,17 @@ void BlockRunner::arrive(Barrier& barrier, int expected, const char* where) {
     ++barrier.generation;
     return;
   }
-  Thread& t = *current_;
+  Thread& t = *running_->thread;
   t.watched = &barrier.generation, t.waited = barrier.generation, t.waits_at = where;
   switch_out(*running_);
   t.watched = nullptr, t.waits_at = nullptr;
 }
 
 std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
-  const int me = linear(current_->where.thread), lane = me % kWarp;
+  const int me = linear(current().where.thread), lane = me % kWarp;
   Warp& warp = warps_[static_cast<std::size_t>(me / kWarp)];
   const auto fail = [&](const char* what) {
-    const uint3 t = current_->where.thread, b = current_->where.block;
+    const uint3 t = current().where.thread, b = current().where.block;
     std::fprintf(stderr, "emulated CUDA: kernel %p, block (%u,%u,%u), thread (%u,%u,%u): a shuffle %s (mask %#x)\n",
                  kernel_, b.x, b.y, b.z, t.x, t.y, t.z, what, mask);
     std::abort();

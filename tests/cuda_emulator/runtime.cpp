@@ -10,7 +10,6 @@
 #include <list>
 #include <map>
 #include <mutex>
-#include <string>
 
 #include "tests/cuda_emulator/runtime_state.h"
 
@@ -164,53 +163,33 @@ cudaError_t set_function_attribute(const void* kernel, cudaFuncAttribute attribu
 
 using emu::fail;
 
-const char* cudaGetErrorName(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidConfiguration:
-      return "cudaErrorInvalidConfiguration";
-    case cudaErrorNoDevice:
-      return "cudaErrorNoDevice";
-    case cudaErrorInvalidDevice:
-      return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle:
-      return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady:
-      return "cudaErrorNotReady";
-    case cudaErrorLaunchOutOfResources:
-      return "cudaErrorLaunchOutOfResources";
-  }
-  return "cudaErrorUnknown";
+namespace {
+// Each error's name and CUDA's words for it.
+struct ErrorText {
+  cudaError_t error;
+  const char *name, *text;
+};
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
+};
+constexpr ErrorText kUnknownError = {cudaSuccess, "cudaErrorUnknown", "unknown error"};
+const ErrorText& error_text(cudaError_t error) {
+  for (const ErrorText& e : kErrors)
+    if (e.error == error) return e;
+  return kUnknownError;
 }
+}  // namespace
 
-const char* cudaGetErrorString(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    case cudaErrorNoDevice:
-      return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice:
-      return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle:
-      return "invalid resource handle";
-    case cudaErrorNotReady:
-      return "device not ready";
-    case cudaErrorLaunchOutOfResources:
-      return "too many resources requested for launch";
-  }
-  return "unknown error";
-}
+const char* cudaGetErrorName(cudaError_t error) { return error_text(error).name; }
+const char* cudaGetErrorString(cudaError_t error) { return error_text(error).text; }
 
 cudaError_t cudaGetLastError() {
   const cudaError_t e = emu::last_error;
