@@ -84,6 +84,9 @@ __global__ void __launch_bounds__(kGroupThreads)
   // Positions, a block-wide chunk at a time and in order: a position's place in
   // its group is the group's cursor plus the earlier positions of its id in the
   // chunk; the chunk's last position of each id then moves that cursor on.
+  // Two barriers a chunk are enough: every read of chunk_ids comes before the
+  // second, so the next chunk may overwrite it at once, and the next chunk's
+  // first orders the cursor moves before its reads of the cursors.
   for (int base = 0; base < count; base += kGroupThreads) {
     const int i = base + t, n = min(kGroupThreads, count - base);
     const std::int64_t id = i < count ? ids[i] : -1;
@@ -98,7 +101,6 @@ __global__ void __launch_bounds__(kGroupThreads)
     }
     __syncthreads();  // every cursor read before any moves
     if (i < count && last) cursor[id] += earlier + 1;
-    __syncthreads();  // cursors moved and chunk_ids read before the next chunk
   }
 }
 
