@@ -72,21 +72,31 @@ std::string long_english_text() {
 
 // ---- the command line ------------------------------------------------------------
 
+// A flag's default as CLI11 writes it: "--steps INT=400" up to 2.2 (Debian 12 has 2.1), "--steps INT [400]"
+// from 2.3 on (Ubuntu 24.04, the GPU machine, has it).
+bool shows_default(const std::string& help, const std::string& flag, const std::string& value) {
+  return help.find(flag + "=" + value) != std::string::npos ||
+         help.find(flag + " [" + value + "]") != std::string::npos;
+}
+
 TEST_CASE("help shows every command and the defaults", "[train]") {
   const CliResult top = cli({"--help"});
   CHECK(top.code == 0);
   for (const char* cmd : {"train", "sample", "eval", "attention"}) CHECK_THAT(top.out, Catch::Contains(cmd));
   const CliResult train = cli({"train", "--help"});
   CHECK(train.code == 0);
-  CHECK_THAT(train.out, Catch::Contains("--steps INT=400"));
-  CHECK_THAT(train.out, Catch::Contains("--lr FLOAT=0.005"));
+  INFO(train.out);
+  CHECK(shows_default(train.out, "--steps INT", "400"));
+  CHECK(shows_default(train.out, "--lr FLOAT", "0.005"));
   CHECK_THAT(train.out, Catch::Contains("never to biases, LayerNorm or embeddings"));
   for (const char* cmd : {"sample", "eval", "attention"}) {
     const CliResult r = cli({cmd, "--help"});
     CHECK(r.code == 0);
     CHECK_THAT(r.out, Catch::Contains("--ckpt"));
   }
-  CHECK_THAT(cli({"sample", "--help"}).out, Catch::Contains("--temperature FLOAT=1"));
+  const std::string sample_help = cli({"sample", "--help"}).out;
+  INFO(sample_help);
+  CHECK(shows_default(sample_help, "--temperature FLOAT", "1"));
   CHECK(cli({"--version"}).out.find("attograd 0.") == 0);
 }
 
