@@ -11,8 +11,16 @@
 // TM * TN multiply-adds for every TM + TN values it reads. Global loads are
 // float4 where the operand is 16-byte aligned and the four elements are in
 // range, scalar (zero-filled past the edge) otherwise, so any M, N, K works.
+//
+// Split-K: when even 64 x 64 tiles leave most SMs idle (the weight gradients
+// X^T dY of a Linear: M and N the layer's widths, K = batch x tokens), K is cut
+// into slices; each block computes one slice's partial product into scratch
+// memory, and a second kernel adds the slices in a fixed order, so the result is
+// the same on every run.
+#include <algorithm>
 #include <cstdint>
 
+#include "cuda/buffer.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/launchers.h"
 
@@ -25,6 +33,9 @@ struct GemmArgs {
   std::int64_t m, n, k, batches;
   StridedLayout<2> batch;
   bool a_vec, b_vec, c_vec;  // float4 access allowed (alignment holds for every batch)
+  // K in `splits` slices of k_slice (a multiple of BK, so no tile straddles two slices):
+  // slice s of batch z writes the m x n matrix c + (z * splits + s) * m * n.
+  std::int64_t splits = 1, k_slice = 0;
 };
 
 // Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
@@ -99,7 +110,9 @@ __device__ __forceinline__ void load_b(float (&Bs)[BK][BN], const float* B, cons
   }
 }
 
-template <int BM, int BN, int BK, int TM, int TN>
+// SplitK: the kernel reads g.splits and g.k_slice; otherwise each batch is one job over all of
+// K (the slice arithmetic took the 128 x 128 kernel from 127 to 145 registers: one block per SM).
+template <int BM, int BN, int BK, int TM, int TN, bool SplitK>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g) {
   constexpr int kBlockThreads = (BM / TM) * (BN / TN);
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "tiles are read as float4");
@@ -108,14 +121,18 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
 
-  for (std::int64_t z = blockIdx.z; z < g.batches; z += gridDim.z) {
+  const std::int64_t splits = SplitK ? g.splits : 1;
+  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
+    const std::int64_t z = SplitK ? job / splits : job;
+    const std::int64_t k_begin = SplitK ? (job % splits) * g.k_slice : 0;
+    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
     std::int64_t offset[2];
     offsets_at(g.batch, z, offset);
     const float* A = g.a.data + offset[0];
     const float* B = g.b.data + offset[1];
     float acc[TM][TN] = {};  // C(m0 + ty*TM + i, n0 + tx*TN + j)
 
-    for (std::int64_t k0 = 0; k0 < g.k; k0 += BK) {
+    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
       load_a<BM, BK, kBlockThreads>(As, A, g, m0, k0);
       load_b<BN, BK, kBlockThreads>(Bs, B, g, k0, n0);
       __syncthreads();
@@ -135,7 +152,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
       __syncthreads();  // everyone is done reading the tiles before they are overwritten
     }
 
-    float* C = g.c + z * g.m * g.n;
+    float* C = g.c + job * g.m * g.n;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const std::int64_t gm = m0 + ty * TM + i;
@@ -156,6 +173,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
   }
 }
 
+// c[z] = the sum of partial[z][0 .. splits-1], added in slice order.
+__global__ void sum_slices_kernel(float* c, const float* partial, std::int64_t mn, std::int64_t batches,
+                                  std::int64_t splits) {
+  for (std::int64_t e = global_thread(); e < batches * mn; e += grid_threads()) {
+    const float* p = partial + (e / mn) * splits * mn + e % mn;
+    float sum = p[0];
+    for (std::int64_t s = 1; s < splits; ++s) sum += p[s * mn];
+    c[e] = sum;
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // float4 loads of an operand stay aligned in every batch when its base, its ld
@@ -167,14 +195,24 @@ bool vector_ok(const GemmOperand& x, const StridedLayout<2>& batch, int operand)
   return true;
 }
 
-template <int BM, int BN, int BK, int TM, int TN>
+template <int BM, int BN, int BK, int TM, int TN, bool SplitK = false>
 void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   const std::int64_t grid_m = (g.m + BM - 1) / BM, grid_n = (g.n + BN - 1) / BN;
   AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * BM);
   const dim3 grid(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
-                  static_cast<unsigned>(std::min<std::int64_t>(g.batches, 65535)));
-  launch(sgemm_kernel<BM, BN, BK, TM, TN>, grid, (BM / TM) * (BN / TN), 0, stream, g);
+                  static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
+  launch(sgemm_kernel<BM, BN, BK, TM, TN, SplitK>, grid, (BM / TM) * (BN / TN), 0, stream, g);
   CUDA_CHECK_LAUNCH();
+}
+
+// How many slices of K the 64 x 64 kernel should take: enough for about two
+// blocks per SM, each slice at least kMinSliceK long (shorter slices would cost
+// more in scratch traffic than they gain), at most kMaxSplits (bounding scratch
+// memory at kMaxSplits times C).
+std::int64_t k_splits(std::int64_t tiles, std::int64_t k, int sms) {
+  constexpr std::int64_t kMinSliceK = 256, kMaxSplits = 16;
+  if (tiles >= sms) return 1;
+  return std::max<std::int64_t>(1, std::min({(2 * sms + tiles - 1) / tiles, k / kMinSliceK, kMaxSplits}));
 }
 
 int multiprocessors() {
@@ -194,15 +232,28 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
     CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(float) * batches * m * n, stream));
     return;
   }
-  const GemmArgs g{a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1),
-                   aligned16(c) && n % 4 == 0};
+  GemmArgs g{
+      a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1), aligned16(c) && n % 4 == 0};
+  g.k_slice = k;
   // 128 x 128 tiles reuse each loaded value most; when they would leave SMs
-  // idle (small or few matrices, as in attention heads), 64 x 64 tiles.
+  // idle (small or few matrices, as in attention heads), 64 x 64 tiles, and
+  // when even those would, 64 x 64 tiles over slices of K.
+  const int sms = multiprocessors();
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
-  if (big_tiles >= 2 * multiprocessors())
-    launch_sgemm<128, 128, 8, 8, 8>(g, stream);
-  else
-    launch_sgemm<64, 64, 8, 4, 4>(g, stream);
+  if (big_tiles >= 2 * sms) return launch_sgemm<128, 128, 8, 8, 8>(g, stream);
+  const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);
+  if (splits == 1) return launch_sgemm<64, 64, 8, 4, 4>(g, stream);
+
+  constexpr std::int64_t kBK = 8;
+  g.k_slice = ((k + splits - 1) / splits + kBK - 1) / kBK * kBK;
+  g.splits = (k + g.k_slice - 1) / g.k_slice;  // rounding k_slice up may leave fewer, none empty
+  DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
+  g.c = partial.as<float>();
+  g.c_vec = aligned16(g.c) && n % 4 == 0;
+  launch_sgemm<64, 64, kBK, 4, 4, true>(g, stream);
+  launch(sum_slices_kernel, grid_for(batches * m * n), kThreads, 0, stream, c, partial.as<const float>(), m * n,
+         batches, g.splits);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace attograd::cuda

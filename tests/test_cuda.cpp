@@ -420,6 +420,28 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
                     {input({2, 5, 7}, DType::f32, Layout::transposed, 34), input({7, 3}, DType::f32, Layout::contiguous, 35)});
 }
 
+// Few output tiles over a long K (a Linear's weight gradient X^T dY: K = batch x tokens): K is cut into
+// slices summed afterwards. K not a multiple of the slice, nor of 8; batches; both operand layouts.
+TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    Shape a, b;
+  };
+  const std::vector<Case> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
+  for (const Case& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 36);
+        const Tensor b = input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 37);
+        require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
+                       fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "", shape_str(c.b),
+                                   tb ? "(transposed)" : ""));
+      }
+  require_op_parity(
+      "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+      {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
+}
+
 // ---- fused row ops ------------------------------------------------------------------------------------
 
 TEST_CASE("cuda: softmax and log_softmax match the CPU, forward and backward", "[cuda]") {
