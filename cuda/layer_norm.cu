@@ -106,9 +106,7 @@ __global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial
 template <typename T>
 __global__ void sum_chunks_kernel(T* out, const double* partial, std::int64_t chunks, std::int64_t n) {
   for (std::int64_t c = global_thread(); c < n; c += grid_threads()) {
-    double total = 0;
-    for (std::int64_t k = 0; k < chunks; ++k) total += partial[k * n + c];
-    out[c] = static_cast<T>(total);
+    out[c] = static_cast<T>(sum_in_order(0, chunks, [&](std::int64_t k) { return partial[k * n + c]; }));
   }
 }
 

@@ -61,8 +61,7 @@ __global__ void sum_columns_kernel(Out* out, const In* x, StridedLayout<1> kept,
   const std::int64_t r_begin = blockIdx.y * chunk, r_end = min(reduced.numel, r_begin + chunk);
   for (std::int64_t o = global_thread(); o < kept.numel; o += grid_threads()) {
     const In* column = x + offset_in(kept, o);
-    double acc = 0;
-    for (std::int64_t r = r_begin; r < r_end; ++r) acc += static_cast<double>(column[offset_in(reduced, r)]);
+    const double acc = sum_in_order(r_begin, r_end, [&](std::int64_t r) { return column[offset_in(reduced, r)]; });
     out[blockIdx.y * kept.numel + o] = static_cast<Out>(acc);
   }
 }
