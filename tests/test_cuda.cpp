@@ -395,24 +395,33 @@ TEST_CASE("cuda: max matches the CPU, values and the first index of ties", "[cud
 
 // ---- matmul -----------------------------------------------------------------------------------------
 
+namespace {
+
+struct MatmulCase {
+  Shape a, b;
+};
+
+// a @ b on the GPU against the CPU, each operand contiguous and transposed in memory.
+void require_matmul_parity(const Shape& a_shape, const Shape& b_shape, std::uint64_t seed) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const Tensor a = input(a_shape, DType::f32, ta ? Layout::transposed : Layout::contiguous, seed);
+      const Tensor b = input(b_shape, DType::f32, tb ? Layout::transposed : Layout::contiguous, seed + 1);
+      require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
+                     fmt::format("matmul {} {} @ {} {}", shape_str(a_shape), ta ? "(transposed)" : "",
+                                 shape_str(b_shape), tb ? "(transposed)" : ""));
+    }
+}
+
+}  // namespace
+
 TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batches", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  struct Case {
-    Shape a, b;
-  };
-  const std::vector<Case> cases{
+  const std::vector<MatmulCase> cases{
       {{1, 1}, {1, 1}},       {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},         {{64, 64}, {64, 64}},
       {{127, 129}, {129, 131}}, {{300, 200}, {200, 150}}, {{1, 300}, {300, 1}},      {{2, 3, 5, 7}, {3, 7, 11}},
       {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{2, 5, 7}, {7, 3}}, {{3, 0}, {0, 4}},          {{2304, 24}, {24, 2304}}};
-  for (const Case& c : cases)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        const Tensor a = input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 30);
-        const Tensor b = input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 31);
-        require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
-                       fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "", shape_str(c.b),
-                                   tb ? "(transposed)" : ""));
-      }
+  for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 30);
   // Operands at odd offsets: no float4 loads possible.
   const Tensor a = input({33, 17}, DType::f32, Layout::offset, 32), b = input({17, 9}, DType::f32, Layout::offset, 33);
   require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b), "matmul of offset views");
@@ -424,19 +433,8 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
 // slices summed afterwards. K not a multiple of the slice, nor of 8; batches; both operand layouts.
 TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches the CPU", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  struct Case {
-    Shape a, b;
-  };
-  const std::vector<Case> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
-  for (const Case& c : cases)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        const Tensor a = input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 36);
-        const Tensor b = input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 37);
-        require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
-                       fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "", shape_str(c.b),
-                                   tb ? "(transposed)" : ""));
-      }
+  const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
+  for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36);
   require_op_parity(
       "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
       {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
