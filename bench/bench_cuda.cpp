@@ -1,8 +1,9 @@
 // GPU cases, registered only when a CUDA device is present (names start with
 // "cuda_"; the rest of each name follows the CPU cases'):
 //   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
-//   cuda_attn_core_{fwd,fwdbwd}/{fused,composed}/{S..XXL} causal attention on given q, k, v
-//   cuda_mha_fwdbwd/fused/{S..XXL}                        nn::MultiHeadAttention, forward + backward
+//   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
+//   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
+//     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
 //   cuda_gpt_step                                          the toy GPT's training step (tokens/s)
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
@@ -125,7 +126,32 @@ bool check_core(benchmark::State& state, const AttentionShape& s, bool backward_
          check_close(state, "cuda fused attention dv", in.v.grad(), dv);
 }
 
-void attn_core_case(benchmark::State& state, const AttentionShape& s, AttentionImpl impl, bool backward_too) {
+// The fused path on one set of kernels (cuda/runtime.h) for the length of a case.
+class KernelsForCase {
+ public:
+  explicit KernelsForCase(cuda::AttentionKernels k) { cuda::set_attention_kernels(k); }
+  ~KernelsForCase() { cuda::set_attention_kernels(before_); }
+  KernelsForCase(const KernelsForCase&) = delete;
+  KernelsForCase& operator=(const KernelsForCase&) = delete;
+
+ private:
+  cuda::AttentionKernels before_ = cuda::attention_kernels();
+};
+
+// A case's variant: its name in the case's name ("fused", "fused_tc", "composed"), the path and the kernels.
+struct AttentionVariant {
+  const char* name;
+  AttentionImpl impl;
+  cuda::AttentionKernels kernels;
+};
+constexpr AttentionVariant kFusedSimt{"fused", AttentionImpl::fused, cuda::AttentionKernels::simt};
+constexpr AttentionVariant kFusedTensorCore{"fused_tc", AttentionImpl::fused, cuda::AttentionKernels::tensor_core};
+constexpr AttentionVariant kComposed{"composed", AttentionImpl::composed, cuda::AttentionKernels::simt};
+
+void attn_core_case(benchmark::State& state, const AttentionShape& s, const AttentionVariant& variant,
+                    bool backward_too) {
+  const KernelsForCase kernels(variant.kernels);
+  const AttentionImpl impl = variant.impl;
   if (!check_core(state, s, backward_too)) return;
   const CoreInputs in = core_inputs(s, s.B);
   time_iterations(state, [&] { benchmark::DoNotOptimize(run_core(in, impl, backward_too).raw_data()); });
@@ -133,7 +159,8 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, AttentionI
   set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 48 : 16) * bhtd);
 }
 
-void mha_case(benchmark::State& state, const AttentionShape& s) {
+void mha_case(benchmark::State& state, const AttentionShape& s, cuda::AttentionKernels kernels_to_use) {
+  const KernelsForCase kernels(kernels_to_use);
   nn::MultiHeadAttentionConfig config;
   config.d_model = s.C;
   config.num_heads = s.H;
@@ -246,15 +273,17 @@ const bool registered = [] {
   for (std::int64_t n : {1024, 2048, 4096})
     register_gpu_case("cuda_matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n); });
   for (bool bwd : {false, true})
-    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
+    for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore, kComposed})
       for (const AttentionShape& s : kGpuShapes) {
-        if (impl == AttentionImpl::composed && s.T > 1024) continue;
-        const std::string name = std::string(bwd ? "cuda_attn_core_fwdbwd/" : "cuda_attn_core_fwd/") +
-                                 (impl == AttentionImpl::fused ? "fused/" : "composed/") + s.name;
-        register_gpu_case(name, [s, impl, bwd](benchmark::State& st) { attn_core_case(st, s, impl, bwd); });
+        if (variant.impl == AttentionImpl::composed && s.T > 1024) continue;
+        const std::string name = std::string(bwd ? "cuda_attn_core_fwdbwd/" : "cuda_attn_core_fwd/") + variant.name +
+                                 "/" + s.name;
+        register_gpu_case(name, [s, variant, bwd](benchmark::State& st) { attn_core_case(st, s, variant, bwd); });
       }
-  for (const AttentionShape& s : kGpuShapes)
-    register_gpu_case(std::string("cuda_mha_fwdbwd/fused/") + s.name, [s](benchmark::State& st) { mha_case(st, s); });
+  for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore})
+    for (const AttentionShape& s : kGpuShapes)
+      register_gpu_case(std::string("cuda_mha_fwdbwd/") + variant.name + "/" + s.name,
+                        [s, variant](benchmark::State& st) { mha_case(st, s, variant.kernels); });
 
   // Row ops at the XL shape: softmax over (B H T, T) scores, layer_norm over (B T, C),
   // cross_entropy over GPT-2's padded vocabulary. FLOP and byte formulas of bench_ops.cpp (fwd + bwd).

@@ -19,53 +19,24 @@
 // Causal tiles that are entirely hidden are never visited. Head dims up to
 // 128 are supported (kernels templated on the next of 32, 64, 128).
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
 
+#include "cuda/attention_common.cuh"
 #include "cuda/buffer.h"
-#include "cuda/device_utils.cuh"
-#include "cuda/launchers.h"
-#include "tensor/rng.h"
+#include "cuda/runtime.h"
 
 namespace attograd::cuda {
 namespace {
+
+using namespace attention_detail;
 
 constexpr int kWarps = 4;
 constexpr int kBlockThreads = kWarps * kWarp;
 constexpr int kRows = 4;                   // query (or key) rows per warp
 constexpr int kBlockRows = kWarps * kRows; // 16 rows owned by a block
 constexpr int kTile = 32;                  // rows per streamed tile: one per lane
-
-__device__ __forceinline__ const float* row_of(const AttentionRows& x, std::int64_t b, std::int64_t h,
-                                               std::int64_t t) {
-  return x.data + b * x.sb + h * x.sh + t * x.st;
-}
-
-// Key j is hidden from query i: out of range, in the causal future, or masked.
-__device__ __forceinline__ bool hidden(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i,
-                                       std::int64_t j) {
-  if (i >= p.Tq || j >= p.Tk || (p.causal && j > i)) return true;
-  return p.mask &&
-         p.mask[b * p.mask_strides[0] + h * p.mask_strides[1] + i * p.mask_strides[2] + j * p.mask_strides[3]];
-}
-
-// The dropout factor of weight (b, h, i, j): 0 or 1 / (1 - p), from the flat
-// index of the weight in a contiguous (B, H, Tq, Tk) tensor.
-__device__ __forceinline__ float dropout_factor(const AttentionProblem& p, std::int64_t b, std::int64_t h,
-                                                std::int64_t i, std::int64_t j) {
-  const auto flat = static_cast<std::uint64_t>(((b * p.H + h) * p.Tq + i) * p.Tk + j);
-  return philox_uniform(p.seed, p.offset, flat) < p.dropout_threshold ? 0.0f : p.keep_scale;
-}
-
-// Copies rows [t0, t0 + count) of (b, h) into shared memory with row pitch
-// `pitch`, zero beyond the tensor's rows and beyond D, and multiplied by `factor`.
-template <int DMax>
-__device__ __forceinline__ void load_rows(float* dst, int pitch, const AttentionRows& x, std::int64_t b,
-                                          std::int64_t h, std::int64_t t0, int count, std::int64_t T, std::int64_t D,
-                                          float factor = 1.0f) {
-  for (int e = threadIdx.x; e < count * DMax; e += kBlockThreads) {
-    const int r = e / DMax, d = e % DMax;
-    dst[r * pitch + d] = t0 + r < T && d < D ? row_of(x, b, h, t0 + r)[d] * factor : 0.0f;
-  }
-}
 
 // ---- forward -----------------------------------------------------------------------------------
 
@@ -90,7 +61,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
     __syncthreads();  // the previous (b, h) is done with shared memory
-    load_rows<DMax>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+    load_rows<DMax, kBlockThreads>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
 
     float o[kRows][kPerLane] = {};  // running sum of p v over the keys so far, rows of this warp
     float m[kRows], l[kRows];       // running max and running sum of exp(s - m)
@@ -101,8 +72,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
     for (std::int64_t j0 = 0; j0 < key_end; j0 += kTile) {
       __syncthreads();  // everyone is done with the previous tile
-      load_rows<DMax>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
-      load_rows<DMax>(vs, DMax, p.v, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(vs, DMax, p.v, b, h, j0, kTile, p.Tk, p.D);
       __syncthreads();
 
       // s[rr] = scale q_i . k_j for this lane's key j and the warp's rows i.
@@ -202,24 +173,6 @@ __global__ void attention_delta_kernel(AttentionProblem p, AttentionRows dout, A
   }
 }
 
-// With P = exp(s - lse) recomputed and Z the dropout factors:
-//   forward: o_i = sum_j P_ij Z_ij v_j
-//   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
-//       dS_ij = P_ij (dP_ij - delta_i);  dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
-// `Scores` computes, for this lane's query (dkdv) or key (dq) and the warp's 4
-// keys (or queries), the probability P Z and the scaled dS of each pair.
-struct PairGrads {
-  float pz, ds;  // P_ij Z_ij and scale * dS_ij
-};
-__device__ __forceinline__ PairGrads pair_grads(const AttentionProblem& p, std::int64_t b, std::int64_t h,
-                                               std::int64_t i, std::int64_t j, float s, float dpv, float lse_i,
-                                               float delta_i) {
-  if (lse_i == -INFINITY || hidden(p, b, h, i, j)) return {0.0f, 0.0f};  // every key hidden, or this one
-  const float prob = expf(s - lse_i);
-  const float z = p.dropout_threshold > 0 && prob != 0.0f ? dropout_factor(p, b, h, i, j) : 1.0f;
-  return {prob * z, p.scale * prob * (dpv * z - delta_i)};
-}
-
 template <int DMax>
 constexpr std::size_t dkdv_smem() {
   return sizeof(float) * (2 * kTile * (DMax + 1) + 2 * kBlockRows * DMax + 2 * kTile);
@@ -244,16 +197,16 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
     __syncthreads();
-    load_rows<DMax>(ks, DMax, p.k, b, h, j0, kBlockRows, p.Tk, p.D);
-    load_rows<DMax>(vs, DMax, p.v, b, h, j0, kBlockRows, p.Tk, p.D);
+    load_rows<DMax, kBlockThreads>(ks, DMax, p.k, b, h, j0, kBlockRows, p.Tk, p.D);
+    load_rows<DMax, kBlockThreads>(vs, DMax, p.v, b, h, j0, kBlockRows, p.Tk, p.D);
     float dk_acc[kRows][kPerLane] = {}, dv_acc[kRows][kPerLane] = {};
 
     // Causal: queries before j0 see none of these keys.
     const std::int64_t q_begin = p.causal ? j0 / kTile * kTile : 0;
     for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kTile) {
       __syncthreads();
-      load_rows<DMax>(qs, DMax + 1, p.q, b, h, q0, kTile, p.Tq, p.D);
-      load_rows<DMax>(dos, DMax + 1, dout, b, h, q0, kTile, p.Tq, p.D);
+      load_rows<DMax, kBlockThreads>(qs, DMax + 1, p.q, b, h, q0, kTile, p.Tq, p.D);
+      load_rows<DMax, kBlockThreads>(dos, DMax + 1, dout, b, h, q0, kTile, p.Tq, p.D);
       if (threadIdx.x < kTile) {
         const std::int64_t i = q0 + threadIdx.x;
         lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
@@ -333,8 +286,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
     __syncthreads();
-    load_rows<DMax>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
-    load_rows<DMax>(dos, DMax, dout, b, h, i0, kBlockRows, p.Tq, p.D);
+    load_rows<DMax, kBlockThreads>(qs, DMax, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+    load_rows<DMax, kBlockThreads>(dos, DMax, dout, b, h, i0, kBlockRows, p.Tq, p.D);
     float lse_r[kRows], delta_r[kRows];
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
@@ -347,8 +300,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
     for (std::int64_t j0 = 0; j0 < key_end; j0 += kTile) {
       __syncthreads();
-      load_rows<DMax>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
-      load_rows<DMax>(vs, DMax + 1, p.v, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(ks, DMax + 1, p.k, b, h, j0, kTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(vs, DMax + 1, p.v, b, h, j0, kTile, p.Tk, p.D);
       __syncthreads();
 
       const std::int64_t j = j0 + lane;  // this lane's key
@@ -394,44 +347,51 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// ---- launching --------------------------------------------------------------------------------
+// ---- choosing the kernels and launching ----------------------------------------------------
 
-// Kernels over (row blocks, B * H): grid.y is capped and the kernels loop over the rest.
-dim3 grid_over(std::int64_t rows, std::int64_t B, std::int64_t H) {
-  const std::int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
-  AG_CHECK(blocks <= 0x7fffffff, "attention", "sequence of {} rows is too long for the CUDA kernels", rows);
-  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<std::int64_t>(B * H, 65535)));
+// ATTOGRAD_CUDA_ATTENTION, read once; a value that names no kernel set stops the first
+// GPU attention with the variable's name, as ATTOGRAD_ATTENTION_ISA does on the CPU.
+AttentionKernels kernels_from_environment() {
+  const char* env = std::getenv("ATTOGRAD_CUDA_ATTENTION");
+  if (env == nullptr || *env == '\0') return AttentionKernels::simt;
+  for (AttentionKernels k : {AttentionKernels::simt, AttentionKernels::tensor_core})
+    if (std::strcmp(env, attention_kernels_name(k)) == 0) return k;
+  fail("attention", "ATTOGRAD_CUDA_ATTENTION={} is not one of simt, tensor-core", env);
 }
 
-// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
-template <typename Kernel>
-void allow_shared_memory(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
-// Calls fn(std::integral_constant<int, DMax>{}) for the smallest supported DMax >= D.
-template <typename Fn>
-void with_head_dim(std::int64_t D, Fn fn) {
-  if (D <= 32) return fn(std::integral_constant<int, 32>{});
-  if (D <= 64) return fn(std::integral_constant<int, 64>{});
-  if (D <= kAttentionMaxHeadDim) return fn(std::integral_constant<int, 128>{});
-  fail("attention", "head dim {} is above the CUDA kernels' maximum of {}", D, kAttentionMaxHeadDim);
+std::optional<AttentionKernels>& chosen_kernels() {
+  static std::optional<AttentionKernels> chosen;
+  return chosen;
 }
 
 }  // namespace
 
+const char* attention_kernels_name(AttentionKernels k) {
+  return k == AttentionKernels::tensor_core ? "tensor-core" : "simt";
+}
+
+AttentionKernels attention_kernels() {
+  std::optional<AttentionKernels>& chosen = chosen_kernels();
+  if (!chosen) chosen = kernels_from_environment();
+  return *chosen;
+}
+
+void set_attention_kernels(AttentionKernels k) { chosen_kernels() = k; }
+
 void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
                        std::int64_t out_st, float* lse, float* weights, cudaStream_t stream) {
   if (p.B * p.H * p.Tq == 0) return;
-  with_head_dim(p.D, [&](auto dmax) {
-    constexpr int DMax = decltype(dmax)::value;
-    constexpr std::size_t smem = forward_smem<DMax>();
-    allow_shared_memory(attention_forward_kernel<DMax>, smem);
-    launch(attention_forward_kernel<DMax>, grid_over(p.Tq, p.B, p.H), kBlockThreads, smem, stream, p, out, out_sb,
-           out_sh, out_st, lse);
-    CUDA_CHECK_LAUNCH();
-  });
+  if (attention_kernels() == AttentionKernels::tensor_core)
+    attention_forward_tensor_core(p, out, out_sb, out_sh, out_st, lse, stream);
+  else
+    with_head_dim(p.D, [&](auto dmax) {
+      constexpr int DMax = decltype(dmax)::value;
+      constexpr std::size_t smem = forward_smem<DMax>();
+      allow_shared_memory(attention_forward_kernel<DMax>, smem);
+      launch(attention_forward_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, smem, stream, p, out,
+             out_sb, out_sh, out_st, lse);
+      CUDA_CHECK_LAUNCH();
+    });
   if (weights) {
     const std::int64_t rows = p.B * p.H * p.Tq;
     launch(attention_weights_kernel, static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kBlockThreads, 0,
@@ -453,16 +413,18 @@ void attention_backward(const AttentionProblem& p, AttentionRows dout, Attention
   DeviceBuffer delta(sizeof(float) * rows);  // (B, H, Tq)
   launch(attention_delta_kernel, grid_for(rows * kWarp), kThreads, 0, stream, p, dout, out, delta.as<float>());
   CUDA_CHECK_LAUNCH();
+  if (attention_kernels() == AttentionKernels::tensor_core)
+    return attention_backward_tensor_core(p, dout, lse, delta.as<const float>(), dq, dk, dv, stream);
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();
     allow_shared_memory(attention_dkdv_kernel<DMax>, kv_smem);
-    launch(attention_dkdv_kernel<DMax>, grid_over(p.Tk, p.B, p.H), kBlockThreads, kv_smem, stream, p, dout, lse,
-           delta.as<const float>(), dk, dv);
+    launch(attention_dkdv_kernel<DMax>, grid_over(p.Tk, kBlockRows, p.B, p.H), kBlockThreads, kv_smem, stream, p, dout,
+           lse, delta.as<const float>(), dk, dv);
     CUDA_CHECK_LAUNCH();
     allow_shared_memory(attention_dq_kernel<DMax>, q_smem);
-    launch(attention_dq_kernel<DMax>, grid_over(p.Tq, p.B, p.H), kBlockThreads, q_smem, stream, p, dout, lse,
-           delta.as<const float>(), dq);
+    launch(attention_dq_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, q_smem, stream, p, dout,
+           lse, delta.as<const float>(), dq);
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -40,6 +40,17 @@ void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int dev
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device);
 void synchronize(int device);
 
+// The kernels behind fused attention on a GPU (cuda/attention.cu): `simt`, float32
+// FMAs on the CUDA cores, or `tensor_core`, mma.sync on TF32 operands with each
+// float32 split in two (3xTF32: float32 accuracy, cuda/mma.cuh; sm_80 and newer).
+// The environment's ATTOGRAD_CUDA_ATTENTION=simt|tensor-core chooses at the first
+// call, simt when unset; set_attention_kernels changes it for the whole process
+// (tests and benchmarks run both). Not thread-safe against attention running.
+enum class AttentionKernels { simt, tensor_core };
+AttentionKernels attention_kernels();
+void set_attention_kernels(AttentionKernels kernels);
+const char* attention_kernels_name(AttentionKernels kernels);  // "simt", "tensor-core"
+
 // Milliseconds the GPU spends on the work `fn` queues on `device`: CUDA events
 // recorded on the device's stream before and after fn, then waited for. For
 // benchmarks (Google Benchmark's UseManualTime).

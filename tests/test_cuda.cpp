@@ -580,6 +580,20 @@ TEST_CASE("cuda: cat matches the CPU, forward and backward", "[cuda]") {
 
 // ---- attention ---------------------------------------------------------------------------------------
 
+// Runs body once with each set of fused attention kernels (cuda/runtime.h),
+// restoring the process's choice afterwards, whatever body throws.
+void for_each_attention_kernels(const std::function<void()>& body) {
+  struct Restore {
+    cuda::AttentionKernels before = cuda::attention_kernels();
+    ~Restore() { cuda::set_attention_kernels(before); }
+  } restore;
+  for (cuda::AttentionKernels k : {cuda::AttentionKernels::simt, cuda::AttentionKernels::tensor_core}) {
+    cuda::set_attention_kernels(k);
+    INFO("attention kernels: " << cuda::attention_kernels_name(k));
+    body();
+  }
+}
+
 TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   struct Case {
@@ -592,37 +606,46 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
       {1, 1, 1, 1, 1, false, 0, false},   {2, 3, 5, 5, 7, true, 0, false},    {2, 2, 37, 37, 32, true, 0, false},
       {1, 2, 64, 64, 64, true, 0, false}, {2, 1, 33, 70, 13, false, 0, true}, {1, 1, 130, 130, 128, true, 0, false},
       {1, 2, 17, 17, 100, true, 0.2, false}, {2, 2, 40, 24, 16, true, 0.1, true}};
-  for (const Case& c : cases) {
-    const std::string what = fmt::format("attention B={} H={} Tq={} Tk={} D={} causal={} dropout={} mask={}", c.B, c.H,
-                                         c.Tq, c.Tk, c.D, c.causal, c.dropout, c.mask);
-    // q as multi-head attention makes it: a (B, T, H, D) tensor seen as (B, H, T, D).
-    const Tensor q_bthd = input({c.B, c.Tq, c.H, c.D}, DType::f32, Layout::contiguous, 90);
-    const Tensor q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
-    const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 91);
-    const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::offset, 92);
-    // Batch b hides its first b keys and its last 2b: with causal on, query 0
-    // of batch 1 then sees no key at all (a zero row, zero gradients).
-    Tensor mask;
-    if (c.mask) {
-      mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
-      for (std::int64_t b = 0; b < c.B; ++b)
-        for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
+  for_each_attention_kernels([&] {
+    for (const Case& c : cases) {
+      const std::string what = fmt::format("attention ({}) B={} H={} Tq={} Tk={} D={} causal={} dropout={} mask={}",
+                                           cuda::attention_kernels_name(cuda::attention_kernels()), c.B, c.H, c.Tq,
+                                           c.Tk, c.D, c.causal, c.dropout, c.mask);
+      // q as multi-head attention makes it: a (B, T, H, D) tensor seen as (B, H, T, D).
+      const Tensor q_bthd = input({c.B, c.Tq, c.H, c.D}, DType::f32, Layout::contiguous, 90);
+      const Tensor q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
+      const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 91);
+      const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::offset, 92);
+      // Batch b hides its first b keys and its last 2b: with causal on, query 0
+      // of batch 1 then sees no key at all (a zero row, zero gradients).
+      Tensor mask;
+      if (c.mask) {
+        mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
+        for (std::int64_t b = 0; b < c.B; ++b)
+          for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
+      }
+      for (bool weights : {false, true}) {
+        std::vector<Tensor> returned_weights;  // cpu's, then gpu's
+        require_op_parity(what + (weights ? " with weights" : ""),
+                          [&](const std::vector<Tensor>& in) {
+                            Generator gen(1234);  // the same dropout stream on each device
+                            const bool gpu = in[0].device().is_cuda();
+                            AttentionOptions o{.causal = c.causal,
+                                               .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
+                                               .dropout_p = c.dropout,
+                                               .training = true,
+                                               .generator = &gen,
+                                               .return_weights = weights,
+                                               .impl = AttentionImpl::fused};
+                            const AttentionOutput r = attention(in[0], in[1], in[2], o);
+                            returned_weights.push_back(r.weights);
+                            return r.out;
+                          },
+                          {q, k, v});
+        if (weights) require_parity(returned_weights[1], returned_weights[0], what + " weights");
+      }
     }
-    for (bool weights : {false, true}) {
-      std::vector<Tensor> returned_weights;  // cpu's, then gpu's
-      require_op_parity(what + (weights ? " with weights" : ""), [&](const std::vector<Tensor>& in) {
-        Generator gen(1234);  // the same dropout stream on each device
-        const bool gpu = in[0].device().is_cuda();
-        AttentionOptions o{.causal = c.causal, .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
-                           .dropout_p = c.dropout, .training = true, .generator = &gen, .return_weights = weights,
-                           .impl = AttentionImpl::fused};
-        const AttentionOutput r = attention(in[0], in[1], in[2], o);
-        returned_weights.push_back(r.weights);
-        return r.out;
-      }, {q, k, v});
-      if (weights) require_parity(returned_weights[1], returned_weights[0], what + " weights");
-    }
-  }
+  });
 }
 
 TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cuda]") {
@@ -630,21 +653,23 @@ TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cu
   const Tensor q = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
   const Tensor k = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
   const Tensor v = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
-  std::vector<Tensor> outs, grads;
-  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
-    Generator gen(5);
-    const Tensor out = attention(q, k, v, {.causal = true, .dropout_p = 0.25, .generator = &gen, .impl = impl}).out;
-    for (const Tensor* t : {&q, &k, &v}) t->set_grad({});
-    backward(sum(mul(out, out)));
-    outs.push_back(on_cpu(out));
-    for (const Tensor* t : {&q, &k, &v}) grads.push_back(on_cpu(t->grad()));
-  }
-  const Tolerance tol = parity(DType::f32);
-  REQUIRE(all_close(outs[0], outs[1], tol.atol, tol.rtol));
-  for (int i = 0; i < 3; ++i) {
-    INFO("grad " << i << ": max diff " << max_abs_diff(grads[i], grads[3 + i]));
-    REQUIRE(all_close(grads[i], grads[3 + i], tol.atol, tol.rtol));
-  }
+  for_each_attention_kernels([&] {
+    std::vector<Tensor> outs, grads;
+    for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+      Generator gen(5);
+      const Tensor out = attention(q, k, v, {.causal = true, .dropout_p = 0.25, .generator = &gen, .impl = impl}).out;
+      for (const Tensor* t : {&q, &k, &v}) t->set_grad({});
+      backward(sum(mul(out, out)));
+      outs.push_back(on_cpu(out));
+      for (const Tensor* t : {&q, &k, &v}) grads.push_back(on_cpu(t->grad()));
+    }
+    const Tolerance tol = parity(DType::f32);
+    REQUIRE(all_close(outs[0], outs[1], tol.atol, tol.rtol));
+    for (int i = 0; i < 3; ++i) {
+      INFO("grad " << i << ": max diff " << max_abs_diff(grads[i], grads[3 + i]));
+      REQUIRE(all_close(grads[i], grads[3 + i], tol.atol, tol.rtol));
+    }
+  });
 }
 
 // A NaN score once made the lanes of a warp disagree on a row's max (a NaN-skipping max answers by
@@ -653,23 +678,25 @@ TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cu
 // query its own row, and nothing else.
 TEST_CASE("cuda: fused attention with NaN inputs gives the CPU's NaNs", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  for (bool causal : {true, false}) {
-    Tensor q = kernels::clone(randn({1, 2, 70, 32})), k = kernels::clone(randn({1, 2, 70, 32}));
-    const Tensor v = randn({1, 2, 70, 32});
-    k.data<float>()[5 * 32 + 3] = std::nanf("");         // head 0, key 5
-    q.data<float>()[(70 + 40) * 32 + 7] = std::nanf("");  // head 1, query 40
-    const AttentionOptions o{.causal = causal, .impl = AttentionImpl::fused};
-    const Tensor cpu = attention(q, k, v, o).out;
-    const Tensor gpu = on_cpu(attention(on_gpu(q), on_gpu(k), on_gpu(v), o).out);
-    for (std::int64_t h = 0; h < 2; ++h)
-      for (std::int64_t i = 0; i < 70; ++i) {
-        INFO("causal " << causal << " head " << h << " query " << i);
-        const bool expected = h == 0 ? (!causal || i >= 5) : i == 40;
-        REQUIRE(std::isnan(cpu.at({0, h, i, 0})) == expected);
-        REQUIRE(std::isnan(gpu.at({0, h, i, 0})) == expected);
-        REQUIRE(std::isnan(gpu.at({0, h, i, 31})) == expected);
-      }
-  }
+  for_each_attention_kernels([] {
+    for (bool causal : {true, false}) {
+      Tensor q = kernels::clone(randn({1, 2, 70, 32})), k = kernels::clone(randn({1, 2, 70, 32}));
+      const Tensor v = randn({1, 2, 70, 32});
+      k.data<float>()[5 * 32 + 3] = std::nanf("");          // head 0, key 5
+      q.data<float>()[(70 + 40) * 32 + 7] = std::nanf("");  // head 1, query 40
+      const AttentionOptions o{.causal = causal, .impl = AttentionImpl::fused};
+      const Tensor cpu = attention(q, k, v, o).out;
+      const Tensor gpu = on_cpu(attention(on_gpu(q), on_gpu(k), on_gpu(v), o).out);
+      for (std::int64_t h = 0; h < 2; ++h)
+        for (std::int64_t i = 0; i < 70; ++i) {
+          INFO("causal " << causal << " head " << h << " query " << i);
+          const bool expected = h == 0 ? (!causal || i >= 5) : i == 40;
+          REQUIRE(std::isnan(cpu.at({0, h, i, 0})) == expected);
+          REQUIRE(std::isnan(gpu.at({0, h, i, 0})) == expected);
+          REQUIRE(std::isnan(gpu.at({0, h, i, 31})) == expected);
+        }
+    }
+  });
 }
 
 // ---- optimizer and a training step -------------------------------------------------------------------

@@ -9,7 +9,9 @@
 #include <ucontext.h>
 #endif
 
+#include <array>
 #include <bit>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -129,9 +131,12 @@ struct Barrier {
   unsigned mask = 0;  // warps: the lanes taking part in this round
 };
 
+// What each lane of a warp published in one round of an exchange.
+using LaneValues = std::array<std::array<std::byte, kMaxExchangeBytes>, kWarp>;
+
 struct Warp {
   Barrier barrier;
-  std::uint64_t values[2][kWarp] = {};  // by generation parity: a round's values stay until all lanes read them
+  LaneValues values[2] = {};  // by generation parity: a round's values stay until all lanes read them
 };
 
 // One CUDA thread of the block being run.
@@ -192,12 +197,14 @@ class BlockRunner {
   void* dynamic_shared() { return shared_; }
   void syncthreads() { arrive(block_barrier_, thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
+  void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
   int lane() const { return linear(current().where.thread) % kWarp; }
 
  private:
   static void worker_main();
   int linear(uint3 t) const { return static_cast<int>(t.x + block_.x * (t.y + block_.y * t.z)); }
   void arrive(Barrier& barrier, int expected, const char* where);
+  const LaneValues& publish(unsigned mask, const void* mine, std::size_t bytes, int source);
   void switch_to(Worker& worker);
   void switch_out(Worker& worker);
   [[noreturn]] void stuck();
@@ -228,7 +235,11 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   thread_count_ = static_cast<int>(block.x * block.y * block.z);
   started_ = finished_ = 0;
   block_barrier_ = Barrier{};
-  warps_.assign(static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp), Warp{});
+  // Only the barriers start afresh: every round writes a lane's values before any lane reads them,
+  // so the warps' 4 KiB of values need no clearing for each of a grid's many blocks.
+  const auto warps = static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp);
+  if (warps_.size() < warps) warps_.resize(warps);
+  for (std::size_t w = 0; w < warps; ++w) warps_[w].barrier = Barrier{};
   threads_.assign(static_cast<std::size_t>(thread_count_), Thread{});
   for (int t = 0; t < thread_count_; ++t) {
     const unsigned ut = static_cast<unsigned>(t);
@@ -336,7 +347,9 @@ void BlockRunner::arrive(Barrier& barrier, int expected, const char* where) {
   t.watched = nullptr, t.waits_at = nullptr;
 }
 
-std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
+// One round of lane exchange: this lane publishes `bytes` of `mine` and waits
+// for the other lanes of `mask`; then the round's values are every lane's.
+const LaneValues& BlockRunner::publish(unsigned mask, const void* mine, std::size_t bytes, int source) {
   const int me = linear(current().where.thread), lane = me % kWarp;
   Warp& warp = warps_[static_cast<std::size_t>(me / kWarp)];
   const auto fail = [&](const char* what) {
@@ -352,9 +365,20 @@ std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int sourc
   else if (warp.barrier.mask != mask)
     fail("whose mask differs from the other lanes'");
   const int parity = static_cast<int>(warp.barrier.generation & 1u);
-  warp.values[parity][lane] = bits;
+  std::memcpy(warp.values[parity][lane].data(), mine, bytes);
   arrive(warp.barrier, std::popcount(mask), "a shuffle");
-  return source < 0 ? bits : warp.values[parity][source];
+  return warp.values[parity];
+}
+
+std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
+  const LaneValues& values = publish(mask, &bits, sizeof bits, source);
+  if (source >= 0) std::memcpy(&bits, values[source].data(), sizeof bits);
+  return bits;
+}
+
+void BlockRunner::all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
+  const LaneValues& values = publish(mask, mine, bytes, -1);
+  for (int l = 0; l < kWarp; ++l) std::memcpy(static_cast<std::byte*>(all) + l * bytes, values[l].data(), bytes);
 }
 
 void BlockRunner::stuck() {
@@ -397,6 +421,15 @@ void* dynamic_shared_memory() {
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane) {
   require_kernel("a shuffle");
   return runner.exchange(mask, bits, source_lane);
+}
+void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
+  require_kernel("a warp's exchange");
+  if (bytes > kMaxExchangeBytes) {
+    std::fprintf(stderr, "emulated CUDA: a warp's exchange of %zu bytes a lane, more than %zu\n", bytes,
+                 kMaxExchangeBytes);
+    std::abort();
+  }
+  runner.all_gather(mask, mine, bytes, all);
 }
 int lane() {
   require_kernel("a shuffle");

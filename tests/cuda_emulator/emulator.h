@@ -54,6 +54,18 @@ void* dynamic_shared_memory();
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane);
 int lane();
 
+// Every lane in `mask` publishes `bytes` of `mine` and gets every lane's in
+// `all` (32 x bytes; lanes outside the mask leave theirs unspecified): one
+// round, where 32 shuffles would take 32. What the emulated tensor-core
+// product (cuda/mma.cuh) needs: each lane's result reads the whole warp's operands.
+constexpr std::size_t kMaxExchangeBytes = 64;
+void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
+template <typename T>
+void warp_all_gather(unsigned mask, const T& mine, T (&all)[32]) {
+  static_assert(sizeof(T) <= kMaxExchangeBytes && std::is_trivially_copyable_v<T>);
+  all_gather(mask, &mine, sizeof(T), all);
+}
+
 template <typename T>
 T shuffle(unsigned mask, T value, int source_lane) {
   static_assert(sizeof(T) <= sizeof(std::uint64_t) && std::is_trivially_copyable_v<T>);

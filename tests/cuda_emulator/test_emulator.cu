@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/device_utils.cuh"
+#include "cuda/mma.cuh"
 
 using attograd::cuda::launch;
 
@@ -78,7 +79,90 @@ __global__ void mismatched_masks_kernel(int* out) {
   out[threadIdx.x] = __shfl_xor_sync(threadIdx.x == 5 ? 0xffffff7fu : 0xffffffffu, 1, 1);
 }
 
+// One warp: C = A B (A 16 x 8, B 8 x 8, row major) through the fragments of
+// cuda/mma.cuh's layout, as one TF32 product (c1) and as 3xTF32 (c3).
+__global__ void warp_product_kernel(const float* A, const float* B, float* c1, float* c3) {
+  using namespace attograd::cuda;
+  const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+  const float a[4] = {A[g * 8 + t], A[(g + 8) * 8 + t], A[g * 8 + t + 4], A[(g + 8) * 8 + t + 4]};
+  const float b[2] = {B[t * 8 + g], B[(t + 4) * 8 + g]};
+  const SplitFragment<4> as = split_tf32(a);
+  const SplitFragment<2> bs = split_tf32(b);
+  float one[4] = {}, three[4] = {};
+  mma_tf32(one, as.big, bs.big);
+  mma_3xtf32(three, as, bs);
+  for (int r = 0; r < 4; ++r) {
+    const int at = (g + 8 * (r / 2)) * 8 + 2 * t + r % 2;
+    c1[at] = one[r], c3[at] = three[r];
+  }
+}
+
+// All 32 lanes publish 3 ints; each checks it got every lane's.
+__global__ void all_gather_kernel(int* wrong) {
+  struct Three {
+    int v[3];
+  };
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  Three all[32];
+  ::emu::warp_all_gather(0xffffffffu, Three{{lane, warp, lane * lane}}, all);
+  int bad = 0;
+  for (int l = 0; l < 32; ++l) bad += all[l].v[0] != l || all[l].v[1] != warp || all[l].v[2] != l * l;
+  wrong[threadIdx.x] = bad;
+}
+
 }  // namespace
+
+TEST_CASE("emulator: a warp's all-gather gives every lane every lane's values", "[emulator]") {
+  DeviceArray<int> wrong(64);
+  launch(all_gather_kernel, 1, 64, 0, nullptr, wrong.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  for (int w : wrong.read()) CHECK(w == 0);
+}
+
+// The emulated tensor-core product follows the PTX ISA's m16n8k8 fragments, and
+// 3xTF32 is float32-accurate where one TF32 product is not. (What a GPU makes
+// of the same fragments, the fused attention tests check there.)
+TEST_CASE("emulator: TF32 rounding, and the tensor-core product in TF32 and 3xTF32", "[emulator]") {
+  using attograd::cuda::split_tf32;
+  using attograd::cuda::tf32_value;
+  using attograd::cuda::to_tf32;
+  // Halfway between two TF32 numbers rounds away from zero; inf and NaN stay.
+  CHECK(tf32_value(to_tf32(1.0f + 0x1p-11f)) == 1.0f + 0x1p-10f);
+  CHECK(tf32_value(to_tf32(-(1.0f + 0x1p-11f))) == -(1.0f + 0x1p-10f));
+  CHECK(tf32_value(to_tf32(1.0f + 0x1p-12f)) == 1.0f);
+  CHECK(tf32_value(to_tf32(INFINITY)) == INFINITY);
+  CHECK(std::isnan(tf32_value(to_tf32(NAN))));
+  const float x[2] = {1.0f / 3.0f, -INFINITY};
+  const auto split = split_tf32(x);
+  // The small part keeps 11 of the remainder's 13 bits: big + small is x to about 2^-22.
+  const double rejoined = static_cast<double>(tf32_value(split.big[0])) + tf32_value(split.small[0]);
+  CHECK(std::abs(rejoined - x[0]) <= 0x1p-22 * x[0]);
+  CHECK(std::abs(tf32_value(split.big[0]) - x[0]) > 0x1p-14 * x[0]);  // big alone is not
+  CHECK(tf32_value(split.big[1]) == -INFINITY);
+  CHECK(tf32_value(split.small[1]) == 0.0f);
+
+  std::vector<float> a(16 * 8), b(8 * 8);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(1.7f * static_cast<float>(i) + 0.3f);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(2.3f * static_cast<float>(i));
+  DeviceArray<float> da(a.size()), db(b.size()), c1(16 * 8), c3(16 * 8);
+  REQUIRE(cudaMemcpyAsync(da.p, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(db.p, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  launch(warp_product_kernel, 1, 32, 0, nullptr, da.p, db.p, c1.p, c3.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> one = c1.read(), three = c3.read();
+  double worst_one = 0, worst_three = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = 0;
+      for (int k = 0; k < 8; ++k) want += static_cast<double>(a[i * 8 + k]) * b[k * 8 + j];
+      worst_one = std::max(worst_one, std::abs(one[i * 8 + j] - want));
+      worst_three = std::max(worst_three, std::abs(three[i * 8 + j] - want));
+    }
+  // |a b| <= 8 here: float32 rounding of the sum is about 8 x 2^-24; TF32's operands lose 2^-11 each.
+  CHECK(worst_three < 1e-6);
+  CHECK(worst_one > 1e-4);
+  CHECK(worst_one < 8 * 2 * 0x1p-11);
+}
 
 TEST_CASE("emulator: __syncthreads orders shared memory within each block", "[emulator]") {
   DeviceArray<int> out(3);

@@ -1,0 +1,101 @@
+#pragma once
+// What the two sets of fused attention kernels share (cuda/attention.cu, SIMT
+// float32; cuda/attention_tensor_core.cu, mma.sync): how a (b, h, t) row is
+// found, which keys a query sees, the dropout factor of each weight, the
+// gradients of one (query, key) pair, and the launch plumbing. The math is
+// tensor/cpu/attention.cpp's. Included by those two files only.
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+#include "tensor/error.h"
+#include "tensor/rng.h"
+
+namespace attograd::cuda::attention_detail {
+
+__device__ __forceinline__ const float* row_of(const AttentionRows& x, std::int64_t b, std::int64_t h, std::int64_t t) {
+  return x.data + b * x.sb + h * x.sh + t * x.st;
+}
+
+// Key j is hidden from query i: out of range, in the causal future, or masked.
+__device__ __forceinline__ bool hidden(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i,
+                                       std::int64_t j) {
+  if (i >= p.Tq || j >= p.Tk || (p.causal && j > i)) return true;
+  return p.mask &&
+         p.mask[b * p.mask_strides[0] + h * p.mask_strides[1] + i * p.mask_strides[2] + j * p.mask_strides[3]];
+}
+
+// The dropout factor of weight (b, h, i, j): 0 or 1 / (1 - p), from the flat
+// index of the weight in a contiguous (B, H, Tq, Tk) tensor.
+__device__ __forceinline__ float dropout_factor(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                                                std::int64_t i, std::int64_t j) {
+  const auto flat = static_cast<std::uint64_t>(((b * p.H + h) * p.Tq + i) * p.Tk + j);
+  return philox_uniform(p.seed, p.offset, flat) < p.dropout_threshold ? 0.0f : p.keep_scale;
+}
+
+// The block's Threads threads copy rows [t0, t0 + count) of (b, h) into shared
+// memory with row pitch `pitch`, zero beyond the tensor's rows and beyond D,
+// and multiplied by `factor`.
+template <int DMax, int Threads>
+__device__ __forceinline__ void load_rows(float* dst, int pitch, const AttentionRows& x, std::int64_t b, std::int64_t h,
+                                          std::int64_t t0, int count, std::int64_t T, std::int64_t D,
+                                          float factor = 1.0f) {
+  for (int e = threadIdx.x; e < count * DMax; e += Threads) {
+    const int r = e / DMax, d = e % DMax;
+    dst[r * pitch + d] = t0 + r < T && d < D ? row_of(x, b, h, t0 + r)[d] * factor : 0.0f;
+  }
+}
+
+// With P = exp(s - lse) recomputed and Z the dropout factors:
+//   forward: o_i = sum_j P_ij Z_ij v_j
+//   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
+//       dS_ij = P_ij (dP_ij - delta_i);  dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
+// pair_grads gives, for one pair with score s (scale included) and dpv = do_i . v_j,
+// the probability P Z and the scaled dS.
+struct PairGrads {
+  float pz, ds;  // P_ij Z_ij and scale * dS_ij
+};
+__device__ __forceinline__ PairGrads pair_grads(const AttentionProblem& p, std::int64_t b, std::int64_t h,
+                                                std::int64_t i, std::int64_t j, float s, float dpv, float lse_i,
+                                                float delta_i) {
+  if (lse_i == -INFINITY || hidden(p, b, h, i, j)) return {0.0f, 0.0f};  // every key hidden, or this one
+  const float prob = expf(s - lse_i);
+  const float z = p.dropout_threshold > 0 && prob != 0.0f ? dropout_factor(p, b, h, i, j) : 1.0f;
+  return {prob * z, p.scale * prob * (dpv * z - delta_i)};
+}
+
+// ---- launching --------------------------------------------------------------------------------
+
+// Kernels over (blocks of BlockRows rows, B * H): grid.y is capped and the kernels loop over the rest.
+inline dim3 grid_over(std::int64_t rows, int block_rows, std::int64_t B, std::int64_t H) {
+  const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
+  AG_CHECK(blocks <= 0x7fffffff, "attention", "sequence of {} rows is too long for the CUDA kernels", rows);
+  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<std::int64_t>(B * H, 65535)));
+}
+
+// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
+// Calls fn(std::integral_constant<int, DMax>{}) for the smallest supported DMax >= D.
+template <typename Fn>
+void with_head_dim(std::int64_t D, Fn fn) {
+  if (D <= 32) return fn(std::integral_constant<int, 32>{});
+  if (D <= 64) return fn(std::integral_constant<int, 64>{});
+  if (D <= kAttentionMaxHeadDim) return fn(std::integral_constant<int, 128>{});
+  fail("attention", "head dim {} is above the CUDA kernels' maximum of {}", D, kAttentionMaxHeadDim);
+}
+
+// The tensor-core kernels (cuda/attention_tensor_core.cu), launched by
+// attention.cu's entry points when they are the chosen set. Same arguments;
+// the backward takes delta (B, H, Tq) already computed.
+void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                                   std::int64_t out_st, float* lse, cudaStream_t stream);
+void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
+                                    float* dq, float* dk, float* dv, cudaStream_t stream);
+
+}  // namespace attograd::cuda::attention_detail

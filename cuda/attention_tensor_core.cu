@@ -1,0 +1,365 @@
+// Fused attention on the tensor cores: attention.cu's algorithm, masking,
+// dropout stream and conventions (read it first), with every product of two
+// tiles a warp's mma.sync in float32 accuracy (3xTF32, cuda/mma.cuh).
+//
+// A block of 4 warps owns 64 rows of one (b, h) (queries; keys in the dK/dV
+// kernel), each warp 16: the height of one mma tile. Tiles of the other side
+// (keys; queries) stream through shared memory, 64 rows at a time in the
+// forward and 32 in the backward, whose kernels keep four accumulators live.
+// A warp's scores for its 16 rows stay in mma accumulators, and the softmax
+// works on them there: lane (g, t) = (lane / 4, lane % 4) holds rows g and
+// g + 8 and, of each 8-column block, columns 2t and 2t + 1. So a row's max and
+// sum are the lane's own values and then two shuffles within its quad of lanes.
+//
+// The scores then become the A operand of the next product (P V, dS K, ...)
+// without moving. A's layout wants columns t and t + 4 where the lane holds 2t
+// and 2t + 1; but the product sums over the columns, and the order of a sum's
+// terms is ours to choose as long as B's rows follow it: A's column t is the
+// block's column 2t and column t + 4 is 2t + 1, so B's row t is read from row
+// 2t of the tile in shared memory and row t + 4 from row 2t + 1.
+//
+// Shared memory rows have a pitch of DMax + 4 floats, so that the 32 lanes'
+// fragment reads (row g or 2t, column t or g) fall in 32 different banks.
+#include <cstdint>
+
+#include "cuda/attention_common.cuh"
+#include "cuda/mma.cuh"
+
+namespace attograd::cuda::attention_detail {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = kWarps * kWarp;
+constexpr int kWarpRows = 16;                   // one mma tile's height
+constexpr int kBlockRows = kWarps * kWarpRows;  // 64
+constexpr int kForwardTile = 64;                // keys per streamed tile in the forward
+constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
+
+template <int DMax>
+constexpr int kPitch = DMax + 4;  // floats per shared memory row
+
+// The row (of the warp's 16) and the column (of the tile) of accumulator value
+// acc[n][r] of lane (g, t).
+__device__ __forceinline__ int acc_row(int g, int r) { return g + 8 * (r / 2); }
+__device__ __forceinline__ int acc_col(int t, int n, int r) { return 8 * n + 2 * t + r % 2; }
+
+// acc (16 x 8N) += A B^T: A the warp's 16 rows at `a`, B the tile's 8N rows at
+// `b`, both (rows, DMax) in shared memory.
+template <int N, int DMax>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const float* a, const float* b, int g, int t) {
+  constexpr int P = kPitch<DMax>;
+#pragma unroll
+  for (int k0 = 0; k0 < DMax; k0 += 8) {
+    const float af[4] = {a[g * P + k0 + t], a[(g + 8) * P + k0 + t], a[g * P + k0 + t + 4],
+                         a[(g + 8) * P + k0 + t + 4]};
+    const SplitFragment<4> as = split_tf32(af);
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const float bf[2] = {b[(8 * n + g) * P + k0 + t], b[(8 * n + g) * P + k0 + t + 4]};
+      mma_3xtf32(acc[n], as, split_tf32(bf));
+    }
+  }
+}
+
+// acc (16 x DMax) += S V: S (16 x 8KB) the warp's accumulator values `s`, V the
+// tile's 8KB rows at `v`, (rows, DMax) in shared memory. Rows of V are read in
+// the order of the columns of S as the A operand (see the top of the file).
+template <int KB, int DMax>
+__device__ __forceinline__ void scores_times_rows(float (&acc)[DMax / 8][4], const float (&s)[KB][4], const float* v,
+                                                  int g, int t) {
+  constexpr int P = kPitch<DMax>;
+#pragma unroll
+  for (int kb = 0; kb < KB; ++kb) {
+    const float af[4] = {s[kb][0], s[kb][2], s[kb][1], s[kb][3]};
+    const SplitFragment<4> as = split_tf32(af);
+    const float* v0 = v + (8 * kb + 2 * t) * P;
+#pragma unroll
+    for (int n = 0; n < DMax / 8; ++n) {
+      const float bf[2] = {v0[8 * n + g], v0[P + 8 * n + g]};
+      mma_3xtf32(acc[n], as, split_tf32(bf));
+    }
+  }
+}
+
+// Sums v over the 4 lanes of a quad (the lanes that share an accumulator row).
+template <typename Op>
+__device__ __forceinline__ float quad_reduce(float v, Op op) {
+  v = op(v, __shfl_xor_sync(kFullMask, v, 1));
+  return op(v, __shfl_xor_sync(kFullMask, v, 2));
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+template <int DMax>
+constexpr std::size_t forward_smem() {
+  return sizeof(float) * (kBlockRows + 2 * kForwardTile) * kPitch<DMax>;
+}
+
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_tc_kernel(AttentionProblem p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                                std::int64_t out_st, float* lse) {
+  constexpr int P = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
+  float* smem = dynamic_shared_memory<float>();
+  float* qs = smem;                   // (64, P): the block's queries, times scale
+  float* ks = qs + kBlockRows * P;    // (64, P): key tile
+  float* vs = ks + kForwardTile * P;  // (64, P): value tile
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
+  const float neg_inf = -INFINITY;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();  // the previous (b, h) is done with shared memory
+    load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+
+    float o[ND][4] = {};                         // running sum of p v, rows g and g + 8
+    float m[2] = {neg_inf, neg_inf}, l[2] = {};  // running max and sum of exp(s - m), the same rows
+
+    // Causal: keys past the block's last query are hidden from every row.
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile) {
+      __syncthreads();  // everyone is done with the previous tile
+      load_rows<DMax, kBlockThreads>(ks, P, p.k, b, h, j0, kForwardTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(vs, P, p.v, b, h, j0, kForwardTile, p.Tk, p.D);
+      __syncthreads();
+
+      float s[NC][4] = {};  // scale q_i . k_j
+      rows_times_rows<NC, DMax>(s, qs + warp * kWarpRows * P, ks, g, t);
+      const bool some_hidden =
+          p.mask || j0 + kForwardTile > p.Tk || w0 + kWarpRows > p.Tq || (p.causal && j0 + kForwardTile - 1 > w0);
+      if (some_hidden) {
+#pragma unroll
+        for (int n = 0; n < NC; ++n)
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+            if (hidden(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r))) s[n][r] = neg_inf;
+      }
+
+      // The online softmax of rows g (values r = 0, 1) and g + 8 (r = 2, 3). The
+      // max lets any NaN win, so the 4 lanes of a row agree on it, as the CPU's
+      // NaN row is all NaN.
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float tile_max = neg_inf;
+#pragma unroll
+        for (int n = 0; n < NC; ++n) tile_max = NanMaxOp{}(tile_max, NanMaxOp{}(s[n][2 * half], s[n][2 * half + 1]));
+        const float m_new = NanMaxOp{}(m[half], quad_reduce(tile_max, NanMaxOp{}));
+        const bool none_visible = m_new == neg_inf;                            // so far: no exp(-inf - -inf)
+        const float correction = none_visible ? 1.0f : expf(m[half] - m_new);  // 0 while m was -inf
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NC; ++n)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float& e = s[n][2 * half + c];
+            e = none_visible ? 0.0f : expf(e - m_new);  // 0 for hidden keys
+            sum += e;
+            if (p.dropout_threshold > 0 && e != 0.0f)
+              e *= dropout_factor(p, b, h, w0 + g + 8 * half, j0 + acc_col(t, n, 2 * half + c));
+          }
+        l[half] = l[half] * correction + quad_reduce(sum, SumOp{});
+        m[half] = m_new;
+#pragma unroll
+        for (int n = 0; n < ND; ++n) o[n][2 * half] *= correction, o[n][2 * half + 1] *= correction;
+      }
+      scores_times_rows<NC, DMax>(o, s, vs, g, t);  // o_i += sum_j p_ij v_j
+    }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = w0 + g + 8 * half;
+      if (i >= p.Tq) continue;
+      float* orow = out + b * out_sb + h * out_sh + i * out_st;
+      const bool none_visible = l[half] == 0.0f;  // every key hidden: zeros, not 0/0
+      const float inv = none_visible ? 0.0f : 1.0f / l[half];
+#pragma unroll
+      for (int n = 0; n < ND; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int d = 8 * n + 2 * t + c;
+          if (d < p.D) orow[d] = o[n][2 * half + c] * inv;
+        }
+      if (t == 0) lse[bh * p.Tq + i] = none_visible ? neg_inf : m[half] + logf(l[half]);
+    }
+  }
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+template <int DMax>
+constexpr std::size_t dq_smem() {
+  return sizeof(float) * (2 * kBlockRows + 2 * kBackwardTile) * kPitch<DMax>;
+}
+
+// A block owns queries [i0, i0 + 64) of one (b, h) and sweeps the key tiles:
+// dq_i += sum_j scale dS_ij k_j.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dq_tc_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dq) {
+  constexpr int P = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
+  float* smem = dynamic_shared_memory<float>();
+  float* qs = smem;                    // (64, P): the block's queries, times scale
+  float* dos = qs + kBlockRows * P;    // (64, P): their output gradients
+  float* ks = dos + kBlockRows * P;    // (32, P): key tile
+  float* vs = ks + kBackwardTile * P;  // (32, P): value tile
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
+    load_rows<DMax, kBlockThreads>(dos, P, dout, b, h, i0, kBlockRows, p.Tq, p.D);
+    float lse_r[2], delta_r[2];  // rows g and g + 8
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = w0 + g + 8 * half;
+      lse_r[half] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+      delta_r[half] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+    }
+    float dq_acc[ND][4] = {};
+
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kBackwardTile) {
+      __syncthreads();
+      load_rows<DMax, kBlockThreads>(ks, P, p.k, b, h, j0, kBackwardTile, p.Tk, p.D);
+      load_rows<DMax, kBlockThreads>(vs, P, p.v, b, h, j0, kBackwardTile, p.Tk, p.D);
+      __syncthreads();
+
+      float s[NC][4] = {}, dpv[NC][4] = {};  // scale q_i . k_j and do_i . v_j
+      rows_times_rows<NC, DMax>(s, qs + warp * kWarpRows * P, ks, g, t);
+      rows_times_rows<NC, DMax>(dpv, dos + warp * kWarpRows * P, vs, g, t);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), s[n][r], dpv[n][r], lse_r[r / 2],
+                               delta_r[r / 2])
+                        .ds;
+      scores_times_rows<NC, DMax>(dq_acc, s, ks, g, t);
+    }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = w0 + g + 8 * half;
+      if (i >= p.Tq) continue;
+#pragma unroll
+      for (int n = 0; n < ND; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int d = 8 * n + 2 * t + c;
+          if (d < p.D) dq[(bh * p.Tq + i) * p.D + d] = dq_acc[n][2 * half + c];
+        }
+    }
+  }
+}
+
+template <int DMax>
+constexpr std::size_t dkdv_smem() {
+  return sizeof(float) * ((2 * kBlockRows + 2 * kBackwardTile) * kPitch<DMax> + 2 * kBackwardTile);
+}
+
+// A block owns keys [j0, j0 + 64) of one (b, h) and sweeps the query tiles:
+// dv_j += sum_i P Z do_i and dk_j += sum_i scale dS q_i. The warp's scores are
+// transposed here (its 16 keys by the tile's queries), so they are the A
+// operand of both sums as they stand.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dkdv_tc_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dk,
+                             float* dv) {
+  constexpr int P = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
+  float* smem = dynamic_shared_memory<float>();
+  float* ks = smem;                        // (64, P): the block's keys
+  float* vs = ks + kBlockRows * P;         // (64, P): and values
+  float* qs = vs + kBlockRows * P;         // (32, P): query tile (not scaled: dk takes q itself)
+  float* dos = qs + kBackwardTile * P;     // (32, P): its output gradients
+  float* lse_s = dos + kBackwardTile * P;  // (32)
+  float* delta_s = lse_s + kBackwardTile;  // (32)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = j0 + warp * kWarpRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_rows<DMax, kBlockThreads>(ks, P, p.k, b, h, j0, kBlockRows, p.Tk, p.D);
+    load_rows<DMax, kBlockThreads>(vs, P, p.v, b, h, j0, kBlockRows, p.Tk, p.D);
+    float dk_acc[ND][4] = {}, dv_acc[ND][4] = {};
+
+    // Causal: queries before j0 see none of these keys.
+    const std::int64_t q_begin = p.causal ? j0 / kBackwardTile * kBackwardTile : 0;
+    for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kBackwardTile) {
+      __syncthreads();
+      load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, q0, kBackwardTile, p.Tq, p.D);
+      load_rows<DMax, kBlockThreads>(dos, P, dout, b, h, q0, kBackwardTile, p.Tq, p.D);
+      if (threadIdx.x < kBackwardTile) {
+        const std::int64_t i = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+      }
+      __syncthreads();
+
+      float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
+      rows_times_rows<NC, DMax>(s, ks + warp * kWarpRows * P, qs, g, t);
+      rows_times_rows<NC, DMax>(dpv, vs + warp * kWarpRows * P, dos, g, t);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int ii = acc_col(t, n, r);
+          const PairGrads pg =
+              pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_s[ii], delta_s[ii]);
+          s[n][r] = pg.pz, dpv[n][r] = pg.ds;
+        }
+      scores_times_rows<NC, DMax>(dv_acc, s, dos, g, t);
+      scores_times_rows<NC, DMax>(dk_acc, dpv, qs, g, t);
+    }
+
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t j = w0 + g + 8 * half;
+      if (j >= p.Tk) continue;
+#pragma unroll
+      for (int n = 0; n < ND; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int d = 8 * n + 2 * t + c;
+          if (d >= p.D) continue;
+          dk[(bh * p.Tk + j) * p.D + d] = dk_acc[n][2 * half + c];
+          dv[(bh * p.Tk + j) * p.D + d] = dv_acc[n][2 * half + c];
+        }
+    }
+  }
+}
+
+}  // namespace
+
+void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
+                                   std::int64_t out_st, float* lse, cudaStream_t stream) {
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t smem = forward_smem<DMax>();
+    allow_shared_memory(attention_forward_tc_kernel<DMax>, smem);
+    launch(attention_forward_tc_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, smem, stream, p,
+           out, out_sb, out_sh, out_st, lse);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
+                                    float* dq, float* dk, float* dv, cudaStream_t stream) {
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();
+    allow_shared_memory(attention_dkdv_tc_kernel<DMax>, kv_smem);
+    launch(attention_dkdv_tc_kernel<DMax>, grid_over(p.Tk, kBlockRows, p.B, p.H), kBlockThreads, kv_smem, stream, p,
+           dout, lse, delta, dk, dv);
+    CUDA_CHECK_LAUNCH();
+    allow_shared_memory(attention_dq_tc_kernel<DMax>, q_smem);
+    launch(attention_dq_tc_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, q_smem, stream, p, dout,
+           lse, delta, dq);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace attograd::cuda::attention_detail

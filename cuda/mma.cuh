@@ -1,0 +1,110 @@
+#pragma once
+// Warp-level tensor-core products in float32 accuracy: mma.sync m16n8k8 on TF32
+// operands (sm_80 and newer), with every float32 operand split into two TF32
+// numbers, x = big + small, and each product made of three:
+//   a b ~ a_small b_big + a_big b_small + a_big b_big   (a_small b_small, ~2^-22 a b, is dropped)
+// This is "3xTF32" (CUTLASS's OpMultiplyAddFastF32, which PyTorch's float32
+// attention kernels use): one TF32 product alone keeps 10 mantissa bits of each
+// operand, too few to match the CPU's float32 results.
+//
+// The fragments, as the PTX ISA lays them out for m16n8k8 .tf32, with
+// g = lane / 4 and t = lane % 4 (a lane holds 4 values of A, 2 of B, 4 of C):
+//   A (16 x 8, row major):  a[0] = A[g][t]    a[1] = A[g + 8][t]    a[2] = A[g][t + 4]    a[3] = A[g + 8][t + 4]
+//   B (8 x 8, K x N):       b[0] = B[t][g]    b[1] = B[t + 4][g]
+//   C (16 x 8):             c[0] = C[g][2t]   c[1] = C[g][2t + 1]   c[2] = C[g + 8][2t]   c[3] = C[g + 8][2t + 1]
+// In the emulated build (tests/cuda_emulator) the product is computed on the CPU
+// from the whole warp's fragments, which the lanes exchange.
+#include <cstdint>
+
+#include "cuda/device_utils.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "attograd's tensor-core kernels (cuda/mma.cuh) need sm_80 or newer: set CMAKE_CUDA_ARCHITECTURES to 80 or above"
+#endif
+
+#if defined(ATTOGRAD_CUDA_EMULATION)
+#include <bit>
+#include <cmath>
+#endif
+
+namespace attograd::cuda {
+
+// float32 rounded to TF32 (10 mantissa bits), to nearest with ties away from
+// zero, as cvt.rna.tf32.f32 does; the result is a float32 bit pattern whose low
+// 13 bits are zero.
+__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return bits;  // inf and NaN stay as they are
+  return (bits + 0x1000u) & 0xffffe000u;
+#else
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+#endif
+}
+
+__device__ __forceinline__ float tf32_value(std::uint32_t bits) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  return std::bit_cast<float>(bits);
+#else
+  return __uint_as_float(bits);
+#endif
+}
+
+// N float32 values of a fragment, each as its big and small TF32 parts.
+template <int N>
+struct SplitFragment {
+  std::uint32_t big[N], small[N];
+};
+
+template <int N>
+__device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
+  SplitFragment<N> f;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    f.big[i] = to_tf32(x[i]);
+    // x - big is exact in float32. For inf (and NaN) the small part is 0, so an
+    // infinite operand gives the infinite product a float32 FMA would, not inf - inf.
+    const float rest = x[i] - tf32_value(f.big[i]);
+    f.small[i] = to_tf32(rest == rest ? rest : 0.0f);
+  }
+  return f;
+}
+
+// c += A B for one 16 x 8 x 8 tile, on TF32 operands. Every lane of the warp calls it together.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  struct Fragments {
+    std::uint32_t a[4], b[2];
+  };
+  Fragments all[kWarp];
+  ::emu::warp_all_gather(kFullMask, Fragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
+  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
+  // A[row][k] and B[k][col], read back from the lanes that hold them (the layout above).
+  const auto a_at = [&](int row, int k) { return tf32_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]); };
+  const auto b_at = [&](int k, int col) { return tf32_value(all[col * 4 + k % 4].b[k / 4]); };
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+    double sum = c[r];  // the products of TF32 numbers are exact in double; the tensor core's sum order is its own
+    for (int k = 0; k < 8; ++k) sum += static_cast<double>(a_at(row, k)) * b_at(k, col);
+    c[r] = static_cast<float>(sum);
+  }
+#else
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// c += A B in float32 accuracy (3xTF32): the small products first, so they are
+// not lost against the big one.
+__device__ __forceinline__ void mma_3xtf32(float (&c)[4], const SplitFragment<4>& a, const SplitFragment<2>& b) {
+  mma_tf32(c, a.small, b.big);
+  mma_tf32(c, a.big, b.small);
+  mma_tf32(c, a.big, b.big);
+}
+
+}  // namespace attograd::cuda
