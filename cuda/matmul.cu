@@ -8,7 +8,10 @@
 // loads the A tile (BM x BK) and B tile (BK x BN) into shared memory, stored
 // K-major so the inner loop reads a column of A and a row of B as float4s;
 // each thread then accumulates its own TM x TN sub-tile in registers, doing
-// TM * TN multiply-adds for every TM + TN values it reads. Global loads are
+// TM * TN multiply-adds for every TM + TN values it reads. The tiles are double
+// buffered: each thread fetches its share of the next tile into registers
+// before computing on this one, so the loads' latency hides behind the
+// products, and stores it into the other buffer after. Global loads are
 // float4 where the operand is 16-byte aligned and the four elements are in
 // range, scalar (zero-filled past the edge) otherwise, so any M, N, K works.
 //
@@ -58,50 +61,92 @@ __device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64
   return end - start >= 4 ? 4 : (end > start ? end - start : 0);
 }
 
-// As[kk][mm] = A(m0 + mm, k0 + kk), zero outside the matrix.
+// A thread's share of loading one tile: the float4s it fetches from global
+// memory into registers, where they wait while the block computes on the
+// previous tile, and then stores into shared memory.
+template <int Count>
+struct Staged {
+  float4 v[Count];
+};
+template <int Rows, int BK, int Threads>
+constexpr int kStagedLoads = (Rows * BK / 4 + Threads - 1) / Threads;
+
+// A(m0 + mm, k0 + kk) for this thread's share of the BM x BK tile, zero outside the matrix.
 template <int BM, int BK, int Threads>
-__device__ __forceinline__ void load_a(float (&As)[BK][BM], const float* A, const GemmArgs& g, std::int64_t m0,
-                                       std::int64_t k0) {
-  if (!g.a.transposed) {  // A(m, k) = A[m * lda + k]: four consecutive k
-    for (int v = threadIdx.x; v < BM * BK / 4; v += Threads) {
+__device__ __forceinline__ void fetch_a(Staged<kStagedLoads<BM, BK, Threads>>& s, const float* A, const GemmArgs& g,
+                                        std::int64_t m0, std::int64_t k0) {
+#pragma unroll
+  for (int r = 0; r < kStagedLoads<BM, BK, Threads>; ++r) {
+    const int v = threadIdx.x + r * Threads;
+    if (v >= BM * BK / 4) break;
+    if (!g.a.transposed) {  // A(m, k) = A[m * lda + k]: four consecutive k
       const int mm = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       const std::int64_t gm = m0 + mm, gk = k0 + kk;
-      const std::int64_t valid = gm < g.m ? in_range4(gk, g.k) : 0;
-      const float4 x = load4(A, gm * g.a.ld + gk, valid, g.a_vec);
+      s.v[r] = load4(A, gm * g.a.ld + gk, gm < g.m ? in_range4(gk, g.k) : 0, g.a_vec);
+    } else {  // A(m, k) = A[k * lda + m]: four consecutive m
+      const int kk = v / (BM / 4), mm = (v % (BM / 4)) * 4;
+      const std::int64_t gm = m0 + mm, gk = k0 + kk;
+      s.v[r] = load4(A, gk * g.a.ld + gm, gk < g.k ? in_range4(gm, g.m) : 0, g.a_vec);
+    }
+  }
+}
+
+// As[kk][mm] = A(m0 + mm, k0 + kk): the tile K-major, as fetch_a fetched it.
+template <int BM, int BK, int Threads>
+__device__ __forceinline__ void store_a(float (&As)[BK][BM], const Staged<kStagedLoads<BM, BK, Threads>>& s,
+                                        bool transposed) {
+#pragma unroll
+  for (int r = 0; r < kStagedLoads<BM, BK, Threads>; ++r) {
+    const int v = threadIdx.x + r * Threads;
+    if (v >= BM * BK / 4) break;
+    const float4 x = s.v[r];
+    if (!transposed) {
+      const int mm = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       As[kk + 0][mm] = x.x;
       As[kk + 1][mm] = x.y;
       As[kk + 2][mm] = x.z;
       As[kk + 3][mm] = x.w;
-    }
-  } else {  // A(m, k) = A[k * lda + m]: four consecutive m
-    for (int v = threadIdx.x; v < BM * BK / 4; v += Threads) {
+    } else {
       const int kk = v / (BM / 4), mm = (v % (BM / 4)) * 4;
-      const std::int64_t gm = m0 + mm, gk = k0 + kk;
-      const std::int64_t valid = gk < g.k ? in_range4(gm, g.m) : 0;
-      const float4 x = load4(A, gk * g.a.ld + gm, valid, g.a_vec);
       *reinterpret_cast<float4*>(&As[kk][mm]) = x;
     }
   }
 }
 
-// Bs[kk][nn] = B(k0 + kk, n0 + nn), zero outside the matrix.
+// B(k0 + kk, n0 + nn) for this thread's share of the BK x BN tile, zero outside the matrix.
 template <int BN, int BK, int Threads>
-__device__ __forceinline__ void load_b(float (&Bs)[BK][BN], const float* B, const GemmArgs& g, std::int64_t k0,
-                                       std::int64_t n0) {
-  if (!g.b.transposed) {  // B(k, n) = B[k * ldb + n]: four consecutive n
-    for (int v = threadIdx.x; v < BN * BK / 4; v += Threads) {
+__device__ __forceinline__ void fetch_b(Staged<kStagedLoads<BN, BK, Threads>>& s, const float* B, const GemmArgs& g,
+                                        std::int64_t k0, std::int64_t n0) {
+#pragma unroll
+  for (int r = 0; r < kStagedLoads<BN, BK, Threads>; ++r) {
+    const int v = threadIdx.x + r * Threads;
+    if (v >= BN * BK / 4) break;
+    if (!g.b.transposed) {  // B(k, n) = B[k * ldb + n]: four consecutive n
       const int kk = v / (BN / 4), nn = (v % (BN / 4)) * 4;
       const std::int64_t gk = k0 + kk, gn = n0 + nn;
-      const std::int64_t valid = gk < g.k ? in_range4(gn, g.n) : 0;
-      const float4 x = load4(B, gk * g.b.ld + gn, valid, g.b_vec);
-      *reinterpret_cast<float4*>(&Bs[kk][nn]) = x;
-    }
-  } else {  // B(k, n) = B[n * ldb + k]: four consecutive k
-    for (int v = threadIdx.x; v < BN * BK / 4; v += Threads) {
+      s.v[r] = load4(B, gk * g.b.ld + gn, gk < g.k ? in_range4(gn, g.n) : 0, g.b_vec);
+    } else {  // B(k, n) = B[n * ldb + k]: four consecutive k
       const int nn = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       const std::int64_t gk = k0 + kk, gn = n0 + nn;
-      const std::int64_t valid = gn < g.n ? in_range4(gk, g.k) : 0;
-      const float4 x = load4(B, gn * g.b.ld + gk, valid, g.b_vec);
+      s.v[r] = load4(B, gn * g.b.ld + gk, gn < g.n ? in_range4(gk, g.k) : 0, g.b_vec);
+    }
+  }
+}
+
+// Bs[kk][nn] = B(k0 + kk, n0 + nn), as fetch_b fetched it.
+template <int BN, int BK, int Threads>
+__device__ __forceinline__ void store_b(float (&Bs)[BK][BN], const Staged<kStagedLoads<BN, BK, Threads>>& s,
+                                        bool transposed) {
+#pragma unroll
+  for (int r = 0; r < kStagedLoads<BN, BK, Threads>; ++r) {
+    const int v = threadIdx.x + r * Threads;
+    if (v >= BN * BK / 4) break;
+    const float4 x = s.v[r];
+    if (!transposed) {
+      const int kk = v / (BN / 4), nn = (v % (BN / 4)) * 4;
+      *reinterpret_cast<float4*>(&Bs[kk][nn]) = x;
+    } else {
+      const int nn = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       Bs[kk + 0][nn] = x.x;
       Bs[kk + 1][nn] = x.y;
       Bs[kk + 2][nn] = x.z;
@@ -110,14 +155,25 @@ __device__ __forceinline__ void load_b(float (&Bs)[BK][BN], const float* B, cons
   }
 }
 
+// Which rows (columns) of the tile a thread's T values are: groups of four
+// consecutive ones, the groups Tile / (T / 4) apart, so the float4 reads of
+// neighbouring threads are neighbouring float4s in shared memory (no bank
+// conflicts), where T consecutive rows a thread would put two threads of a
+// quarter-warp on the same banks.
+template <int Tile, int T>
+__device__ __forceinline__ int tile_offset(int thread_coord, int i) {
+  return (i / 4) * (Tile / (T / 4)) + thread_coord * 4 + i % 4;
+}
+
 // SplitK: the kernel reads g.splits and g.k_slice; otherwise each batch is one job over all of
 // K (the slice arithmetic took the 128 x 128 kernel from 127 to 145 registers: one block per SM).
 template <int BM, int BN, int BK, int TM, int TN, bool SplitK>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g) {
   constexpr int kBlockThreads = (BM / TM) * (BN / TN);
   static_assert(TM % 4 == 0 && TN % 4 == 0 && BK % 4 == 0, "tiles are read as float4");
-  __shared__ __align__(16) float As[BK][BM];  // A tile, K-major
-  __shared__ __align__(16) float Bs[BK][BN];  // B tile
+  // Two of each tile: the block computes on one while the next is stored into the other.
+  __shared__ __align__(16) float As[2][BK][BM];  // A tiles, K-major
+  __shared__ __align__(16) float Bs[2][BK][BN];  // B tiles
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
 
@@ -130,36 +186,54 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
     offsets_at(g.batch, z, offset);
     const float* A = g.a.data + offset[0];
     const float* B = g.b.data + offset[1];
-    float acc[TM][TN] = {};  // C(m0 + ty*TM + i, n0 + tx*TN + j)
+    float acc[TM][TN] = {};  // C(m0 + tile_offset<BM, TM>(ty, i), n0 + tile_offset<BN, TN>(tx, j))
 
+    Staged<kStagedLoads<BM, BK, kBlockThreads>> a_next;
+    Staged<kStagedLoads<BN, BK, kBlockThreads>> b_next;
+    fetch_a<BM, BK, kBlockThreads>(a_next, A, g, m0, k_begin);
+    fetch_b<BN, BK, kBlockThreads>(b_next, B, g, k_begin, n0);
+    store_a<BM, BK, kBlockThreads>(As[0], a_next, g.a.transposed);
+    store_b<BN, BK, kBlockThreads>(Bs[0], b_next, g.b.transposed);
+    __syncthreads();
+    int buf = 0;
     for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
-      load_a<BM, BK, kBlockThreads>(As, A, g, m0, k0);
-      load_b<BN, BK, kBlockThreads>(Bs, B, g, k0, n0);
-      __syncthreads();
+      const bool more = k0 + BK < k_end;
+      if (more) {  // in flight while the products below run
+        fetch_a<BM, BK, kBlockThreads>(a_next, A, g, m0, k0 + BK);
+        fetch_b<BN, BK, kBlockThreads>(b_next, B, g, k0 + BK, n0);
+      }
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) {
         float a[TM], b[TN];
         // One shared-memory float4 read per four values; the register arrays are filled by component.
 #pragma unroll
-        for (int i = 0; i < TM; i += 4) unpack4(*reinterpret_cast<const float4*>(&As[kk][ty * TM + i]), &a[i]);
+        for (int i = 0; i < TM; i += 4)
+          unpack4(*reinterpret_cast<const float4*>(&As[buf][kk][tile_offset<BM, TM>(ty, i)]), &a[i]);
 #pragma unroll
-        for (int j = 0; j < TN; j += 4) unpack4(*reinterpret_cast<const float4*>(&Bs[kk][tx * TN + j]), &b[j]);
+        for (int j = 0; j < TN; j += 4)
+          unpack4(*reinterpret_cast<const float4*>(&Bs[buf][kk][tile_offset<BN, TN>(tx, j)]), &b[j]);
 #pragma unroll
         for (int i = 0; i < TM; ++i)
 #pragma unroll
           for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
       }
-      __syncthreads();  // everyone is done reading the tiles before they are overwritten
+      // The other buffer was last read in the previous step, which the barrier below it closed.
+      if (more) {
+        store_a<BM, BK, kBlockThreads>(As[buf ^ 1], a_next, g.a.transposed);
+        store_b<BN, BK, kBlockThreads>(Bs[buf ^ 1], b_next, g.b.transposed);
+      }
+      __syncthreads();  // the next tile is stored, and everyone is done reading this one
+      buf ^= 1;
     }
 
     float* C = g.c + job * g.m * g.n;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-      const std::int64_t gm = m0 + ty * TM + i;
-      if (gm >= g.m) break;
+      const std::int64_t gm = m0 + tile_offset<BM, TM>(ty, i);
+      if (gm >= g.m) continue;
 #pragma unroll
       for (int j = 0; j < TN; j += 4) {
-        const std::int64_t gn = n0 + tx * TN + j;
+        const std::int64_t gn = n0 + tile_offset<BN, TN>(tx, j);
         float* row = C + gm * g.n;
         if (g.c_vec && gn + 4 <= g.n) {
           *reinterpret_cast<float4*>(row + gn) = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
