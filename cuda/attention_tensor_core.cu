@@ -18,8 +18,20 @@
 // block's column 2t and column t + 4 is 2t + 1, so B's row t is read from row
 // 2t of the tile in shared memory and row t + 4 from row 2t + 1.
 //
-// Shared memory rows have a pitch of DMax + 4 floats, so that the 32 lanes'
-// fragment reads (row g or 2t, column t or g) fall in 32 different banks.
+// Shared memory holds two kinds of tile. A warp's own rows (the A operands of
+// its score products) stay as they are, each row DMax + 8 floats apart, and a
+// lane reads the two values it needs as one float2 (a[0] and a[2] are columns t
+// and t + 4 of an 8-wide step; they are numbered as columns 2t and 2t + 1 of the
+// head dim, the same renumbering as above, with B following). The B operands
+// are split into big and small parts once, when the tile is stored, not by
+// each of the 4 warps at every use: a float4 holds {big, big, small, small} of
+// the two values a lane reads, so one 128-bit read is a whole B fragment. Rows
+// of a tile read along the head dim (K in Q K^T) are stored as pairs of
+// neighbouring columns; rows read along their own index (V in P V) as pairs of
+// neighbouring rows, column by column. The raw rows' pitch (DMax + 8 floats)
+// and the split tiles' swizzle (`swizzled`) put the 16 lanes of each
+// half-warp's 64-bit read, and the 8 of each quarter-warp's 128-bit read, in
+// different banks.
 #include <cstdint>
 
 #include "cuda/attention_common.cuh"
@@ -36,48 +48,104 @@ constexpr int kForwardTile = 64;                // keys per streamed tile in the
 constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
 
 template <int DMax>
-constexpr int kPitch = DMax + 4;  // floats per shared memory row
+constexpr int kRowPitch = DMax + 8;  // floats per row of a tile of raw rows
+template <int DMax>
+constexpr int kPairPitch = DMax / 2;  // float4s per row of a tile split by column pairs
+template <int Rows>
+constexpr int kColumnPitch = Rows / 2;  // float4s per head dim of a tile split by row pairs
+
+// Where float4 `i` of row `r` of a split tile lives: odd rows swap the halves of
+// each group of 8 float4s. A quarter-warp's 128-bit read takes the same 4
+// float4s of two neighbouring rows, and the swap puts the second row's in the
+// other half of the 32 banks (padding rows by 4 float4s would do it too, and
+// would have cost the dK/dV kernel its second block per SM).
+__device__ __forceinline__ int swizzled(int r, int pitch, int i) { return r * pitch + (i ^ ((r & 1) << 2)); }
+
+template <int DMax>
+constexpr std::size_t raw_bytes(int rows) {
+  return sizeof(float) * rows * kRowPitch<DMax>;
+}
+template <int DMax>
+constexpr std::size_t pairs_bytes(int rows) {
+  return sizeof(float4) * rows * kPairPitch<DMax>;
+}
+template <int DMax, int Rows>
+constexpr std::size_t columns_bytes() {
+  return sizeof(float4) * DMax * kColumnPitch<Rows>;
+}
+
+// {x0, x1} as B-operand parts: {big x0, big x1, small x0, small x1}.
+__device__ __forceinline__ float4 split_pair(float x0, float x1) {
+  return make_float4(x0, x1, bits_float(tf32_small(x0)), bits_float(tf32_small(x1)));
+}
+
+// Element d of row t0 + r of (b, h), times factor; zero outside the tensor (t >= T or d >= D).
+__device__ __forceinline__ float element(const AttentionRows& x, std::int64_t b, std::int64_t h, std::int64_t t,
+                                         std::int64_t T, int d, std::int64_t D, float factor) {
+  return t < T && d < D ? row_of(x, b, h, t)[d] * factor : 0.0f;
+}
+
+// Rows [t0, t0 + Rows) split by column pairs: dst[r][p] = split_pair(x[r][2p], x[r][2p + 1]).
+template <int DMax, int Rows>
+__device__ __forceinline__ void load_pairs(float4* dst, const AttentionRows& x, std::int64_t b, std::int64_t h,
+                                           std::int64_t t0, std::int64_t T, std::int64_t D, float factor = 1.0f) {
+  for (int e = threadIdx.x; e < Rows * DMax / 2; e += kBlockThreads) {
+    const int r = e / (DMax / 2), p = e % (DMax / 2);
+    dst[swizzled(r, kPairPitch<DMax>, p)] =
+        split_pair(element(x, b, h, t0 + r, T, 2 * p, D, factor), element(x, b, h, t0 + r, T, 2 * p + 1, D, factor));
+  }
+}
+
+// Rows [t0, t0 + Rows) split by row pairs, by head dim: dst[d][q] = split_pair(x[2q][d], x[2q + 1][d]).
+// Neighbouring threads take neighbouring d, so the global reads are coalesced.
+template <int DMax, int Rows>
+__device__ __forceinline__ void load_columns(float4* dst, const AttentionRows& x, std::int64_t b, std::int64_t h,
+                                             std::int64_t t0, std::int64_t T, std::int64_t D) {
+  for (int e = threadIdx.x; e < Rows / 2 * DMax; e += kBlockThreads) {
+    const int d = e % DMax, q = e / DMax;
+    dst[swizzled(d, kColumnPitch<Rows>, q)] =
+        split_pair(element(x, b, h, t0 + 2 * q, T, d, D, 1.0f), element(x, b, h, t0 + 2 * q + 1, T, d, D, 1.0f));
+  }
+}
 
 // The row (of the warp's 16) and the column (of the tile) of accumulator value
 // acc[n][r] of lane (g, t).
 __device__ __forceinline__ int acc_row(int g, int r) { return g + 8 * (r / 2); }
 __device__ __forceinline__ int acc_col(int t, int n, int r) { return 8 * n + 2 * t + r % 2; }
 
-// acc (16 x 8N) += A B^T: A the warp's 16 rows at `a`, B the tile's 8N rows at
-// `b`, both (rows, DMax) in shared memory.
+__device__ __forceinline__ SplitFragment<2> b_fragment(float4 v) {
+  return {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
+}
+
+// acc (16 x 8N) += A B^T: A the warp's 16 raw rows at `a`, B the tile's 8N rows
+// at `b`, split by column pairs.
 template <int N, int DMax>
-__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const float* a, const float* b, int g, int t) {
-  constexpr int P = kPitch<DMax>;
+__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const float* a, const float4* b, int g, int t) {
+  constexpr int P = kRowPitch<DMax>;
 #pragma unroll
   for (int k0 = 0; k0 < DMax; k0 += 8) {
-    const float af[4] = {a[g * P + k0 + t], a[(g + 8) * P + k0 + t], a[g * P + k0 + t + 4],
-                         a[(g + 8) * P + k0 + t + 4]};
+    const float2 top = *reinterpret_cast<const float2*>(a + g * P + k0 + 2 * t);
+    const float2 bottom = *reinterpret_cast<const float2*>(a + (g + 8) * P + k0 + 2 * t);
+    const float af[4] = {top.x, bottom.x, top.y, bottom.y};
     const SplitFragment<4> as = split_tf32(af);
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      const float bf[2] = {b[(8 * n + g) * P + k0 + t], b[(8 * n + g) * P + k0 + t + 4]};
-      mma_3xtf32(acc[n], as, split_tf32(bf));
-    }
+    for (int n = 0; n < N; ++n)
+      mma_3xtf32(acc[n], as, b_fragment(b[swizzled(8 * n + g, kPairPitch<DMax>, k0 / 2 + t)]));
   }
 }
 
 // acc (16 x DMax) += S V: S (16 x 8KB) the warp's accumulator values `s`, V the
-// tile's 8KB rows at `v`, (rows, DMax) in shared memory. Rows of V are read in
-// the order of the columns of S as the A operand (see the top of the file).
+// tile's 8KB rows at `v`, split by row pairs.
 template <int KB, int DMax>
-__device__ __forceinline__ void scores_times_rows(float (&acc)[DMax / 8][4], const float (&s)[KB][4], const float* v,
-                                                  int g, int t) {
-  constexpr int P = kPitch<DMax>;
+__device__ __forceinline__ void scores_times_columns(float (&acc)[DMax / 8][4], const float (&s)[KB][4],
+                                                     const float4* v, int g, int t) {
 #pragma unroll
   for (int kb = 0; kb < KB; ++kb) {
     const float af[4] = {s[kb][0], s[kb][2], s[kb][1], s[kb][3]};
     const SplitFragment<4> as = split_tf32(af);
-    const float* v0 = v + (8 * kb + 2 * t) * P;
 #pragma unroll
-    for (int n = 0; n < DMax / 8; ++n) {
-      const float bf[2] = {v0[8 * n + g], v0[P + 8 * n + g]};
-      mma_3xtf32(acc[n], as, split_tf32(bf));
-    }
+    for (int n = 0; n < DMax / 8; ++n)
+      mma_3xtf32(acc[n], as, b_fragment(v[swizzled(8 * n + g, kColumnPitch<8 * KB>, 4 * kb + t)]));
   }
 }
 
@@ -92,18 +160,17 @@ __device__ __forceinline__ float quad_reduce(float v, Op op) {
 
 template <int DMax>
 constexpr std::size_t forward_smem() {
-  return sizeof(float) * (kBlockRows + 2 * kForwardTile) * kPitch<DMax>;
+  return raw_bytes<DMax>(kBlockRows) + pairs_bytes<DMax>(kForwardTile) + columns_bytes<DMax, kForwardTile>();
 }
 
 template <int DMax>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_tc_kernel(AttentionProblem p, float* out, std::int64_t out_sb, std::int64_t out_sh,
                                 std::int64_t out_st, float* lse) {
-  constexpr int P = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
-  float* smem = dynamic_shared_memory<float>();
-  float* qs = smem;                   // (64, P): the block's queries, times scale
-  float* ks = qs + kBlockRows * P;    // (64, P): key tile
-  float* vs = ks + kForwardTile * P;  // (64, P): value tile
+  constexpr int P = kRowPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
+  float* qs = dynamic_shared_memory<float>();                   // (64, P): the block's queries, times scale
+  float4* ks = reinterpret_cast<float4*>(qs + kBlockRows * P);  // key tile, by column pairs
+  float4* vs = ks + kForwardTile * kPairPitch<DMax>;            // value tile, by row pairs
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
   const float neg_inf = -INFINITY;
@@ -120,8 +187,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
     for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile) {
       __syncthreads();  // everyone is done with the previous tile
-      load_rows<DMax, kBlockThreads>(ks, P, p.k, b, h, j0, kForwardTile, p.Tk, p.D);
-      load_rows<DMax, kBlockThreads>(vs, P, p.v, b, h, j0, kForwardTile, p.Tk, p.D);
+      load_pairs<DMax, kForwardTile>(ks, p.k, b, h, j0, p.Tk, p.D);
+      load_columns<DMax, kForwardTile>(vs, p.v, b, h, j0, p.Tk, p.D);
       __syncthreads();
 
       float s[NC][4] = {};  // scale q_i . k_j
@@ -163,7 +230,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
         for (int n = 0; n < ND; ++n) o[n][2 * half] *= correction, o[n][2 * half + 1] *= correction;
       }
-      scores_times_rows<NC, DMax>(o, s, vs, g, t);  // o_i += sum_j p_ij v_j
+      scores_times_columns<NC, DMax>(o, s, vs, g, t);  // o_i += sum_j p_ij v_j
     }
 
 #pragma unroll
@@ -189,7 +256,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <int DMax>
 constexpr std::size_t dq_smem() {
-  return sizeof(float) * (2 * kBlockRows + 2 * kBackwardTile) * kPitch<DMax>;
+  return 2 * raw_bytes<DMax>(kBlockRows) + 2 * pairs_bytes<DMax>(kBackwardTile) + columns_bytes<DMax, kBackwardTile>();
 }
 
 // A block owns queries [i0, i0 + 64) of one (b, h) and sweeps the key tiles:
@@ -197,12 +264,12 @@ constexpr std::size_t dq_smem() {
 template <int DMax>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_dq_tc_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dq) {
-  constexpr int P = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
-  float* smem = dynamic_shared_memory<float>();
-  float* qs = smem;                    // (64, P): the block's queries, times scale
-  float* dos = qs + kBlockRows * P;    // (64, P): their output gradients
-  float* ks = dos + kBlockRows * P;    // (32, P): key tile
-  float* vs = ks + kBackwardTile * P;  // (32, P): value tile
+  constexpr int P = kRowPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
+  float* qs = dynamic_shared_memory<float>();                    // (64, P): the block's queries, times scale
+  float* dos = qs + kBlockRows * P;                              // (64, P): their output gradients
+  float4* ks = reinterpret_cast<float4*>(dos + kBlockRows * P);  // key tile, by column pairs (for s)
+  float4* vs = ks + kBackwardTile * kPairPitch<DMax>;            // value tile, by column pairs (for dP)
+  float4* kc = vs + kBackwardTile * kPairPitch<DMax>;            // the key tile again, by row pairs (for dq)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -223,8 +290,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
     for (std::int64_t j0 = 0; j0 < key_end; j0 += kBackwardTile) {
       __syncthreads();
-      load_rows<DMax, kBlockThreads>(ks, P, p.k, b, h, j0, kBackwardTile, p.Tk, p.D);
-      load_rows<DMax, kBlockThreads>(vs, P, p.v, b, h, j0, kBackwardTile, p.Tk, p.D);
+      load_pairs<DMax, kBackwardTile>(ks, p.k, b, h, j0, p.Tk, p.D);
+      load_pairs<DMax, kBackwardTile>(vs, p.v, b, h, j0, p.Tk, p.D);
+      load_columns<DMax, kBackwardTile>(kc, p.k, b, h, j0, p.Tk, p.D);
       __syncthreads();
 
       float s[NC][4] = {}, dpv[NC][4] = {};  // scale q_i . k_j and do_i . v_j
@@ -237,7 +305,7 @@ __global__ void __launch_bounds__(kBlockThreads)
           s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), s[n][r], dpv[n][r], lse_r[r / 2],
                                delta_r[r / 2])
                         .ds;
-      scores_times_rows<NC, DMax>(dq_acc, s, ks, g, t);
+      scores_times_columns<NC, DMax>(dq_acc, s, kc, g, t);
     }
 
 #pragma unroll
@@ -257,7 +325,8 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <int DMax>
 constexpr std::size_t dkdv_smem() {
-  return sizeof(float) * ((2 * kBlockRows + 2 * kBackwardTile) * kPitch<DMax> + 2 * kBackwardTile);
+  return 2 * raw_bytes<DMax>(kBlockRows) + 2 * pairs_bytes<DMax>(kBackwardTile) +
+         2 * columns_bytes<DMax, kBackwardTile>() + sizeof(float) * 2 * kBackwardTile;
 }
 
 // A block owns keys [j0, j0 + 64) of one (b, h) and sweeps the query tiles:
@@ -268,14 +337,15 @@ template <int DMax>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_dkdv_tc_kernel(AttentionProblem p, AttentionRows dout, const float* lse, const float* delta, float* dk,
                              float* dv) {
-  constexpr int P = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
-  float* smem = dynamic_shared_memory<float>();
-  float* ks = smem;                        // (64, P): the block's keys
-  float* vs = ks + kBlockRows * P;         // (64, P): and values
-  float* qs = vs + kBlockRows * P;         // (32, P): query tile (not scaled: dk takes q itself)
-  float* dos = qs + kBackwardTile * P;     // (32, P): its output gradients
-  float* lse_s = dos + kBackwardTile * P;  // (32)
-  float* delta_s = lse_s + kBackwardTile;  // (32)
+  constexpr int P = kRowPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
+  float* ks = dynamic_shared_memory<float>();                   // (64, P): the block's keys
+  float* vs = ks + kBlockRows * P;                              // (64, P): and values
+  float4* qs = reinterpret_cast<float4*>(vs + kBlockRows * P);  // query tile, by column pairs (not scaled)
+  float4* dos = qs + kBackwardTile * kPairPitch<DMax>;          // its output gradients, by column pairs
+  float4* qc = dos + kBackwardTile * kPairPitch<DMax>;          // the query tile by row pairs (for dk)
+  float4* doc = qc + DMax * kColumnPitch<kBackwardTile>;        // the gradients by row pairs (for dv)
+  float* lse_s = reinterpret_cast<float*>(doc + DMax * kColumnPitch<kBackwardTile>);  // (32)
+  float* delta_s = lse_s + kBackwardTile;                                             // (32)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = j0 + warp * kWarpRows;
 
@@ -290,8 +360,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     const std::int64_t q_begin = p.causal ? j0 / kBackwardTile * kBackwardTile : 0;
     for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kBackwardTile) {
       __syncthreads();
-      load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, q0, kBackwardTile, p.Tq, p.D);
-      load_rows<DMax, kBlockThreads>(dos, P, dout, b, h, q0, kBackwardTile, p.Tq, p.D);
+      load_pairs<DMax, kBackwardTile>(qs, p.q, b, h, q0, p.Tq, p.D);
+      load_pairs<DMax, kBackwardTile>(dos, dout, b, h, q0, p.Tq, p.D);
+      load_columns<DMax, kBackwardTile>(qc, p.q, b, h, q0, p.Tq, p.D);
+      load_columns<DMax, kBackwardTile>(doc, dout, b, h, q0, p.Tq, p.D);
       if (threadIdx.x < kBackwardTile) {
         const std::int64_t i = q0 + threadIdx.x;
         lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
@@ -311,8 +383,8 @@ __global__ void __launch_bounds__(kBlockThreads)
               pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_s[ii], delta_s[ii]);
           s[n][r] = pg.pz, dpv[n][r] = pg.ds;
         }
-      scores_times_rows<NC, DMax>(dv_acc, s, dos, g, t);
-      scores_times_rows<NC, DMax>(dk_acc, dpv, qs, g, t);
+      scores_times_columns<NC, DMax>(dv_acc, s, doc, g, t);
+      scores_times_columns<NC, DMax>(dk_acc, dpv, qc, g, t);
     }
 
 #pragma unroll

@@ -7,6 +7,13 @@
 // attention kernels use): one TF32 product alone keeps 10 mantissa bits of each
 // operand, too few to match the CPU's float32 results.
 //
+// The split costs three integer and float instructions and no conversion: a
+// TF32 operand is a float32 register whose low 13 bits the tensor core ignores,
+// so x itself is its big part (x truncated), and the small part is the rest,
+// x - truncate(x) (exact in float32), rounded to nearest by adding half of
+// TF32's last place before the tensor core truncates it (CUTLASS's
+// round_toward_zero big and round_half_ulp_truncate small parts).
+//
 // The fragments, as the PTX ISA lays them out for m16n8k8 .tf32, with
 // g = lane / 4 and t = lane % 4 (a lane holds 4 values of A, 2 of B, 4 of C):
 //   A (16 x 8, row major):  a[0] = A[g][t]    a[1] = A[g + 8][t]    a[2] = A[g][t + 4]    a[3] = A[g + 8][t + 4]
@@ -24,32 +31,38 @@
 
 #if defined(ATTOGRAD_CUDA_EMULATION)
 #include <bit>
-#include <cmath>
 #endif
 
 namespace attograd::cuda {
 
-// float32 rounded to TF32 (10 mantissa bits), to nearest with ties away from
-// zero, as cvt.rna.tf32.f32 does; the result is a float32 bit pattern whose low
-// 13 bits are zero.
-__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+__device__ __forceinline__ std::uint32_t float_bits(float x) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  const auto bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return bits;  // inf and NaN stay as they are
-  return (bits + 0x1000u) & 0xffffe000u;
+  return std::bit_cast<std::uint32_t>(x);
 #else
-  std::uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
+  return __float_as_uint(x);
 #endif
 }
 
-__device__ __forceinline__ float tf32_value(std::uint32_t bits) {
+__device__ __forceinline__ float bits_float(std::uint32_t bits) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
   return std::bit_cast<float>(bits);
 #else
   return __uint_as_float(bits);
 #endif
+}
+
+constexpr std::uint32_t kTf32Mask = 0xffffe000u;  // the bits of a float32 that a TF32 operand keeps
+
+// The value the tensor core reads from a TF32 operand register: x truncated to 10 mantissa bits.
+__device__ __forceinline__ float tf32_operand_value(std::uint32_t bits) { return bits_float(bits & kTf32Mask); }
+
+// The small part of x, as the bits of a TF32 operand: x - truncate(x), plus half
+// of TF32's last place, so that the tensor core's truncation rounds it to nearest.
+// 0 for inf and NaN, whose big part (themselves) carries them through the product
+// as a float32 FMA would (inf - inf would make every product NaN).
+__device__ __forceinline__ std::uint32_t tf32_small(float x) {
+  const float rest = x - bits_float(float_bits(x) & kTf32Mask);
+  return rest == rest ? float_bits(rest) + 0x1000u : 0u;
 }
 
 // N float32 values of a fragment, each as its big and small TF32 parts.
@@ -62,13 +75,7 @@ template <int N>
 __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
   SplitFragment<N> f;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    f.big[i] = to_tf32(x[i]);
-    // x - big is exact in float32. For inf (and NaN) the small part is 0, so an
-    // infinite operand gives the infinite product a float32 FMA would, not inf - inf.
-    const float rest = x[i] - tf32_value(f.big[i]);
-    f.small[i] = to_tf32(rest == rest ? rest : 0.0f);
-  }
+  for (int i = 0; i < N; ++i) f.big[i] = float_bits(x[i]), f.small[i] = tf32_small(x[i]);
   return f;
 }
 
@@ -81,9 +88,11 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)
   Fragments all[kWarp];
   ::emu::warp_all_gather(kFullMask, Fragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
   const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
-  // A[row][k] and B[k][col], read back from the lanes that hold them (the layout above).
-  const auto a_at = [&](int row, int k) { return tf32_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]); };
-  const auto b_at = [&](int k, int col) { return tf32_value(all[col * 4 + k % 4].b[k / 4]); };
+  // A[row][k] and B[k][col], read back from the lanes that hold them (the layout above), truncated.
+  const auto a_at = [&](int row, int k) {
+    return tf32_operand_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]);
+  };
+  const auto b_at = [&](int k, int col) { return tf32_operand_value(all[col * 4 + k % 4].b[k / 4]); };
   for (int r = 0; r < 4; ++r) {
     const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
     double sum = c[r];  // the products of TF32 numbers are exact in double; the tensor core's sum order is its own
@@ -91,8 +100,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)
     c[r] = static_cast<float>(sum);
   }
 #else
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

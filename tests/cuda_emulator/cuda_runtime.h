@@ -40,6 +40,10 @@
 #define gridDim (::emu::coordinates().grid_dim)
 constexpr int warpSize = 32;
 
+struct alignas(8) float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
 struct alignas(16) float4 {
   float x, y, z, w;
 };

@@ -122,24 +122,27 @@ TEST_CASE("emulator: a warp's all-gather gives every lane every lane's values", 
 // The emulated tensor-core product follows the PTX ISA's m16n8k8 fragments, and
 // 3xTF32 is float32-accurate where one TF32 product is not. (What a GPU makes
 // of the same fragments, the fused attention tests check there.)
-TEST_CASE("emulator: TF32 rounding, and the tensor-core product in TF32 and 3xTF32", "[emulator]") {
-  using attograd::cuda::split_tf32;
-  using attograd::cuda::tf32_value;
-  using attograd::cuda::to_tf32;
-  // Halfway between two TF32 numbers rounds away from zero; inf and NaN stay.
-  CHECK(tf32_value(to_tf32(1.0f + 0x1p-11f)) == 1.0f + 0x1p-10f);
-  CHECK(tf32_value(to_tf32(-(1.0f + 0x1p-11f))) == -(1.0f + 0x1p-10f));
-  CHECK(tf32_value(to_tf32(1.0f + 0x1p-12f)) == 1.0f);
-  CHECK(tf32_value(to_tf32(INFINITY)) == INFINITY);
-  CHECK(std::isnan(tf32_value(to_tf32(NAN))));
-  const float x[2] = {1.0f / 3.0f, -INFINITY};
-  const auto split = split_tf32(x);
-  // The small part keeps 11 of the remainder's 13 bits: big + small is x to about 2^-22.
-  const double rejoined = static_cast<double>(tf32_value(split.big[0])) + tf32_value(split.small[0]);
-  CHECK(std::abs(rejoined - x[0]) <= 0x1p-22 * x[0]);
-  CHECK(std::abs(tf32_value(split.big[0]) - x[0]) > 0x1p-14 * x[0]);  // big alone is not
-  CHECK(tf32_value(split.big[1]) == -INFINITY);
-  CHECK(tf32_value(split.small[1]) == 0.0f);
+TEST_CASE("emulator: TF32 operands, the big/small split, and the tensor-core product in TF32 and 3xTF32",
+          "[emulator]") {
+  using attograd::cuda::float_bits;
+  using attograd::cuda::tf32_operand_value;
+  using attograd::cuda::tf32_small;
+  // The tensor core reads a float32 register as TF32 by dropping its low 13 bits.
+  CHECK(tf32_operand_value(float_bits(1.0f + 0x1p-10f + 0x1p-11f)) == 1.0f + 0x1p-10f);
+  CHECK(tf32_operand_value(float_bits(-(1.0f + 0x1p-11f))) == -1.0f);
+  CHECK(tf32_operand_value(float_bits(INFINITY)) == INFINITY);
+  // x (truncated) + its small part (rounded) is x to about 2^-22; the big part alone is not.
+  double worst = 0;
+  for (int i = 1; i < 1000; ++i) {
+    const float x = std::sin(0.37f * static_cast<float>(i)) * std::exp2(static_cast<float>(i % 40 - 20));
+    const double rejoined = static_cast<double>(tf32_operand_value(float_bits(x))) + tf32_operand_value(tf32_small(x));
+    worst = std::max(worst, std::abs(rejoined - x) / std::abs(x));
+  }
+  CHECK(worst <= 0x1p-22);
+  CHECK(std::abs(tf32_operand_value(float_bits(1.0f / 3.0f)) - 1.0f / 3.0f) > 0x1p-14f);
+  // inf and NaN have no small part: their big part carries them.
+  CHECK(tf32_small(-INFINITY) == 0u);
+  CHECK(tf32_small(NAN) == 0u);
 
   std::vector<float> a(16 * 8), b(8 * 8);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(1.7f * static_cast<float>(i) + 0.3f);
@@ -158,10 +161,10 @@ TEST_CASE("emulator: TF32 rounding, and the tensor-core product in TF32 and 3xTF
       worst_one = std::max(worst_one, std::abs(one[i * 8 + j] - want));
       worst_three = std::max(worst_three, std::abs(three[i * 8 + j] - want));
     }
-  // |a b| <= 8 here: float32 rounding of the sum is about 8 x 2^-24; TF32's operands lose 2^-11 each.
+  // |a b| <= 8 here: float32 rounding of the sum is about 8 x 2^-24; truncated to TF32, each operand loses up to 2^-10.
   CHECK(worst_three < 1e-6);
   CHECK(worst_one > 1e-4);
-  CHECK(worst_one < 8 * 2 * 0x1p-11);
+  CHECK(worst_one < 8 * 2 * 0x1p-10);
 }
 
 TEST_CASE("emulator: __syncthreads orders shared memory within each block", "[emulator]") {
