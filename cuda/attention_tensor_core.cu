@@ -76,7 +76,8 @@ constexpr std::size_t columns_bytes() {
 
 // {x0, x1} as B-operand parts: {big x0, big x1, small x0, small x1}.
 __device__ __forceinline__ float4 split_pair(float x0, float x1) {
-  return make_float4(x0, x1, bits_float(tf32_small(x0)), bits_float(tf32_small(x1)));
+  return make_float4(bits_float(tf32_big(x0)), bits_float(tf32_big(x1)), bits_float(tf32_small(x0)),
+                     bits_float(tf32_small(x1)));
 }
 
 // Element d of row t0 + r of (b, h), times factor; zero outside the tensor (t >= T or d >= D).

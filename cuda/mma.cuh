@@ -7,12 +7,13 @@
 // attention kernels use): one TF32 product alone keeps 10 mantissa bits of each
 // operand, too few to match the CPU's float32 results.
 //
-// The split costs three integer and float instructions and no conversion: a
-// TF32 operand is a float32 register whose low 13 bits the tensor core ignores,
-// so x itself is its big part (x truncated), and the small part is the rest,
-// x - truncate(x) (exact in float32), rounded to nearest by adding half of
-// TF32's last place before the tensor core truncates it (CUTLASS's
-// round_toward_zero big and round_half_ulp_truncate small parts).
+// The split is six instructions where two cvt.rna.tf32.f32 would be eight (at
+// sm_90 each is an add, a compare, a select and a mask): the big part is x
+// truncated to TF32 (its low 13 bits cleared), and the small part is the rest,
+// x - big (exact in float32), rounded to nearest by adding half of TF32's last
+// place before clearing the same bits (CUTLASS's round_toward_zero big and
+// round_half_ulp_truncate small parts). Both are exact TF32 numbers, so the
+// product does not depend on what the tensor core makes of low bits.
 //
 // The fragments, as the PTX ISA lays them out for m16n8k8 .tf32, with
 // g = lane / 4 and t = lane % 4 (a lane holds 4 values of A, 2 of B, 4 of C):
@@ -53,16 +54,18 @@ __device__ __forceinline__ float bits_float(std::uint32_t bits) {
 
 constexpr std::uint32_t kTf32Mask = 0xffffe000u;  // the bits of a float32 that a TF32 operand keeps
 
-// The value the tensor core reads from a TF32 operand register: x truncated to 10 mantissa bits.
+// A TF32 operand's value as the emulator reads it: the low 13 bits dropped (zero in every operand made here).
 __device__ __forceinline__ float tf32_operand_value(std::uint32_t bits) { return bits_float(bits & kTf32Mask); }
 
-// The small part of x, as the bits of a TF32 operand: x - truncate(x), plus half
-// of TF32's last place, so that the tensor core's truncation rounds it to nearest.
-// 0 for inf and NaN, whose big part (themselves) carries them through the product
-// as a float32 FMA would (inf - inf would make every product NaN).
+// The big part of x: x truncated to TF32. inf and NaN stay themselves.
+__device__ __forceinline__ std::uint32_t tf32_big(float x) { return float_bits(x) & kTf32Mask; }
+
+// The small part of x: x - big, rounded to TF32 (half of TF32's last place
+// added, then truncated). 0 for inf and NaN, whose big part carries them
+// through the product as a float32 FMA would (inf - inf would make every product NaN).
 __device__ __forceinline__ std::uint32_t tf32_small(float x) {
-  const float rest = x - bits_float(float_bits(x) & kTf32Mask);
-  return rest == rest ? float_bits(rest) + 0x1000u : 0u;
+  const float rest = x - bits_float(tf32_big(x));
+  return rest == rest ? (float_bits(rest) + 0x1000u) & kTf32Mask : 0u;
 }
 
 // N float32 values of a fragment, each as its big and small TF32 parts.
@@ -75,7 +78,7 @@ template <int N>
 __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
   SplitFragment<N> f;
 #pragma unroll
-  for (int i = 0; i < N; ++i) f.big[i] = float_bits(x[i]), f.small[i] = tf32_small(x[i]);
+  for (int i = 0; i < N; ++i) f.big[i] = tf32_big(x[i]), f.small[i] = tf32_small(x[i]);
   return f;
 }
 

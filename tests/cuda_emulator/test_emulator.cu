@@ -125,6 +125,7 @@ TEST_CASE("emulator: a warp's all-gather gives every lane every lane's values", 
 TEST_CASE("emulator: TF32 operands, the big/small split, and the tensor-core product in TF32 and 3xTF32",
           "[emulator]") {
   using attograd::cuda::float_bits;
+  using attograd::cuda::tf32_big;
   using attograd::cuda::tf32_operand_value;
   using attograd::cuda::tf32_small;
   // The tensor core reads a float32 register as TF32 by dropping its low 13 bits.
@@ -135,11 +136,12 @@ TEST_CASE("emulator: TF32 operands, the big/small split, and the tensor-core pro
   double worst = 0;
   for (int i = 1; i < 1000; ++i) {
     const float x = std::sin(0.37f * static_cast<float>(i)) * std::exp2(static_cast<float>(i % 40 - 20));
-    const double rejoined = static_cast<double>(tf32_operand_value(float_bits(x))) + tf32_operand_value(tf32_small(x));
+    const double rejoined = static_cast<double>(tf32_operand_value(tf32_big(x))) + tf32_operand_value(tf32_small(x));
     worst = std::max(worst, std::abs(rejoined - x) / std::abs(x));
   }
   CHECK(worst <= 0x1p-22);
-  CHECK(std::abs(tf32_operand_value(float_bits(1.0f / 3.0f)) - 1.0f / 3.0f) > 0x1p-14f);
+  CHECK(std::abs(tf32_operand_value(tf32_big(1.0f / 3.0f)) - 1.0f / 3.0f) > 0x1p-14f);
+  CHECK(tf32_big(1.0f + 0x1p-11f) == float_bits(1.0f));
   // inf and NaN have no small part: their big part carries them.
   CHECK(tf32_small(-INFINITY) == 0u);
   CHECK(tf32_small(NAN) == 0u);
