@@ -157,6 +157,27 @@ __device__ __forceinline__ float quad_reduce(float v, Op op) {
   return op(v, __shfl_xor_sync(kFullMask, v, 2));
 }
 
+// Writes the warp's 16 x DMax accumulator rows to rows [w0, w0 + 16) of `dst`
+// (row i at dst + i * row_stride), those below `rows` and columns below D, the
+// values of rows g and g + 8 times factor[0] and factor[1].
+template <int DMax>
+__device__ __forceinline__ void store_rows(float* dst, std::int64_t row_stride, const float (&acc)[DMax / 8][4],
+                                           std::int64_t w0, std::int64_t rows, std::int64_t D, int g, int t,
+                                           const float (&factor)[2]) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t i = w0 + g + 8 * half;
+    if (i >= rows) continue;
+#pragma unroll
+    for (int n = 0; n < DMax / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int d = 8 * n + 2 * t + c;
+        if (d < D) dst[i * row_stride + d] = acc[n][2 * half + c] * factor[half];
+      }
+  }
+}
+
 // ---- forward -----------------------------------------------------------------------------------
 
 template <int DMax>
@@ -234,22 +255,14 @@ __global__ void __launch_bounds__(kBlockThreads)
       scores_times_columns<NC, DMax>(o, s, vs, g, t);  // o_i += sum_j p_ij v_j
     }
 
+    float inv[2];  // 1 / l, and 0 on rows with every key hidden: zeros, not 0/0
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+      inv[half] = l[half] == 0.0f ? 0.0f : 1.0f / l[half];
       const std::int64_t i = w0 + g + 8 * half;
-      if (i >= p.Tq) continue;
-      float* orow = out + b * out_sb + h * out_sh + i * out_st;
-      const bool none_visible = l[half] == 0.0f;  // every key hidden: zeros, not 0/0
-      const float inv = none_visible ? 0.0f : 1.0f / l[half];
-#pragma unroll
-      for (int n = 0; n < ND; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int d = 8 * n + 2 * t + c;
-          if (d < p.D) orow[d] = o[n][2 * half + c] * inv;
-        }
-      if (t == 0) lse[bh * p.Tq + i] = none_visible ? neg_inf : m[half] + logf(l[half]);
+      if (i < p.Tq && t == 0) lse[bh * p.Tq + i] = l[half] == 0.0f ? neg_inf : m[half] + logf(l[half]);
     }
+    store_rows<DMax>(out + b * out_sb + h * out_sh, out_st, o, w0, p.Tq, p.D, g, t, inv);
   }
 }
 
@@ -309,18 +322,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       scores_times_columns<NC, DMax>(dq_acc, s, kc, g, t);
     }
 
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = w0 + g + 8 * half;
-      if (i >= p.Tq) continue;
-#pragma unroll
-      for (int n = 0; n < ND; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int d = 8 * n + 2 * t + c;
-          if (d < p.D) dq[(bh * p.Tq + i) * p.D + d] = dq_acc[n][2 * half + c];
-        }
-    }
+    store_rows<DMax>(dq + bh * p.Tq * p.D, p.D, dq_acc, w0, p.Tq, p.D, g, t, {1.0f, 1.0f});
   }
 }
 
@@ -388,20 +390,8 @@ __global__ void __launch_bounds__(kBlockThreads)
       scores_times_columns<NC, DMax>(dk_acc, dpv, qc, g, t);
     }
 
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t j = w0 + g + 8 * half;
-      if (j >= p.Tk) continue;
-#pragma unroll
-      for (int n = 0; n < ND; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const int d = 8 * n + 2 * t + c;
-          if (d >= p.D) continue;
-          dk[(bh * p.Tk + j) * p.D + d] = dk_acc[n][2 * half + c];
-          dv[(bh * p.Tk + j) * p.D + d] = dv_acc[n][2 * half + c];
-        }
-    }
+    store_rows<DMax>(dk + bh * p.Tk * p.D, p.D, dk_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f});
+    store_rows<DMax>(dv + bh * p.Tk * p.D, p.D, dv_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f});
   }
 }
 

@@ -71,86 +71,54 @@ struct Staged {
 template <int Rows, int BK, int Threads>
 constexpr int kStagedLoads = (Rows * BK / 4 + Threads - 1) / Threads;
 
-// A(m0 + mm, k0 + kk) for this thread's share of the BM x BK tile, zero outside the matrix.
-template <int BM, int BK, int Threads>
-__device__ __forceinline__ void fetch_a(Staged<kStagedLoads<BM, BK, Threads>>& s, const float* A, const GemmArgs& g,
-                                        std::int64_t m0, std::int64_t k0) {
+// One operand's tile seen as Rows x BK: element (r, kk) is X(r0 + r, k0 + kk),
+// X being A (rows m) or B transposed (rows n). In memory either k runs fastest
+// (A row-major, B transposed) or the rows do, and a float4 holds four
+// consecutive elements of whichever that is.
+struct TileSource {
+  const float* data;
+  std::int64_t ld, rows, k;
+  bool k_fastest, vec;
+};
+
+// This thread's share of the tile at (r0, k0), zero outside the matrix.
+template <int Rows, int BK, int Threads>
+__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads>>& s, const TileSource& x,
+                                           std::int64_t r0, std::int64_t k0) {
 #pragma unroll
-  for (int r = 0; r < kStagedLoads<BM, BK, Threads>; ++r) {
-    const int v = threadIdx.x + r * Threads;
-    if (v >= BM * BK / 4) break;
-    if (!g.a.transposed) {  // A(m, k) = A[m * lda + k]: four consecutive k
-      const int mm = v / (BK / 4), kk = (v % (BK / 4)) * 4;
-      const std::int64_t gm = m0 + mm, gk = k0 + kk;
-      s.v[r] = load4(A, gm * g.a.ld + gk, gm < g.m ? in_range4(gk, g.k) : 0, g.a_vec);
-    } else {  // A(m, k) = A[k * lda + m]: four consecutive m
-      const int kk = v / (BM / 4), mm = (v % (BM / 4)) * 4;
-      const std::int64_t gm = m0 + mm, gk = k0 + kk;
-      s.v[r] = load4(A, gk * g.a.ld + gm, gk < g.k ? in_range4(gm, g.m) : 0, g.a_vec);
+  for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
+    const int v = threadIdx.x + i * Threads;
+    if (v >= Rows * BK / 4) break;
+    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: four consecutive k
+      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+      const std::int64_t gr = r0 + rr, gk = k0 + kk;
+      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range4(gk, x.k) : 0, x.vec);
+    } else {  // X(r, k) = data[k * ld + r]: four consecutive rows
+      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
+      const std::int64_t gr = r0 + rr, gk = k0 + kk;
+      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range4(gr, x.rows) : 0, x.vec);
     }
   }
 }
 
-// As[kk][mm] = A(m0 + mm, k0 + kk): the tile K-major, as fetch_a fetched it.
-template <int BM, int BK, int Threads>
-__device__ __forceinline__ void store_a(float (&As)[BK][BM], const Staged<kStagedLoads<BM, BK, Threads>>& s,
-                                        bool transposed) {
+// Tile[kk][r] = X(r0 + r, k0 + kk): the tile K-major, as fetch_tile fetched it.
+template <int Rows, int BK, int Threads>
+__device__ __forceinline__ void store_tile(float (&tile)[BK][Rows], const Staged<kStagedLoads<Rows, BK, Threads>>& s,
+                                           bool k_fastest) {
 #pragma unroll
-  for (int r = 0; r < kStagedLoads<BM, BK, Threads>; ++r) {
-    const int v = threadIdx.x + r * Threads;
-    if (v >= BM * BK / 4) break;
-    const float4 x = s.v[r];
-    if (!transposed) {
-      const int mm = v / (BK / 4), kk = (v % (BK / 4)) * 4;
-      As[kk + 0][mm] = x.x;
-      As[kk + 1][mm] = x.y;
-      As[kk + 2][mm] = x.z;
-      As[kk + 3][mm] = x.w;
+  for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
+    const int v = threadIdx.x + i * Threads;
+    if (v >= Rows * BK / 4) break;
+    const float4 x = s.v[i];
+    if (k_fastest) {
+      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+      tile[kk + 0][rr] = x.x;
+      tile[kk + 1][rr] = x.y;
+      tile[kk + 2][rr] = x.z;
+      tile[kk + 3][rr] = x.w;
     } else {
-      const int kk = v / (BM / 4), mm = (v % (BM / 4)) * 4;
-      *reinterpret_cast<float4*>(&As[kk][mm]) = x;
-    }
-  }
-}
-
-// B(k0 + kk, n0 + nn) for this thread's share of the BK x BN tile, zero outside the matrix.
-template <int BN, int BK, int Threads>
-__device__ __forceinline__ void fetch_b(Staged<kStagedLoads<BN, BK, Threads>>& s, const float* B, const GemmArgs& g,
-                                        std::int64_t k0, std::int64_t n0) {
-#pragma unroll
-  for (int r = 0; r < kStagedLoads<BN, BK, Threads>; ++r) {
-    const int v = threadIdx.x + r * Threads;
-    if (v >= BN * BK / 4) break;
-    if (!g.b.transposed) {  // B(k, n) = B[k * ldb + n]: four consecutive n
-      const int kk = v / (BN / 4), nn = (v % (BN / 4)) * 4;
-      const std::int64_t gk = k0 + kk, gn = n0 + nn;
-      s.v[r] = load4(B, gk * g.b.ld + gn, gk < g.k ? in_range4(gn, g.n) : 0, g.b_vec);
-    } else {  // B(k, n) = B[n * ldb + k]: four consecutive k
-      const int nn = v / (BK / 4), kk = (v % (BK / 4)) * 4;
-      const std::int64_t gk = k0 + kk, gn = n0 + nn;
-      s.v[r] = load4(B, gn * g.b.ld + gk, gn < g.n ? in_range4(gk, g.k) : 0, g.b_vec);
-    }
-  }
-}
-
-// Bs[kk][nn] = B(k0 + kk, n0 + nn), as fetch_b fetched it.
-template <int BN, int BK, int Threads>
-__device__ __forceinline__ void store_b(float (&Bs)[BK][BN], const Staged<kStagedLoads<BN, BK, Threads>>& s,
-                                        bool transposed) {
-#pragma unroll
-  for (int r = 0; r < kStagedLoads<BN, BK, Threads>; ++r) {
-    const int v = threadIdx.x + r * Threads;
-    if (v >= BN * BK / 4) break;
-    const float4 x = s.v[r];
-    if (!transposed) {
-      const int kk = v / (BN / 4), nn = (v % (BN / 4)) * 4;
-      *reinterpret_cast<float4*>(&Bs[kk][nn]) = x;
-    } else {
-      const int nn = v / (BK / 4), kk = (v % (BK / 4)) * 4;
-      Bs[kk + 0][nn] = x.x;
-      Bs[kk + 1][nn] = x.y;
-      Bs[kk + 2][nn] = x.z;
-      Bs[kk + 3][nn] = x.w;
+      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
+      *reinterpret_cast<float4*>(&tile[kk][rr]) = x;
     }
   }
 }
@@ -188,19 +156,21 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
     const float* B = g.b.data + offset[1];
     float acc[TM][TN] = {};  // C(m0 + tile_offset<BM, TM>(ty, i), n0 + tile_offset<BN, TN>(tx, j))
 
+    const TileSource a_source{A, g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
+    const TileSource b_source{B, g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};  // B seen as B^T
     Staged<kStagedLoads<BM, BK, kBlockThreads>> a_next;
     Staged<kStagedLoads<BN, BK, kBlockThreads>> b_next;
-    fetch_a<BM, BK, kBlockThreads>(a_next, A, g, m0, k_begin);
-    fetch_b<BN, BK, kBlockThreads>(b_next, B, g, k_begin, n0);
-    store_a<BM, BK, kBlockThreads>(As[0], a_next, g.a.transposed);
-    store_b<BN, BK, kBlockThreads>(Bs[0], b_next, g.b.transposed);
+    fetch_tile<BM, BK, kBlockThreads>(a_next, a_source, m0, k_begin);
+    fetch_tile<BN, BK, kBlockThreads>(b_next, b_source, n0, k_begin);
+    store_tile<BM, BK, kBlockThreads>(As[0], a_next, a_source.k_fastest);
+    store_tile<BN, BK, kBlockThreads>(Bs[0], b_next, b_source.k_fastest);
     __syncthreads();
     int buf = 0;
     for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
       const bool more = k0 + BK < k_end;
       if (more) {  // in flight while the products below run
-        fetch_a<BM, BK, kBlockThreads>(a_next, A, g, m0, k0 + BK);
-        fetch_b<BN, BK, kBlockThreads>(b_next, B, g, k0 + BK, n0);
+        fetch_tile<BM, BK, kBlockThreads>(a_next, a_source, m0, k0 + BK);
+        fetch_tile<BN, BK, kBlockThreads>(b_next, b_source, n0, k0 + BK);
       }
 #pragma unroll
       for (int kk = 0; kk < BK; ++kk) {
@@ -219,8 +189,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
       }
       // The other buffer was last read in the previous step, which the barrier below it closed.
       if (more) {
-        store_a<BM, BK, kBlockThreads>(As[buf ^ 1], a_next, g.a.transposed);
-        store_b<BN, BK, kBlockThreads>(Bs[buf ^ 1], b_next, g.b.transposed);
+        store_tile<BM, BK, kBlockThreads>(As[buf ^ 1], a_next, a_source.k_fastest);
+        store_tile<BN, BK, kBlockThreads>(Bs[buf ^ 1], b_next, b_source.k_fastest);
       }
       __syncthreads();  // the next tile is stored, and everyone is done reading this one
       buf ^= 1;
