@@ -603,9 +603,16 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
     bool mask;
   };
   const std::vector<Case> cases{
-      {1, 1, 1, 1, 1, false, 0, false},   {2, 3, 5, 5, 7, true, 0, false},    {2, 2, 37, 37, 32, true, 0, false},
-      {1, 2, 64, 64, 64, true, 0, false}, {2, 1, 33, 70, 13, false, 0, true}, {1, 1, 130, 130, 128, true, 0, false},
-      {1, 2, 17, 17, 100, true, 0.2, false}, {2, 2, 40, 24, 16, true, 0.1, true}};
+      {1, 1, 1, 1, 1, false, 0, false},
+      {2, 3, 5, 5, 7, true, 0, false},
+      {2, 2, 37, 37, 32, true, 0, false},
+      {1, 2, 64, 64, 64, true, 0, false},
+      {2, 1, 33, 70, 13, false, 0, true},
+      {1, 1, 130, 130, 128, true, 0, false},
+      {1, 2, 17, 17, 100, true, 0.2, false},
+      {2, 2, 40, 24, 16, true, 0.1, true},
+      // Head dim 64 over several query blocks and key tiles of both kernel sets, with every option on.
+      {2, 2, 150, 150, 64, true, 0.1, true}};
   for_each_attention_kernels([&] {
     for (const Case& c : cases) {
       const std::string what = fmt::format("attention ({}) B={} H={} Tq={} Tk={} D={} causal={} dropout={} mask={}",
