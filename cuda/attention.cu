@@ -18,6 +18,8 @@
 //    racecheck has nothing to report.
 // Causal tiles that are entirely hidden are never visited. Head dims up to
 // 128 are supported (kernels templated on the next of 32, 64, 128).
+// attention_tensor_core.cu does the same on the tensor cores; which set runs is
+// attention_kernels() (cuda/runtime.h), chosen at the bottom of this file.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
