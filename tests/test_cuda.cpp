@@ -16,6 +16,9 @@
 #include <tuple>
 
 #include "autograd/attention.h"
+#if defined(ATTOGRAD_WITH_CUDA)
+#include "cuda_mma_probe.h"
+#endif
 #include "helpers.h"
 #include "nn/gpt.h"
 #include "train/optimizer.h"
@@ -579,6 +582,35 @@ TEST_CASE("cuda: cat matches the CPU, forward and backward", "[cuda]") {
 }
 
 // ---- attention ---------------------------------------------------------------------------------------
+
+// The tensor-core attention kernels stand on cuda/mma.cuh's reading of the PTX
+// ISA's m16n8k8 fragment layout: here one warp's product on known operands, so a
+// wrong reading shows as itself and not as attention gone wrong. 3xTF32 must be
+// float32-accurate, one TF32 product must not be.
+TEST_CASE("cuda: the tensor-core product follows cuda/mma.cuh's fragment layout, in TF32 and 3xTF32", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  std::vector<float> a(16 * 8), b(8 * 8);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(1.7f * static_cast<float>(i) + 0.3f);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(2.3f * static_cast<float>(i));
+  const test::WarpProduct got = test::warp_product_on_gpu(a, b);
+  double worst_one = 0, worst_three = 0;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = 0;
+      for (int k = 0; k < 8; ++k) want += static_cast<double>(a[i * 8 + k]) * b[k * 8 + j];
+      INFO("C[" << i << "][" << j << "] = " << want << ": TF32 " << got.tf32[i * 8 + j] << ", 3xTF32 "
+                << got.three_tf32[i * 8 + j]);
+      worst_one = std::max(worst_one, std::abs(got.tf32[i * 8 + j] - want));
+      worst_three = std::max(worst_three, std::abs(got.three_tf32[i * 8 + j] - want));
+      // |a b| <= 8 here. Truncated to TF32, each operand loses up to 2^-10 of itself.
+      REQUIRE(std::abs(got.tf32[i * 8 + j] - want) < 8 * 2 * 0x1p-10);
+      REQUIRE(std::abs(got.three_tf32[i * 8 + j] - want) < 1e-6);
+    }
+  INFO("worst error: TF32 " << worst_one << ", 3xTF32 " << worst_three);
+  CHECK(worst_one > 1e-4);
+#endif
+}
 
 // Runs body once with each set of fused attention kernels (cuda/runtime.h),
 // restoring the process's choice afterwards, whatever body throws.
