@@ -5,7 +5,8 @@
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
 //     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
-//   cuda_gpt_step                                          the toy GPT's training step (tokens/s)
+//   cuda_gpt_step, cuda_gpt_step_tc                        the toy GPT's training step (tokens/s), its
+//                                                          attention on the SIMT or the tensor-core kernels
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
 // the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
 // composed path is left out at XXL (its (T, T) matrices alone are 3 GiB).
@@ -241,7 +242,8 @@ double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, 
   return loss.item();
 }
 
-void gpt_step_case(benchmark::State& state) {
+void gpt_step_case(benchmark::State& state, cuda::AttentionKernels kernels_to_use) {
+  const KernelsForCase kernels(kernels_to_use);
   const nn::GPTConfig config;  // the toy GPT of the design notes
   const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
   nn::GPT model(config);
@@ -305,7 +307,9 @@ const bool registered = [] {
       return cross_entropy(x, x.device().is_cuda() ? targets_gpu : targets_cpu);
     }, 7 * 4096 * V, 12 * 4096 * V);
   });
-  register_gpu_case("cuda_gpt_step", gpt_step_case);
+  register_gpu_case("cuda_gpt_step", [](benchmark::State& st) { gpt_step_case(st, cuda::AttentionKernels::simt); });
+  register_gpu_case("cuda_gpt_step_tc",
+                    [](benchmark::State& st) { gpt_step_case(st, cuda::AttentionKernels::tensor_core); });
   return true;
 }();
 
