@@ -127,18 +127,6 @@ bool check_core(benchmark::State& state, const AttentionShape& s, bool backward_
          check_close(state, "cuda fused attention dv", in.v.grad(), dv);
 }
 
-// The fused path on one set of kernels (cuda/runtime.h) for the length of a case.
-class KernelsForCase {
- public:
-  explicit KernelsForCase(cuda::AttentionKernels k) { cuda::set_attention_kernels(k); }
-  ~KernelsForCase() { cuda::set_attention_kernels(before_); }
-  KernelsForCase(const KernelsForCase&) = delete;
-  KernelsForCase& operator=(const KernelsForCase&) = delete;
-
- private:
-  cuda::AttentionKernels before_ = cuda::attention_kernels();
-};
-
 // A case's variant: its name in the case's name ("fused", "fused_tc", "composed"), the path and the kernels.
 struct AttentionVariant {
   const char* name;
@@ -151,7 +139,7 @@ constexpr AttentionVariant kComposed{"composed", AttentionImpl::composed, cuda::
 
 void attn_core_case(benchmark::State& state, const AttentionShape& s, const AttentionVariant& variant,
                     bool backward_too) {
-  const KernelsForCase kernels(variant.kernels);
+  const cuda::ScopedAttentionKernels kernels(variant.kernels);
   const AttentionImpl impl = variant.impl;
   if (!check_core(state, s, backward_too)) return;
   const CoreInputs in = core_inputs(s, s.B);
@@ -161,7 +149,7 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, const Atte
 }
 
 void mha_case(benchmark::State& state, const AttentionShape& s, cuda::AttentionKernels kernels_to_use) {
-  const KernelsForCase kernels(kernels_to_use);
+  const cuda::ScopedAttentionKernels kernels(kernels_to_use);
   nn::MultiHeadAttentionConfig config;
   config.d_model = s.C;
   config.num_heads = s.H;
@@ -243,7 +231,7 @@ double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, 
 }
 
 void gpt_step_case(benchmark::State& state, cuda::AttentionKernels kernels_to_use) {
-  const KernelsForCase kernels(kernels_to_use);
+  const cuda::ScopedAttentionKernels kernels(kernels_to_use);
   const nn::GPTConfig config;  // the toy GPT of the design notes
   const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
   nn::GPT model(config);

@@ -368,10 +368,6 @@ std::optional<AttentionKernels>& chosen_kernels() {
 
 }  // namespace
 
-const char* attention_kernels_name(AttentionKernels k) {
-  return k == AttentionKernels::tensor_core ? "tensor-core" : "simt";
-}
-
 AttentionKernels attention_kernels() {
   std::optional<AttentionKernels>& chosen = chosen_kernels();
   if (!chosen) chosen = kernels_from_environment();

@@ -24,8 +24,5 @@ MemoryStats memory_stats(int) { return {}; }
 void release_cached(int) {}
 AttentionKernels attention_kernels() { return AttentionKernels::simt; }
 void set_attention_kernels(AttentionKernels) {}
-const char* attention_kernels_name(AttentionKernels k) {
-  return k == AttentionKernels::tensor_core ? "tensor-core" : "simt";
-}
 
 }  // namespace attograd::cuda

@@ -49,7 +49,21 @@ void synchronize(int device);
 enum class AttentionKernels { simt, tensor_core };
 AttentionKernels attention_kernels();
 void set_attention_kernels(AttentionKernels kernels);
-const char* attention_kernels_name(AttentionKernels kernels);  // "simt", "tensor-core"
+inline const char* attention_kernels_name(AttentionKernels kernels) {  // as ATTOGRAD_CUDA_ATTENTION names them
+  return kernels == AttentionKernels::tensor_core ? "tensor-core" : "simt";
+}
+
+// One set of kernels for the guard's lifetime, the previous choice restored after.
+class ScopedAttentionKernels {
+ public:
+  explicit ScopedAttentionKernels(AttentionKernels kernels) { set_attention_kernels(kernels); }
+  ~ScopedAttentionKernels() { set_attention_kernels(before_); }
+  ScopedAttentionKernels(const ScopedAttentionKernels&) = delete;
+  ScopedAttentionKernels& operator=(const ScopedAttentionKernels&) = delete;
+
+ private:
+  AttentionKernels before_ = attention_kernels();  // read before the constructor's body sets the new one
+};
 
 // Milliseconds the GPU spends on the work `fn` queues on `device`: CUDA events
 // recorded on the device's stream before and after fn, then waited for. For

@@ -615,12 +615,8 @@ TEST_CASE("cuda: the tensor-core product follows cuda/mma.cuh's fragment layout,
 // Runs body once with each set of fused attention kernels (cuda/runtime.h),
 // restoring the process's choice afterwards, whatever body throws.
 void for_each_attention_kernels(const std::function<void()>& body) {
-  struct Restore {
-    cuda::AttentionKernels before = cuda::attention_kernels();
-    ~Restore() { cuda::set_attention_kernels(before); }
-  } restore;
   for (cuda::AttentionKernels k : {cuda::AttentionKernels::simt, cuda::AttentionKernels::tensor_core}) {
-    cuda::set_attention_kernels(k);
+    const cuda::ScopedAttentionKernels kernels(k);
     INFO("attention kernels: " << cuda::attention_kernels_name(k));
     body();
   }
