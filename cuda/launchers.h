@@ -66,6 +66,10 @@ struct ReduceLayout {
 // out = sum over the reduced dims, accumulated in float64 like the CPU.
 template <typename T>
 void sum(T* out, const T* x, const ReduceLayout& layout, cudaStream_t stream);
+// out[i] = partial[0 * n + i] + partial[1 * n + i] + ... over `chunks` rows of
+// float64 partial sums (a column sum's first pass), as sum's second pass adds them.
+template <typename T>
+void sum_column_partials(T* out, const double* partial, std::int64_t chunks, std::int64_t n, cudaStream_t stream);
 // Max over one reduced dim, with the index of its first maximum (a NaN wins, as on the CPU).
 template <typename T>
 void max(T* values, std::int64_t* indices, const T* x, const ReduceLayout& layout, cudaStream_t stream);

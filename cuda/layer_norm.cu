@@ -82,32 +82,30 @@ __global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* we
   }
 }
 
-// dw = sum over rows of dy * xhat, db = sum over rows of dy: thread per column,
-// block row y over rows [y * chunk, (y + 1) * chunk). Partials are (chunks, n).
+// dw = sum over rows of dy * xhat, db = sum over rows of dy, as a column sum
+// (device_utils.cuh): block (x, y) takes columns [x * kWarp, (x + 1) * kWarp)
+// over rows [y * chunk, (y + 1) * chunk). Partials are (chunks, n).
 template <typename T>
 __global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial, const T* dy, const T* x,
                                           const T* mean, const T* rstd, std::int64_t rows, std::int64_t n,
                                           std::int64_t chunk) {
-  const std::int64_t r_begin = blockIdx.y * chunk, r_end = min(rows, r_begin + chunk);
-  for (std::int64_t c = global_thread(); c < n; c += grid_threads()) {
-    double dw = 0, db = 0;
-    for (std::int64_t r = r_begin; r < r_end; ++r) {
+  const int lane = threadIdx.x / kWarp;
+  const std::int64_t c = std::int64_t(blockIdx.x) * kWarp + threadIdx.x % kWarp;
+  const std::int64_t begin = blockIdx.y * chunk, end = min(rows, begin + chunk);
+  double sums[2] = {0, 0};  // dw, db
+  if (c < n) {
+#pragma unroll 4
+    for (std::int64_t r = begin + lane; r < end; r += kColumnLanes) {
       const T g = dy[r * n + c];
       const T xhat = (x[r * n + c] - mean[r]) * rstd[r];
-      dw += static_cast<double>(g) * xhat;
-      db += g;
+      sums[0] += static_cast<double>(g) * xhat;
+      sums[1] += g;
     }
-    if (dw_partial) dw_partial[blockIdx.y * n + c] = dw;
-    db_partial[blockIdx.y * n + c] = db;
   }
-}
-
-// Adds the chunks of each column in order.
-template <typename T>
-__global__ void sum_chunks_kernel(T* out, const double* partial, std::int64_t chunks, std::int64_t n) {
-  for (std::int64_t c = global_thread(); c < n; c += grid_threads()) {
-    out[c] = static_cast<T>(sum_in_order(0, chunks, [&](std::int64_t k) { return partial[k * n + c]; }));
-  }
+  add_column_lanes(sums);
+  if (lane != 0 || c >= n) return;
+  if (dw_partial) dw_partial[blockIdx.y * n + c] = sums[0];
+  db_partial[blockIdx.y * n + c] = sums[1];
 }
 
 }  // namespace
@@ -129,20 +127,14 @@ void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, c
     launch(layer_norm_dx_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, dx, dy, x, weight, mean, rstd,
            rows, n);
   });
-  // Enough chunks of rows that about 64K threads work, each chunk at least 16 rows.
-  const std::int64_t chunks = std::clamp<std::int64_t>(65536 / n, 1, std::clamp<std::int64_t>(rows / 16, 1, 4096));
-  const std::int64_t chunk = (rows + chunks - 1) / chunks;
+  const std::int64_t chunks = column_sum_chunks(rows, n), chunk = (rows + chunks - 1) / chunks;
   DeviceBuffer dw_partial(dweight ? sizeof(double) * chunks * n : 0), db_partial(sizeof(double) * chunks * n);
-  const dim3 grid(grid_for(n), static_cast<unsigned>(chunks));
+  const dim3 grid(static_cast<unsigned>((n + kWarp - 1) / kWarp), static_cast<unsigned>(chunks));
   launch(layer_norm_dparams_kernel<T>, grid, kThreads, 0, stream, dweight ? dw_partial.as<double>() : nullptr,
          db_partial.as<double>(), dy, x, mean, rstd, rows, n, chunk);
   CUDA_CHECK_LAUNCH();
-  if (dweight) {
-    launch(sum_chunks_kernel<T>, grid_for(n), kThreads, 0, stream, dweight, dw_partial.as<const double>(), chunks, n);
-    CUDA_CHECK_LAUNCH();
-  }
-  launch(sum_chunks_kernel<T>, grid_for(n), kThreads, 0, stream, dbias, db_partial.as<const double>(), chunks, n);
-  CUDA_CHECK_LAUNCH();
+  if (dweight) sum_column_partials(dweight, dw_partial.as<const double>(), chunks, n, stream);
+  sum_column_partials(dbias, db_partial.as<const double>(), chunks, n, stream);
 }
 
 #define AG_INSTANTIATE(T)                                                                                         \

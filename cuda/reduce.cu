@@ -6,8 +6,8 @@
 //    a warp (or a whole block, for long rows) walk one output's elements side
 //    by side and combine with warp shuffles;
 //  - columns: the kept dims run fastest (a bias gradient summing (B*T, C) to
-//    (C)), so each thread owns one output and neighbouring threads read
-//    neighbouring addresses.
+//    (C)), so neighbouring threads own neighbouring outputs and read
+//    neighbouring addresses, eight lanes an output (device_utils.cuh).
 // When there are too few outputs to fill the GPU, the reduced elements are cut
 // into chunks (grid.y), each chunk writes a partial sum, and a second pass adds
 // the partials in a fixed order: deterministic, no atomics. Sums accumulate in
@@ -54,16 +54,23 @@ __global__ void sum_rows_kernel(Out* out, const In* x, StridedLayout<1> kept, St
   }
 }
 
-// One thread per output; block row y sums chunk y. out is (gridDim.y, outputs).
+// Block (x, y) sums outputs [x * kWarp, (x + 1) * kWarp) over reduced elements
+// [y * chunk, (y + 1) * chunk), its kColumnLanes lanes taking every
+// kColumnLanes-th element (device_utils.cuh, column sums). out is (gridDim.y, outputs).
 template <typename In, typename Out>
 __global__ void sum_columns_kernel(Out* out, const In* x, StridedLayout<1> kept, StridedLayout<1> reduced,
                                    std::int64_t chunk) {
-  const std::int64_t r_begin = blockIdx.y * chunk, r_end = min(reduced.numel, r_begin + chunk);
-  for (std::int64_t o = global_thread(); o < kept.numel; o += grid_threads()) {
+  const int lane = threadIdx.x / kWarp;
+  const std::int64_t o = std::int64_t(blockIdx.x) * kWarp + threadIdx.x % kWarp;
+  const std::int64_t begin = blockIdx.y * chunk, end = min(reduced.numel, begin + chunk);
+  double acc[1] = {0};
+  if (o < kept.numel) {
     const In* column = x + offset_in(kept, o);
-    const double acc = sum_in_order(r_begin, r_end, [&](std::int64_t r) { return column[offset_in(reduced, r)]; });
-    out[blockIdx.y * kept.numel + o] = static_cast<Out>(acc);
+    acc[0] = sum_in_order(0, lane_rows(begin, end, lane),
+                          [&](std::int64_t k) { return column[offset_in(reduced, begin + lane + k * kColumnLanes)]; });
   }
+  add_column_lanes(acc);
+  if (lane == 0 && o < kept.numel) out[blockIdx.y * kept.numel + o] = static_cast<Out>(acc[0]);
 }
 
 StridedLayout<1> dense(std::int64_t size, std::int64_t stride) {
@@ -112,10 +119,8 @@ void sum_rows(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t st
 template <typename In, typename Out>
 void sum_columns(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t stream) {
   const std::int64_t outputs = layout.kept.numel, R = layout.reduced.numel;
-  const std::int64_t chunks =
-      std::clamp<std::int64_t>(kTargetThreads / outputs, 1, std::clamp<std::int64_t>(R / 64, 1, 4096));
-  const std::int64_t chunk = ceil_div(R, chunks);
-  const dim3 grid(grid_for(outputs), static_cast<unsigned>(chunks));
+  const std::int64_t chunks = column_sum_chunks(R, outputs), chunk = ceil_div(R, chunks);
+  const dim3 grid(static_cast<unsigned>(ceil_div(outputs, kWarp)), static_cast<unsigned>(chunks));
   if (chunks == 1) {
     launch(sum_columns_kernel<In, Out>, grid, kThreads, 0, stream, out, x, layout.kept, layout.reduced, chunk);
     CUDA_CHECK_LAUNCH();
@@ -125,7 +130,7 @@ void sum_columns(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t
   launch(sum_columns_kernel<In, double>, grid, kThreads, 0, stream, partial.as<double>(), x, layout.kept,
          layout.reduced, chunk);
   CUDA_CHECK_LAUNCH();
-  sum_columns(out, partial.as<const double>(), ReduceLayout{dense(outputs, 1), dense(chunks, outputs)}, stream);
+  sum_column_partials(out, partial.as<const double>(), chunks, outputs, stream);
 }
 
 // ---- max with index -------------------------------------------------------------------------------
@@ -236,9 +241,16 @@ void max(T* values, std::int64_t* indices, const T* x, const ReduceLayout& layou
   CUDA_CHECK_LAUNCH();
 }
 
+template <typename T>
+void sum_column_partials(T* out, const double* partial, std::int64_t chunks, std::int64_t n, cudaStream_t stream) {
+  sum_columns(out, partial, ReduceLayout{dense(n, 1), dense(chunks, n)}, stream);
+}
+
 template void sum<float>(float*, const float*, const ReduceLayout&, cudaStream_t);
 template void sum<double>(double*, const double*, const ReduceLayout&, cudaStream_t);
 template void max<float>(float*, std::int64_t*, const float*, const ReduceLayout&, cudaStream_t);
 template void max<double>(double*, std::int64_t*, const double*, const ReduceLayout&, cudaStream_t);
+template void sum_column_partials<float>(float*, const double*, std::int64_t, std::int64_t, cudaStream_t);
+template void sum_column_partials<double>(double*, const double*, std::int64_t, std::int64_t, cudaStream_t);
 
 }  // namespace attograd::cuda
