@@ -1,6 +1,7 @@
 // GPU cases, registered only when a CUDA device is present (names start with
 // "cuda_"; the rest of each name follows the CPU cases'):
 //   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
+//   cuda_matmul/gpt_MxKxN[_at]                           the toy GPT's products (_at: A read transposed)
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
 //     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
@@ -69,19 +70,38 @@ benchmark::internal::Benchmark* register_gpu_case(const std::string& name, Fn&& 
 
 // ---- matmul ------------------------------------------------------------------------------------
 
-void matmul_case(benchmark::State& state, std::int64_t n) {
-  const Tensor a = gpu_input({n, n}, 1), b = gpu_input({n, n}, 2);
+// C (M, N) = A (M, K) B (K, N); with a_transposed, A is stored as (K, M) and
+// read through a transposed view, as a Linear's weight gradient X^T dY is.
+void matmul_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed = false) {
+  const Tensor a_stored = gpu_input(a_transposed ? Shape{K, M} : Shape{M, K}, 1), b = gpu_input({K, N}, 2);
+  const Tensor a = a_transposed ? make_view(a_stored, {M, K}, {1, M}, 0) : a_stored;
   {
     // The first 64 rows against the CPU (OpenBLAS), 1e-4 sqrt(K) as in bench_ops.cpp.
+    const std::int64_t band = std::min<std::int64_t>(64, M);
     const Tensor rows = kernels::to_device(kernels::matmul(a, b), Device::cpu());
-    const Tensor a_band = kernels::contiguous(make_view(kernels::to_device(a, Device::cpu()), {64, n}, {n, 1}, 0));
-    const Tensor want = kernels::matmul(a_band, kernels::to_device(b, Device::cpu()));
-    const Tensor got = make_view(rows, {64, n}, {n, 1}, 0);
-    if (!check_close(state, "cuda matmul rows 0..63 vs the CPU", got, want, 1e-4 * std::sqrt(double(n)), 1e-4)) return;
+    const Tensor a_cpu = kernels::contiguous(kernels::to_device(a, Device::cpu()));
+    const Tensor want = kernels::matmul(make_view(a_cpu, {band, K}, {K, 1}, 0), kernels::to_device(b, Device::cpu()));
+    const Tensor got = make_view(rows, {band, N}, {N, 1}, 0);
+    if (!check_close(state, "cuda matmul rows 0..63 vs the CPU", got, want, 1e-4 * std::sqrt(double(K)), 1e-4)) return;
   }
   time_iterations(state, [&] { benchmark::DoNotOptimize(kernels::matmul(a, b).raw_data()); });
-  const double nn = static_cast<double>(n);
-  set_counters(state, 2 * nn * nn * nn, 12 * nn * nn);
+  const double m = static_cast<double>(M), k = static_cast<double>(K), n = static_cast<double>(N);
+  set_counters(state, 2 * m * k * n, 4 * (m * k + k * n + m * n));
+}
+
+// The toy GPT's products (B T = 4096 tokens, C = 128): the forward's X W^T of
+// the attention projection, the MLP's two, and a weight gradient X^T dY.
+// Skinny products leave few 64 x 64 tiles per SM, where square ones fill it.
+struct GemmShape {
+  std::int64_t M, K, N;
+  bool a_transposed;
+};
+constexpr GemmShape kGptGemms[] = {
+    {4096, 128, 128, false}, {4096, 128, 512, false}, {4096, 512, 128, false}, {128, 4096, 512, true}};
+
+std::string gemm_name(const GemmShape& s) {
+  return "cuda_matmul/gpt_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) +
+         (s.a_transposed ? "_at" : "");
 }
 
 // ---- attention -----------------------------------------------------------------------------------
@@ -261,7 +281,9 @@ void gpt_step_case(benchmark::State& state, cuda::AttentionKernels kernels_to_us
 const bool registered = [] {
   if (cuda::device_count() == 0) return false;
   for (std::int64_t n : {1024, 2048, 4096})
-    register_gpu_case("cuda_matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n); });
+    register_gpu_case("cuda_matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
+  for (const GemmShape& s : kGptGemms)
+    register_gpu_case(gemm_name(s), [s](benchmark::State& st) { matmul_case(st, s.M, s.K, s.N, s.a_transposed); });
   for (bool bwd : {false, true})
     for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore, kComposed})
       for (const AttentionShape& s : kGpuShapes) {

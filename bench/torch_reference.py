@@ -17,8 +17,9 @@ Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formu
 
 With --device cuda it runs the GPU cases of bench/bench_cuda.cpp instead, on the
 GPU, float32 with TF32 off (so matmul is cuBLAS's float32 SGEMM, the yardstick of
-cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_attn_core_{fwd,fwdbwd}/{composed,
-fused}/{S..XXL} (no composed XXL), cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step;
+cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_matmul/gpt_* (the toy GPT's products),
+cuda_attn_core_{fwd,fwdbwd}/{composed,fused}/{S..XXL} (no composed XXL),
+cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step;
 each iteration timed with CUDA events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
@@ -324,8 +325,9 @@ def charlm_step_case():
 # ---- single ops (bench_ops.cpp) ------------------------------------------------------
 
 
-def matmul_case(M, K, N):
-    a, b = randn(M, K, seed=1), randn(K, N, seed=2)
+def matmul_case(M, K, N, a_transposed=False):
+    a = randn(K, M, seed=1).t() if a_transposed else randn(M, K, seed=1)
+    b = randn(K, N, seed=2)
     r, c = min(M, 16), min(N, 16)
     check_close("matmul", (a @ b)[:r, :c], a[:r].double() @ b[:, :c].double(), 1e-4 * math.sqrt(K), 0)
 
@@ -444,9 +446,16 @@ def all_cases():
     return cases
 
 
+# bench_cuda.cpp's kGptGemms: the toy GPT's products (M, K, N, A read transposed).
+GPT_GEMMS = [(4096, 128, 128, False), (4096, 128, 512, False), (4096, 512, 128, False), (128, 4096, 512, True)]
+
+
 def gpu_cases():
     """bench_cuda.cpp's cases, in its order; make() as in all_cases()."""
     cases = [(f"cuda_matmul/{n}", lambda n=n: matmul_case(n, n, n)) for n in (1024, 2048, 4096)]
+    for M, K, N, a_transposed in GPT_GEMMS:
+        name = f"cuda_matmul/gpt_{M}x{K}x{N}" + ("_at" if a_transposed else "")
+        cases.append((name, lambda M=M, K=K, N=N, t=a_transposed: matmul_case(M, K, N, t)))
     for bwd in (False, True):
         for impl in ("fused", "composed"):
             for s, (B, T, C, H) in GPU_SHAPES.items():

@@ -20,6 +20,9 @@
 //   A (16 x 8, row major):  a[0] = A[g][t]    a[1] = A[g + 8][t]    a[2] = A[g][t + 4]    a[3] = A[g + 8][t + 4]
 //   B (8 x 8, K x N):       b[0] = B[t][g]    b[1] = B[t + 4][g]
 //   C (16 x 8):             c[0] = C[g][2t]   c[1] = C[g][2t + 1]   c[2] = C[g + 8][2t]   c[3] = C[g + 8][2t + 1]
+// CUTLASS's CuTe writes the same three for SM80_16x8x8_F32TF32TF32F32_TN (cute/atom/mma_traits_sm80.hpp:
+// A ((4,8),(2,2)):((16,1),(8,64)), B ((4,8),2):((8,1),32), C SM80_16x8_Row ((4,8),(2,2)):((32,1),(16,8)),
+// thread t0 + 4 t1 and value v0 + 2 v1 mapped to a column-major index m + 16 k, n + 8 k and m + 16 n).
 // In the emulated build (tests/cuda_emulator) the product is computed on the CPU
 // from the whole warp's fragments, which the lanes exchange.
 #include <cstdint>
