@@ -143,17 +143,24 @@ void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_
 // The scalars of one step, folded on the host in float64 exactly as
 // tensor/cpu/optimizer.cpp folds them.
 struct AdamWScalars {
-  float decay;         // 1 - lr * weight_decay
   float beta1, beta2;
   float one_minus_beta1, one_minus_beta2;
   float step_size;     // lr / (1 - beta1^t)
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
   float eps;
 };
-// One fused pass over n contiguous elements:
+// One parameter's n contiguous elements, its gradient and moments.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  std::int64_t n;
+  float decay;  // 1 - lr * weight_decay
+};
+// One fused pass over each tensor, up to 32 tensors a launch:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps)
-void adamw_step(float* param, const float* grad, float* m, float* v, std::int64_t n, const AdamWScalars& s,
-                cudaStream_t stream);
+void adamw_step(const AdamWTensor* tensors, int count, const AdamWScalars& s, cudaStream_t stream);
 
 // ---- fused causal attention (cuda/attention.cu) ------------------------------------------
 // One (B, H, T, D) operand: row (b, h, t) starts at data + b*sb + h*sh + t*st

@@ -526,27 +526,45 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 // ---- optimizer updates --------------------------------------------------------------
 namespace attograd::kernels {
 
-void adamw_step_(const Tensor& param, const Tensor& grad_in, const Tensor& m, const Tensor& v, const AdamWStep& step) {
+void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& step) {
+  adamw_step_(std::vector<AdamWParameter>{{param, grad, m, v, true}}, step);
+}
+
+void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& step) {
   const char* op = "adamw";
-  check_defined(op, param, "param");
-  check_defined(op, grad_in, "grad");
-  check_floating(op, param);
-  for (const Tensor* t : {&grad_in, &m, &v}) {
-    check_same_dtype(op, param, *t);
-    check_same_device(op, param, *t);
-    AG_CHECK(t->sizes() == param.sizes(), op, "param {} and its grad/state {} differ in shape", shape_str(param.sizes()),
-             shape_str(t->sizes()));
-  }
-  AG_CHECK(param.is_contiguous() && m.is_contiguous() && v.is_contiguous(), op,
-           "param and state must be contiguous, got {} {} {}", param.str(), m.str(), v.str());
   AG_CHECK(step.step >= 1, op, "step must be >= 1, got {}", step.step);
-  if (param.device().is_cuda())
-    gpu::adamw_step_(param, contiguous(grad_in), m, v, step);
-  else
-    cpu::adamw_step_(param, contiguous(grad_in), m, v, step);
-  param.bump_version();
-  m.bump_version();
-  v.bump_version();
+  std::vector<AdamWParameter> dense_grads;
+  dense_grads.reserve(params.size());
+  for (const AdamWParameter& p : params) {
+    check_defined(op, p.param, "param");
+    check_defined(op, p.grad, "grad");
+    check_floating(op, p.param);
+    for (const Tensor* t : {&p.grad, &p.m, &p.v}) {
+      check_same_dtype(op, p.param, *t);
+      check_same_device(op, p.param, *t);
+      AG_CHECK(t->sizes() == p.param.sizes(), op, "param {} and its grad/state {} differ in shape",
+               shape_str(p.param.sizes()), shape_str(t->sizes()));
+    }
+    AG_CHECK(p.param.is_contiguous() && p.m.is_contiguous() && p.v.is_contiguous(), op,
+             "param and state must be contiguous, got {} {} {}", p.param.str(), p.m.str(), p.v.str());
+    check_same_device(op, params.front().param, p.param);  // one launch needs one device
+    dense_grads.push_back({p.param, contiguous(p.grad), p.m, p.v, p.decay});
+  }
+  if (params.empty()) return;
+  if (params.front().param.device().is_cuda()) {
+    gpu::adamw_step_(dense_grads, step);
+  } else {
+    for (const AdamWParameter& p : dense_grads) {
+      AdamWStep own = step;
+      if (!p.decay) own.weight_decay = 0;
+      cpu::adamw_step_(p.param, p.grad, p.m, p.v, own);
+    }
+  }
+  for (const AdamWParameter& p : params) {
+    p.param.bump_version();
+    p.m.bump_version();
+    p.v.bump_version();
+  }
 }
 
 }  // namespace attograd::kernels

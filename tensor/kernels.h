@@ -168,5 +168,14 @@ struct AdamWStep {
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 // param, m, v contiguous; grad any layout of the same shape; one dtype and device.
 void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const AdamWStep& step);
+// One parameter of a multi-parameter AdamW update.
+struct AdamWParameter {
+  Tensor param, grad, m, v;
+  bool decay = true;  // step.weight_decay applies; else none (AdamW keeps it off biases and gains)
+};
+// The update of several parameters at once, each exactly as adamw_step_ (with
+// weight_decay 0 where !decay) would make it. On the GPU one launch updates up
+// to 32 of them, where a small model's step would otherwise be a launch per parameter.
+void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& step);
 
 }  // namespace attograd::kernels

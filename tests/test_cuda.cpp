@@ -754,6 +754,50 @@ TEST_CASE("cuda: fused AdamW steps match the CPU", "[cuda]") {
   }
 }
 
+// 40 parameters take two launches of up to 32; empty ones get no blocks, and
+// some go without weight decay. Each must come out as its own one-parameter
+// update on the GPU makes it (to the bit: the same arithmetic), and as the CPU's.
+TEST_CASE("cuda: AdamW over many parameters in one call equals each updated alone", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  struct Param {
+    Tensor p, m, v;
+  };
+  std::vector<Param> cpu, together, alone;
+  std::vector<bool> decay;
+  for (int i = 0; i < 40; ++i) {
+    const Shape shape = i % 13 == 5 ? Shape{0} : Shape{1 + (i * 37) % 300, 1 + i % 3};
+    const Tensor p = input(shape, DType::f32, Layout::contiguous, 200 + i);
+    cpu.push_back({p, zeros(shape), zeros(shape)});
+    together.push_back({on_gpu(p), on_gpu(zeros(shape)), on_gpu(zeros(shape))});
+    alone.push_back({on_gpu(p), on_gpu(zeros(shape)), on_gpu(zeros(shape))});
+    decay.push_back(i % 4 != 1);
+  }
+  const kernels::AdamWStep base{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1};
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    kernels::AdamWStep s = base;
+    s.step = step;
+    std::vector<kernels::AdamWParameter> on_cpu_list, on_gpu_list;
+    for (int i = 0; i < 40; ++i) {
+      const Tensor grad = input(cpu[i].p.sizes(), DType::f32, Layout::contiguous, 300 + 40 * step + i);
+      on_cpu_list.push_back({cpu[i].p, grad, cpu[i].m, cpu[i].v, decay[i]});
+      on_gpu_list.push_back({together[i].p, on_gpu(grad), together[i].m, together[i].v, decay[i]});
+      kernels::AdamWStep own = s;
+      if (!decay[i]) own.weight_decay = 0;
+      kernels::adamw_step_(alone[i].p, on_gpu(grad), alone[i].m, alone[i].v, own);
+    }
+    kernels::adamw_step_(on_cpu_list, s);
+    kernels::adamw_step_(on_gpu_list, s);
+  }
+  for (int i = 0; i < 40; ++i) {
+    INFO("parameter " << i << " " << shape_str(cpu[i].p.sizes()) << (decay[i] ? "" : ", no weight decay"));
+    CHECK(max_abs_diff(on_cpu(together[i].p), on_cpu(alone[i].p)) == 0);
+    CHECK(max_abs_diff(on_cpu(together[i].m), on_cpu(alone[i].m)) == 0);
+    CHECK(max_abs_diff(on_cpu(together[i].v), on_cpu(alone[i].v)) == 0);
+    require_parity(together[i].p, cpu[i].p, "adamw param");
+    require_parity(together[i].v, cpu[i].v, "adamw exp_avg_sq");
+  }
+}
+
 TEST_CASE("cuda: a GPT training step on the GPU equals the CPU step", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   for (double dropout : {0.0, 0.1}) {

@@ -52,17 +52,18 @@ AdamW::AdamW(std::vector<nn::NamedParameter> params, AdamWOptions options)
 void AdamW::step() {
   NoGradGuard no_grad;
   ++step_count_;
+  // Every parameter in one call: on the GPU one launch per 32 parameters, not one each.
+  std::vector<kernels::AdamWParameter> update;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const auto& p = params_[i];
-    if (!p.tensor.grad().defined()) continue;
-    kernels::adamw_step_(p.tensor, p.tensor.grad(), exp_avg_[i], exp_avg_sq_[i],
-                         {.lr = lr_,
-                          .beta1 = options_.beta1,
-                          .beta2 = options_.beta2,
-                          .eps = options_.eps,
-                          .weight_decay = p.decay ? options_.weight_decay : 0.0,
-                          .step = step_count_});
+    if (p.tensor.grad().defined()) update.push_back({p.tensor, p.tensor.grad(), exp_avg_[i], exp_avg_sq_[i], p.decay});
   }
+  kernels::adamw_step_(update, {.lr = lr_,
+                                .beta1 = options_.beta1,
+                                .beta2 = options_.beta2,
+                                .eps = options_.eps,
+                                .weight_decay = options_.weight_decay,
+                                .step = step_count_});
 }
 
 std::map<std::string, Tensor> AdamW::state() const {

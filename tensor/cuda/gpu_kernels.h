@@ -44,6 +44,7 @@ kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor&
 kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                            const Tensor& mask, const Tensor& out, const Tensor& lse,
                                            const kernels::AttentionKernelOptions& options);
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const kernels::AdamWStep& step);
+// grads contiguous, every tensor on one device.
+void adamw_step_(const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step);
 
 }  // namespace attograd::gpu

@@ -1,20 +1,19 @@
 // The fused AdamW update on CUDA (float32). The step's scalars are folded here
 // in float64 exactly as tensor/cpu/optimizer.cpp folds them, then one kernel
-// updates param, m and v in a single pass (cuda/adamw.cu).
+// updates param, m and v in a single pass, for up to 32 parameters a launch (cuda/adamw.cu).
 #include <cmath>
+#include <vector>
 
 #include "tensor/cuda/gpu_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {
 
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const kernels::AdamWStep& s) {
-  require_float32("adamw", param);
+void adamw_step_(const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& s) {
+  if (params.empty()) return;
   const double bias_correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
   const double bias_correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
   const cuda::AdamWScalars scalars{
-      static_cast<float>(1.0 - s.lr * s.weight_decay),
       static_cast<float>(s.beta1),
       static_cast<float>(s.beta2),
       static_cast<float>(1.0 - s.beta1),
@@ -23,8 +22,15 @@ void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const
       static_cast<float>(1.0 / std::sqrt(bias_correction2)),
       static_cast<float>(s.eps),
   };
-  cuda::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), param.numel(), scalars,
-                   stream_of(param));
+  std::vector<cuda::AdamWTensor> tensors;
+  tensors.reserve(params.size());
+  for (const kernels::AdamWParameter& p : params) {
+    require_float32("adamw", p.param);
+    const double weight_decay = p.decay ? s.weight_decay : 0.0;
+    tensors.push_back({p.param.data<float>(), p.grad.data<float>(), p.m.data<float>(), p.v.data<float>(),
+                       p.param.numel(), static_cast<float>(1.0 - s.lr * weight_decay)});
+  }
+  cuda::adamw_step(tensors.data(), static_cast<int>(tensors.size()), scalars, stream_of(params.front().param));
 }
 
 }  // namespace attograd::gpu

@@ -44,8 +44,6 @@ kernels::AttentionGrads attention_backward(const Tensor&, const Tensor&, const T
                                            const Tensor&, const Tensor&, const kernels::AttentionKernelOptions&) {
   no_gpu("attention backward");
 }
-void adamw_step_(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const kernels::AdamWStep&) {
-  no_gpu("adamw");
-}
+void adamw_step_(const std::vector<kernels::AdamWParameter>&, const kernels::AdamWStep&) { no_gpu("adamw"); }
 
 }  // namespace attograd::gpu
