@@ -150,7 +150,7 @@ __device__ __forceinline__ void scores_times_columns(float (&acc)[DMax / 8][4], 
   }
 }
 
-// Sums v over the 4 lanes of a quad (the lanes that share an accumulator row).
+// Reduces v with op over the 4 lanes of a quad (the lanes that share an accumulator row).
 template <typename Op>
 __device__ __forceinline__ float quad_reduce(float v, Op op) {
   v = op(v, __shfl_xor_sync(kFullMask, v, 1));
