@@ -72,7 +72,9 @@ benchmark::internal::Benchmark* register_gpu_case(const std::string& name, Fn&& 
 
 // C (M, N) = A (M, K) B (K, N); with a_transposed, A is stored as (K, M) and
 // read through a transposed view, as a Linear's weight gradient X^T dY is.
-void matmul_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N, bool a_transposed = false) {
+void matmul_case(benchmark::State& state, cuda::KernelSet kernels_to_use, std::int64_t M, std::int64_t K,
+                 std::int64_t N, bool a_transposed = false) {
+  const cuda::ScopedKernelSet kernels(cuda::KernelOp::matmul, kernels_to_use);
   const Tensor a_stored = gpu_input(a_transposed ? Shape{K, M} : Shape{M, K}, 1), b = gpu_input({K, N}, 2);
   const Tensor a = a_transposed ? make_view(a_stored, {M, K}, {1, M}, 0) : a_stored;
   {
@@ -99,8 +101,8 @@ struct GemmShape {
 constexpr GemmShape kGptGemms[] = {
     {4096, 128, 128, false}, {4096, 128, 512, false}, {4096, 512, 128, false}, {128, 4096, 512, true}};
 
-std::string gemm_name(const GemmShape& s) {
-  return "cuda_matmul/gpt_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) +
+std::string gemm_name(const std::string& prefix, const GemmShape& s) {
+  return prefix + "gpt_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) +
          (s.a_transposed ? "_at" : "");
 }
 
@@ -151,15 +153,15 @@ bool check_core(benchmark::State& state, const AttentionShape& s, bool backward_
 struct AttentionVariant {
   const char* name;
   AttentionImpl impl;
-  cuda::AttentionKernels kernels;
+  cuda::KernelSet kernels;
 };
-constexpr AttentionVariant kFusedSimt{"fused", AttentionImpl::fused, cuda::AttentionKernels::simt};
-constexpr AttentionVariant kFusedTensorCore{"fused_tc", AttentionImpl::fused, cuda::AttentionKernels::tensor_core};
-constexpr AttentionVariant kComposed{"composed", AttentionImpl::composed, cuda::AttentionKernels::simt};
+constexpr AttentionVariant kFusedSimt{"fused", AttentionImpl::fused, cuda::KernelSet::simt};
+constexpr AttentionVariant kFusedTensorCore{"fused_tc", AttentionImpl::fused, cuda::KernelSet::tensor_core};
+constexpr AttentionVariant kComposed{"composed", AttentionImpl::composed, cuda::KernelSet::simt};
 
 void attn_core_case(benchmark::State& state, const AttentionShape& s, const AttentionVariant& variant,
                     bool backward_too) {
-  const cuda::ScopedAttentionKernels kernels(variant.kernels);
+  const cuda::ScopedKernelSet kernels(cuda::KernelOp::attention, variant.kernels);
   const AttentionImpl impl = variant.impl;
   if (!check_core(state, s, backward_too)) return;
   const CoreInputs in = core_inputs(s, s.B);
@@ -168,8 +170,8 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, const Atte
   set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 48 : 16) * bhtd);
 }
 
-void mha_case(benchmark::State& state, const AttentionShape& s, cuda::AttentionKernels kernels_to_use) {
-  const cuda::ScopedAttentionKernels kernels(kernels_to_use);
+void mha_case(benchmark::State& state, const AttentionShape& s, cuda::KernelSet kernels_to_use) {
+  const cuda::ScopedKernelSet kernels(cuda::KernelOp::attention, kernels_to_use);
   nn::MultiHeadAttentionConfig config;
   config.d_model = s.C;
   config.num_heads = s.H;
@@ -250,8 +252,10 @@ double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, 
   return loss.item();
 }
 
-void gpt_step_case(benchmark::State& state, cuda::AttentionKernels kernels_to_use) {
-  const cuda::ScopedAttentionKernels kernels(kernels_to_use);
+// kernels_to_use: for both attention and matmul.
+void gpt_step_case(benchmark::State& state, cuda::KernelSet kernels_to_use) {
+  const cuda::ScopedKernelSet attention(cuda::KernelOp::attention, kernels_to_use);
+  const cuda::ScopedKernelSet matmul(cuda::KernelOp::matmul, kernels_to_use);
   const nn::GPTConfig config;  // the toy GPT of the design notes
   const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
   nn::GPT model(config);
@@ -280,10 +284,15 @@ void gpt_step_case(benchmark::State& state, cuda::AttentionKernels kernels_to_us
 
 const bool registered = [] {
   if (cuda::device_count() == 0) return false;
-  for (std::int64_t n : {1024, 2048, 4096})
-    register_gpu_case("cuda_matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
-  for (const GemmShape& s : kGptGemms)
-    register_gpu_case(gemm_name(s), [s](benchmark::State& st) { matmul_case(st, s.M, s.K, s.N, s.a_transposed); });
+  // cuda_matmul/... on the CUDA cores, cuda_matmul/tc/... on the tensor cores (3xTF32).
+  for (cuda::KernelSet k : {cuda::KernelSet::simt, cuda::KernelSet::tensor_core}) {
+    const std::string prefix = k == cuda::KernelSet::simt ? "cuda_matmul/" : "cuda_matmul/tc/";
+    for (std::int64_t n : {1024, 2048, 4096})
+      register_gpu_case(prefix + std::to_string(n), [k, n](benchmark::State& st) { matmul_case(st, k, n, n, n); });
+    for (const GemmShape& s : kGptGemms)
+      register_gpu_case(gemm_name(prefix, s),
+                        [k, s](benchmark::State& st) { matmul_case(st, k, s.M, s.K, s.N, s.a_transposed); });
+  }
   for (bool bwd : {false, true})
     for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore, kComposed})
       for (const AttentionShape& s : kGpuShapes) {
@@ -317,9 +326,8 @@ const bool registered = [] {
       return cross_entropy(x, x.device().is_cuda() ? targets_gpu : targets_cpu);
     }, 7 * 4096 * V, 12 * 4096 * V);
   });
-  register_gpu_case("cuda_gpt_step", [](benchmark::State& st) { gpt_step_case(st, cuda::AttentionKernels::simt); });
-  register_gpu_case("cuda_gpt_step_tc",
-                    [](benchmark::State& st) { gpt_step_case(st, cuda::AttentionKernels::tensor_core); });
+  register_gpu_case("cuda_gpt_step", [](benchmark::State& st) { gpt_step_case(st, cuda::KernelSet::simt); });
+  register_gpu_case("cuda_gpt_step_tc", [](benchmark::State& st) { gpt_step_case(st, cuda::KernelSet::tensor_core); });
   return true;
 }();
 

@@ -19,11 +19,8 @@
 // Causal tiles that are entirely hidden are never visited. Head dims up to
 // 128 are supported (kernels templated on the next of 32, 64, 128).
 // attention_tensor_core.cu does the same on the tensor cores; which set runs is
-// attention_kernels() (cuda/runtime.h), chosen at the bottom of this file.
+// kernel_set(KernelOp::attention) (cuda/runtime.h), asked at the bottom of this file.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <optional>
 
 #include "cuda/attention_common.cuh"
 #include "cuda/buffer.h"
@@ -349,37 +346,16 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
-// ---- choosing the kernels and launching ----------------------------------------------------
+// ---- choosing the kernels (kernel_set, cuda/runtime.h) and launching ------------------------
 
-// ATTOGRAD_CUDA_ATTENTION, read once; a value that names no kernel set stops the first
-// GPU attention with the variable's name, as ATTOGRAD_ATTENTION_ISA does on the CPU.
-AttentionKernels kernels_from_environment() {
-  const char* env = std::getenv("ATTOGRAD_CUDA_ATTENTION");
-  if (env == nullptr || *env == '\0') return AttentionKernels::simt;
-  for (AttentionKernels k : {AttentionKernels::simt, AttentionKernels::tensor_core})
-    if (std::strcmp(env, attention_kernels_name(k)) == 0) return k;
-  fail("attention", "ATTOGRAD_CUDA_ATTENTION={} is not one of simt, tensor-core", env);
-}
-
-std::optional<AttentionKernels>& chosen_kernels() {
-  static std::optional<AttentionKernels> chosen;
-  return chosen;
-}
+bool on_tensor_cores() { return kernel_set(KernelOp::attention) == KernelSet::tensor_core; }
 
 }  // namespace
-
-AttentionKernels attention_kernels() {
-  std::optional<AttentionKernels>& chosen = chosen_kernels();
-  if (!chosen) chosen = kernels_from_environment();
-  return *chosen;
-}
-
-void set_attention_kernels(AttentionKernels k) { chosen_kernels() = k; }
 
 void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
                        std::int64_t out_st, float* lse, float* weights, cudaStream_t stream) {
   if (p.B * p.H * p.Tq == 0) return;
-  if (attention_kernels() == AttentionKernels::tensor_core)
+  if (on_tensor_cores())
     attention_forward_tensor_core(p, out, out_sb, out_sh, out_st, lse, stream);
   else
     with_head_dim(p.D, [&](auto dmax) {
@@ -411,7 +387,7 @@ void attention_backward(const AttentionProblem& p, AttentionRows dout, Attention
   DeviceBuffer delta(sizeof(float) * rows);  // (B, H, Tq)
   launch(attention_delta_kernel, grid_for(rows * kWarp), kThreads, 0, stream, p, dout, out, delta.as<float>());
   CUDA_CHECK_LAUNCH();
-  if (attention_kernels() == AttentionKernels::tensor_core)
+  if (on_tensor_cores())
     return attention_backward_tensor_core(p, dout, lse, delta.as<const float>(), dq, dk, dv, stream);
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;

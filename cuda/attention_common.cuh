@@ -74,13 +74,6 @@ inline dim3 grid_over(std::int64_t rows, int block_rows, std::int64_t B, std::in
   return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<std::int64_t>(B * H, 65535)));
 }
 
-// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
-template <typename Kernel>
-void allow_shared_memory(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 // Calls fn(std::integral_constant<int, DMax>{}) for the smallest supported DMax >= D.
 template <typename Fn>
 void with_head_dim(std::int64_t D, Fn fn) {

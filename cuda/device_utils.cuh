@@ -38,6 +38,13 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynami
 #endif
 }
 
+// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
+template <typename Kernel>
+void allow_shared_memory(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
+
 // The block's dynamic shared memory (the launch's dynamic_smem bytes), as T.
 template <typename T>
 __device__ __forceinline__ T* dynamic_shared_memory() {

@@ -20,86 +20,20 @@
 // into slices; each block computes one slice's partial product into scratch
 // memory, and a second kernel adds the slices in a fixed order, so the result is
 // the same on every run.
+//
+// cuda/matmul_tensor_core.cu has the same kernels on the tensor cores; which set
+// runs is kernel_set(KernelOp::matmul) (cuda/runtime.h), asked by sgemm below.
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/buffer.h"
-#include "cuda/device_utils.cuh"
-#include "cuda/launchers.h"
+#include "cuda/gemm_common.cuh"
+#include "cuda/runtime.h"
 
 namespace attograd::cuda {
 namespace {
 
-struct GemmArgs {
-  GemmOperand a, b;
-  float* c;
-  std::int64_t m, n, k, batches;
-  StridedLayout<2> batch;
-  bool a_vec, b_vec, c_vec;  // float4 access allowed (alignment holds for every batch)
-  // K in `splits` slices of k_slice (a multiple of BK, so no tile straddles two slices):
-  // slice s of batch z writes the m x n matrix c + (z * splits + s) * m * n.
-  std::int64_t splits = 1, k_slice = 0;
-};
-
-// Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
-// the matrix: one float4 load when allowed and all four are inside, else
-// scalar loads, zero past the edge.
-__device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
-  if (vec && valid == 4) return *reinterpret_cast<const float4*>(p + i);
-  float v[4];
-#pragma unroll
-  for (int t = 0; t < 4; ++t) v[t] = t < valid ? p[i + t] : 0.0f;
-  return make_float4(v[0], v[1], v[2], v[3]);
-}
-
-__device__ __forceinline__ void unpack4(float4 v, float* out) {
-  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-}
-
-// How many of four consecutive indices from `start` are below `end` (0 to 4).
-__device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64_t end) {
-  return end - start >= 4 ? 4 : (end > start ? end - start : 0);
-}
-
-// A thread's share of loading one tile: the float4s it fetches from global
-// memory into registers, where they wait while the block computes on the
-// previous tile, and then stores into shared memory.
-template <int Count>
-struct Staged {
-  float4 v[Count];
-};
-template <int Rows, int BK, int Threads>
-constexpr int kStagedLoads = (Rows * BK / 4 + Threads - 1) / Threads;
-
-// One operand's tile seen as Rows x BK: element (r, kk) is X(r0 + r, k0 + kk),
-// X being A (rows m) or B transposed (rows n). In memory either k runs fastest
-// (A row-major, B transposed) or the rows do, and a float4 holds four
-// consecutive elements of whichever that is.
-struct TileSource {
-  const float* data;
-  std::int64_t ld, rows, k;
-  bool k_fastest, vec;
-};
-
-// This thread's share of the tile at (r0, k0), zero outside the matrix.
-template <int Rows, int BK, int Threads>
-__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads>>& s, const TileSource& x,
-                                           std::int64_t r0, std::int64_t k0) {
-#pragma unroll
-  for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
-    const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * BK / 4) break;
-    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: four consecutive k
-      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
-      const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range4(gk, x.k) : 0, x.vec);
-    } else {  // X(r, k) = data[k * ld + r]: four consecutive rows
-      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
-      const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range4(gr, x.rows) : 0, x.vec);
-    }
-  }
-}
+using namespace gemm_detail;
 
 // Tile[kk][r] = X(r0 + r, k0 + kk): the tile K-major, as fetch_tile fetched it.
 template <int Rows, int BK, int Threads>
@@ -240,15 +174,14 @@ bool vector_ok(const GemmOperand& x, const StridedLayout<2>& batch, int operand)
   return true;
 }
 
-template <int BM, int BN, int BK, int TM, int TN, bool SplitK = false>
+template <int BM, int BN, int BK, int TM, int TN, bool SplitK>
 void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
-  const std::int64_t grid_m = (g.m + BM - 1) / BM, grid_n = (g.n + BN - 1) / BN;
-  AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * BM);
-  const dim3 grid(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
-                  static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
-  launch(sgemm_kernel<BM, BN, BK, TM, TN, SplitK>, grid, (BM / TM) * (BN / TN), 0, stream, g);
+  launch(sgemm_kernel<BM, BN, BK, TM, TN, SplitK>, gemm_grid(g, BM, BN), (BM / TM) * (BN / TN), 0, stream, g);
   CUDA_CHECK_LAUNCH();
 }
+
+constexpr GemmKernels kSimtKernels{launch_sgemm<128, 128, 8, 8, 8, false>, launch_sgemm<64, 64, 8, 4, 4, false>,
+                                   launch_sgemm<64, 64, 8, 4, 4, true>, 8};
 
 // How many slices of K the 64 x 64 kernel should take: enough for about two
 // blocks per SM, each slice at least kMinSliceK long (shorter slices would cost
@@ -280,22 +213,23 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
   GemmArgs g{
       a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1), aligned16(c) && n % 4 == 0};
   g.k_slice = k;
+  const GemmKernels& kernels =
+      kernel_set(KernelOp::matmul) == KernelSet::tensor_core ? tensor_core_gemm_kernels() : kSimtKernels;
   // 128 x 128 tiles reuse each loaded value most; when they would leave SMs
   // idle (small or few matrices, as in attention heads), 64 x 64 tiles, and
   // when even those would, 64 x 64 tiles over slices of K.
   const int sms = multiprocessors();
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
-  if (big_tiles >= 2 * sms) return launch_sgemm<128, 128, 8, 8, 8>(g, stream);
+  if (big_tiles >= 2 * sms) return kernels.big(g, stream);
   const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);
-  if (splits == 1) return launch_sgemm<64, 64, 8, 4, 4>(g, stream);
+  if (splits == 1) return kernels.small(g, stream);
 
-  constexpr std::int64_t kBK = 8;
-  g.k_slice = ((k + splits - 1) / splits + kBK - 1) / kBK * kBK;
+  g.k_slice = ((k + splits - 1) / splits + kernels.bk - 1) / kernels.bk * kernels.bk;
   g.splits = (k + g.k_slice - 1) / g.k_slice;  // rounding k_slice up may leave fewer, none empty
   DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
   g.c = partial.as<float>();
   g.c_vec = aligned16(g.c) && n % 4 == 0;
-  launch_sgemm<64, 64, kBK, 4, 4, true>(g, stream);
+  kernels.small_split(g, stream);
   launch(sum_slices_kernel, grid_for(batches * m * n), kThreads, 0, stream, c, partial.as<const float>(), m * n,
          batches, g.splits);
   CUDA_CHECK_LAUNCH();

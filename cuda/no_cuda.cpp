@@ -22,7 +22,7 @@ void synchronize(int) {}
 double time_gpu_ms(int, const std::function<void()>&) { no_cuda("cuda timer"); }
 MemoryStats memory_stats(int) { return {}; }
 void release_cached(int) {}
-AttentionKernels attention_kernels() { return AttentionKernels::simt; }
-void set_attention_kernels(AttentionKernels) {}
+KernelSet kernel_set(KernelOp) { return KernelSet::simt; }
+void set_kernel_set(KernelOp, KernelSet) {}
 
 }  // namespace attograd::cuda

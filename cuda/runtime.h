@@ -40,29 +40,32 @@ void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int dev
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device);
 void synchronize(int device);
 
-// The kernels behind fused attention on a GPU (cuda/attention.cu): `simt`, float32
-// FMAs on the CUDA cores, or `tensor_core`, mma.sync on TF32 operands with each
-// float32 split in two (3xTF32: float32 accuracy, cuda/mma.cuh; sm_80 and newer).
-// The environment's ATTOGRAD_CUDA_ATTENTION=simt|tensor-core chooses at the first
-// call, simt when unset; set_attention_kernels changes it for the whole process
-// (tests and benchmarks run both). Not thread-safe against attention running.
-enum class AttentionKernels { simt, tensor_core };
-AttentionKernels attention_kernels();
-void set_attention_kernels(AttentionKernels kernels);
-inline const char* attention_kernels_name(AttentionKernels kernels) {  // as ATTOGRAD_CUDA_ATTENTION names them
-  return kernels == AttentionKernels::tensor_core ? "tensor-core" : "simt";
+// Two ops have two sets of kernels on a GPU: fused attention (cuda/attention.cu)
+// and matmul (cuda/matmul.cu). `simt` is float32 FMAs on the CUDA cores;
+// `tensor_core` is mma.sync on TF32 operands with each float32 split in two
+// (3xTF32: float32 accuracy, cuda/mma.cuh; sm_80 and newer). The environment's
+// ATTOGRAD_CUDA_ATTENTION and ATTOGRAD_CUDA_MATMUL (simt|tensor-core) choose at
+// an op's first call, simt when unset; set_kernel_set changes it for the whole
+// process (tests and benchmarks run both). Not thread-safe against the op running.
+enum class KernelSet { simt, tensor_core };
+enum class KernelOp { attention, matmul };
+KernelSet kernel_set(KernelOp op);
+void set_kernel_set(KernelOp op, KernelSet kernels);
+inline const char* kernel_set_name(KernelSet kernels) {  // as the environment names them
+  return kernels == KernelSet::tensor_core ? "tensor-core" : "simt";
 }
 
-// One set of kernels for the guard's lifetime, the previous choice restored after.
-class ScopedAttentionKernels {
+// One set of kernels for an op for the guard's lifetime, the previous choice restored after.
+class ScopedKernelSet {
  public:
-  explicit ScopedAttentionKernels(AttentionKernels kernels) { set_attention_kernels(kernels); }
-  ~ScopedAttentionKernels() { set_attention_kernels(before_); }
-  ScopedAttentionKernels(const ScopedAttentionKernels&) = delete;
-  ScopedAttentionKernels& operator=(const ScopedAttentionKernels&) = delete;
+  ScopedKernelSet(KernelOp op, KernelSet kernels) : op_(op) { set_kernel_set(op, kernels); }
+  ~ScopedKernelSet() { set_kernel_set(op_, before_); }
+  ScopedKernelSet(const ScopedKernelSet&) = delete;
+  ScopedKernelSet& operator=(const ScopedKernelSet&) = delete;
 
  private:
-  AttentionKernels before_ = attention_kernels();  // read before the constructor's body sets the new one
+  KernelOp op_;
+  KernelSet before_ = kernel_set(op_);  // read before the constructor's body sets the new one
 };
 
 // Milliseconds the GPU spends on the work `fn` queues on `device`: CUDA events

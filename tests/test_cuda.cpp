@@ -400,6 +400,16 @@ TEST_CASE("cuda: max matches the CPU, values and the first index of ties", "[cud
 
 namespace {
 
+// Runs body once with each set of kernels for `op` (cuda/runtime.h), restoring
+// the process's choice afterwards, whatever body throws.
+void for_each_kernel_set(cuda::KernelOp op, const std::function<void()>& body) {
+  for (cuda::KernelSet k : {cuda::KernelSet::simt, cuda::KernelSet::tensor_core}) {
+    const cuda::ScopedKernelSet kernels(op, k);
+    INFO((op == cuda::KernelOp::attention ? "attention" : "matmul") << " kernels: " << cuda::kernel_set_name(k));
+    body();
+  }
+}
+
 struct MatmulCase {
   Shape a, b;
 };
@@ -424,12 +434,16 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
       {{1, 1}, {1, 1}},       {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},         {{64, 64}, {64, 64}},
       {{127, 129}, {129, 131}}, {{300, 200}, {200, 150}}, {{1, 300}, {300, 1}},      {{2, 3, 5, 7}, {3, 7, 11}},
       {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{2, 5, 7}, {7, 3}}, {{3, 0}, {0, 4}},          {{2304, 24}, {24, 2304}}};
-  for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 30);
-  // Operands at odd offsets: no float4 loads possible.
-  const Tensor a = input({33, 17}, DType::f32, Layout::offset, 32), b = input({17, 9}, DType::f32, Layout::offset, 33);
-  require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b), "matmul of offset views");
-  require_op_parity("matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
-                    {input({2, 5, 7}, DType::f32, Layout::transposed, 34), input({7, 3}, DType::f32, Layout::contiguous, 35)});
+  for_each_kernel_set(cuda::KernelOp::matmul, [&] {
+    for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 30);
+    // Operands at odd offsets: no float4 loads possible.
+    const Tensor a = input({33, 17}, DType::f32, Layout::offset, 32),
+                 b = input({17, 9}, DType::f32, Layout::offset, 33);
+    require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b), "matmul of offset views");
+    require_op_parity(
+        "matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+        {input({2, 5, 7}, DType::f32, Layout::transposed, 34), input({7, 3}, DType::f32, Layout::contiguous, 35)});
+  });
 }
 
 // Few output tiles over a long K (a Linear's weight gradient X^T dY: K = batch x tokens): K is cut into
@@ -437,10 +451,12 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
 TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches the CPU", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
-  for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36);
-  require_op_parity(
-      "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
-      {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
+  for_each_kernel_set(cuda::KernelOp::matmul, [&] {
+    for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36);
+    require_op_parity(
+        "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
+        {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
+  });
 }
 
 // ---- fused row ops ------------------------------------------------------------------------------------
@@ -620,16 +636,6 @@ TEST_CASE("cuda: the tensor-core product follows cuda/mma.cuh's fragment layout,
 #endif
 }
 
-// Runs body once with each set of fused attention kernels (cuda/runtime.h),
-// restoring the process's choice afterwards, whatever body throws.
-void for_each_attention_kernels(const std::function<void()>& body) {
-  for (cuda::AttentionKernels k : {cuda::AttentionKernels::simt, cuda::AttentionKernels::tensor_core}) {
-    const cuda::ScopedAttentionKernels kernels(k);
-    INFO("attention kernels: " << cuda::attention_kernels_name(k));
-    body();
-  }
-}
-
 TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   struct Case {
@@ -649,11 +655,11 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
       {2, 2, 40, 24, 16, true, 0.1, true},
       // Head dim 64 over several query blocks and key tiles of both kernel sets, with every option on.
       {2, 2, 150, 150, 64, true, 0.1, true}};
-  for_each_attention_kernels([&] {
+  for_each_kernel_set(cuda::KernelOp::attention, [&] {
     for (const Case& c : cases) {
       const std::string what = fmt::format("attention ({}) B={} H={} Tq={} Tk={} D={} causal={} dropout={} mask={}",
-                                           cuda::attention_kernels_name(cuda::attention_kernels()), c.B, c.H, c.Tq,
-                                           c.Tk, c.D, c.causal, c.dropout, c.mask);
+                                           cuda::kernel_set_name(cuda::kernel_set(cuda::KernelOp::attention)), c.B, c.H,
+                                           c.Tq, c.Tk, c.D, c.causal, c.dropout, c.mask);
       // q as multi-head attention makes it: a (B, T, H, D) tensor seen as (B, H, T, D).
       const Tensor q_bthd = input({c.B, c.Tq, c.H, c.D}, DType::f32, Layout::contiguous, 90);
       const Tensor q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
@@ -696,7 +702,7 @@ TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cu
   const Tensor q = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
   const Tensor k = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
   const Tensor v = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
-  for_each_attention_kernels([&] {
+  for_each_kernel_set(cuda::KernelOp::attention, [&] {
     std::vector<Tensor> outs, grads;
     for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
       Generator gen(5);
@@ -721,7 +727,7 @@ TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cu
 // query its own row, and nothing else.
 TEST_CASE("cuda: fused attention with NaN inputs gives the CPU's NaNs", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  for_each_attention_kernels([] {
+  for_each_kernel_set(cuda::KernelOp::attention, [] {
     for (bool causal : {true, false}) {
       Tensor q = kernels::clone(randn({1, 2, 70, 32})), k = kernels::clone(randn({1, 2, 70, 32}));
       const Tensor v = randn({1, 2, 70, 32});

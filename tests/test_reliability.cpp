@@ -460,19 +460,24 @@ TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, 
   }
 }
 
-TEST_CASE("an unknown ATTOGRAD_CUDA_ATTENTION is one line naming it, exit 1, no run", "[reliability]") {
+TEST_CASE("an unknown ATTOGRAD_CUDA_ATTENTION or ATTOGRAD_CUDA_MATMUL is one line naming it, exit 1, no run",
+          "[reliability]") {
   if (cuda::device_count() == 0) {
     WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
     return;
   }
-  TempDir tmp;
-  std::vector<std::string> args = tiny_run(tmp / "a", 2);
-  args.insert(args.end(), {"--device", "cuda"});
-  Child run(args, tmp.path, {"ATTOGRAD_CUDA_ATTENTION=tensor_core"});  // the name is tensor-core
-  CHECK(run.exit_code() == 1);
-  CHECK(run.err() == "attograd: error: [attention] ATTOGRAD_CUDA_ATTENTION=tensor_core is not one of simt, "
-                     "tensor-core\n");
-  CHECK_FALSE(fs::exists(tmp / "a"));
+  for (const auto& [variable, op] :
+       {std::pair{"ATTOGRAD_CUDA_ATTENTION", "attention"}, {"ATTOGRAD_CUDA_MATMUL", "matmul"}}) {
+    INFO(variable);
+    TempDir tmp;
+    std::vector<std::string> args = tiny_run(tmp / "a", 2);
+    args.insert(args.end(), {"--device", "cuda"});
+    Child run(args, tmp.path, {std::string(variable) + "=tensor_core"});  // the name is tensor-core
+    CHECK(run.exit_code() == 1);
+    CHECK(run.err() ==
+          fmt::format("attograd: error: [{}] {}=tensor_core is not one of simt, tensor-core\n", op, variable));
+    CHECK_FALSE(fs::exists(tmp / "a"));
+  }
 }
 
 // Some environments set OPENBLAS_CORETYPE (this project's workplace sets Haswell):

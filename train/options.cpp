@@ -88,7 +88,8 @@ void validate(const TrainOptions& o) {
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
     AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present ({})", cuda::no_device_reason());
-    cuda::attention_kernels();  // a bad ATTOGRAD_CUDA_ATTENTION stops the run here, not in its first step
+    // A bad ATTOGRAD_CUDA_ATTENTION or ATTOGRAD_CUDA_MATMUL stops the run here, not in its first step.
+    for (cuda::KernelOp op : {cuda::KernelOp::attention, cuda::KernelOp::matmul}) cuda::kernel_set(op);
   }
 }
 

@@ -1,0 +1,105 @@
+#pragma once
+// What the two SGEMM kernel sets share (cuda/matmul.cu on the CUDA cores,
+// cuda/matmul_tensor_core.cu on the tensor cores): the problem as a kernel sees
+// it, and loading a tile of either operand from global memory, in either
+// layout, into registers. Included by those two files only.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/device_utils.cuh"
+#include "cuda/launchers.h"
+#include "tensor/error.h"
+
+namespace attograd::cuda::gemm_detail {
+
+struct GemmArgs {
+  GemmOperand a, b;
+  float* c;
+  std::int64_t m, n, k, batches;
+  StridedLayout<2> batch;
+  bool a_vec, b_vec, c_vec;  // float4 access allowed (alignment holds for every batch)
+  // K in `splits` slices of k_slice (a multiple of BK, so no tile straddles two slices):
+  // slice s of batch z writes the m x n matrix c + (z * splits + s) * m * n.
+  std::int64_t splits = 1, k_slice = 0;
+};
+
+// Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
+// the matrix: one float4 load when allowed and all four are inside, else
+// scalar loads, zero past the edge.
+__device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
+  if (vec && valid == 4) return *reinterpret_cast<const float4*>(p + i);
+  float v[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) v[t] = t < valid ? p[i + t] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+__device__ __forceinline__ void unpack4(float4 v, float* out) {
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+
+// How many of four consecutive indices from `start` are below `end` (0 to 4).
+__device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64_t end) {
+  return end - start >= 4 ? 4 : (end > start ? end - start : 0);
+}
+
+// A thread's share of loading one tile: the float4s it fetches from global
+// memory into registers, where they wait while the block computes on the
+// previous tile, and then stores into shared memory.
+template <int Count>
+struct Staged {
+  float4 v[Count];
+};
+template <int Rows, int BK, int Threads>
+constexpr int kStagedLoads = (Rows * BK / 4 + Threads - 1) / Threads;
+
+// One operand's tile seen as Rows x BK: element (r, kk) is X(r0 + r, k0 + kk),
+// X being A (rows m) or B transposed (rows n). In memory either k runs fastest
+// (A row-major, B transposed) or the rows do, and a float4 holds four
+// consecutive elements of whichever that is.
+struct TileSource {
+  const float* data;
+  std::int64_t ld, rows, k;
+  bool k_fastest, vec;
+};
+
+// This thread's share of the tile at (r0, k0), zero outside the matrix.
+template <int Rows, int BK, int Threads>
+__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads>>& s, const TileSource& x,
+                                           std::int64_t r0, std::int64_t k0) {
+#pragma unroll
+  for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
+    const int v = threadIdx.x + i * Threads;
+    if (v >= Rows * BK / 4) break;
+    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: four consecutive k
+      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+      const std::int64_t gr = r0 + rr, gk = k0 + kk;
+      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range4(gk, x.k) : 0, x.vec);
+    } else {  // X(r, k) = data[k * ld + r]: four consecutive rows
+      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
+      const std::int64_t gr = r0 + rr, gk = k0 + kk;
+      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range4(gr, x.rows) : 0, x.vec);
+    }
+  }
+}
+
+// The kernels of one set at its two tile sizes, as cuda/matmul.cu's sgemm picks
+// them: 128 x 128 tiles over all of K, and 64 x 64 tiles over all of K or
+// (split) over g.splits slices of g.k_slice, each a multiple of `bk`.
+struct GemmKernels {
+  void (*big)(const GemmArgs&, cudaStream_t);
+  void (*small)(const GemmArgs&, cudaStream_t);
+  void (*small_split)(const GemmArgs&, cudaStream_t);
+  std::int64_t bk;
+};
+const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
+
+// The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over batches and slices.
+inline dim3 gemm_grid(const GemmArgs& g, int bm, int bn) {
+  const std::int64_t grid_m = (g.m + bm - 1) / bm, grid_n = (g.n + bn - 1) / bn;
+  AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * bm);
+  return dim3(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
+              static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
+}
+
+}  // namespace attograd::cuda::gemm_detail

@@ -1,0 +1,190 @@
+// SGEMM on the tensor cores: cuda/matmul.cu's tiling, double buffering and
+// split-K (read it first), with every product a warp's mma.sync on TF32
+// operands in float32 accuracy (3xTF32, cuda/mma.cuh).
+//
+// A block computes a BM x BN tile of C with warps of WM x WN each: WM / 16
+// fragments of A (16 rows) against WN / 8 of B (8 columns) per step of 8 along
+// K, three mma.sync each (small-big, big-small, big-big). The tiles stream
+// through shared memory 16 deep (two mma steps), each thread fetching its share
+// of the next into registers while the warps compute on this one.
+//
+// Shared memory holds each tile already split and in fragment order, so a lane
+// reads its whole A fragment as two 128-bit loads (its four big parts, then its
+// four small ones) and its B fragment as one ({big, big, small, small}); the 8
+// lanes of each quarter-warp read 128 consecutive bytes, so no bank conflicts.
+// The values are split once, when stored, not by every warp that reads them
+// (each A fragment is read by BN / WN warps, each B fragment by BM / WM).
+#include <cstdint>
+
+#include "cuda/gemm_common.cuh"
+#include "cuda/mma.cuh"
+
+namespace attograd::cuda::gemm_detail {
+namespace {
+
+constexpr int kBK = 16;                // K per shared-memory tile
+constexpr int kSteps = kBK / 8;        // mma steps per tile
+constexpr int kAFragment = 2 * kWarp;  // float4s of one A fragment: 32 lanes' big parts, then their small ones
+
+template <int BM>
+constexpr int kATileFloat4s = kSteps*(BM / 16) * kAFragment;
+template <int BN>
+constexpr int kBTileFloat4s = kSteps*(BN / 8) * kWarp;
+template <int BM, int BN>
+constexpr std::size_t kSharedBytes = 2 * sizeof(float4) * (kATileFloat4s<BM> + kBTileFloat4s<BN>);  // two of each
+
+// Where element (r, k) of an A tile goes (a float index, its big part; the
+// small part is kWarp float4s on): mma.cuh's A layout, a[r / 8 + 2 (k / 4)] of
+// lane 4 (r % 8) + k % 4, within fragment r / 16 of step k / 8.
+template <int BM>
+__device__ __forceinline__ int a_slot(int r, int k) {
+  const int step = k / 8, kk = k % 8, fragment = r / 16, rr = r % 16;
+  const int lane = (rr % 8) * 4 + kk % 4, value = rr / 8 + 2 * (kk / 4);
+  return ((step * (BM / 16) + fragment) * kAFragment + lane) * 4 + value;
+}
+constexpr int kASmallOffset = kWarp * 4;
+
+// Where element (k, n) of a B tile goes (big part; small part 2 floats on):
+// b[k / 4] of lane 4 (n % 8) + k % 4, within fragment n / 8 of step k / 8.
+template <int BN>
+__device__ __forceinline__ int b_slot(int k, int n) {
+  const int step = k / 8, kk = k % 8, fragment = n / 8;
+  const int lane = (n % 8) * 4 + kk % 4;
+  return ((step * (BN / 8) + fragment) * kWarp + lane) * 4 + kk / 4;
+}
+constexpr int kBSmallOffset = 2;
+
+// Stores this thread's share of a tile (fetch_tile's: element (r, kk) is
+// X(r0 + r, k0 + kk)) split in big and small TF32 parts at slot(r, kk).
+template <int Rows, int Threads, typename Slot>
+__device__ __forceinline__ void store_split(float* tile, const Staged<kStagedLoads<Rows, kBK, Threads>>& s,
+                                            bool k_fastest, int small_offset, Slot slot) {
+#pragma unroll
+  for (int i = 0; i < kStagedLoads<Rows, kBK, Threads>; ++i) {
+    const int v = threadIdx.x + i * Threads;
+    if (v >= Rows * kBK / 4) break;
+    float x[4];
+    unpack4(s.v[i], x);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {  // four consecutive k, or four consecutive rows
+      const int r = k_fastest ? v / (kBK / 4) : (v % (Rows / 4)) * 4 + t;
+      const int kk = k_fastest ? (v % (kBK / 4)) * 4 + t : v / (Rows / 4);
+      const int at = slot(r, kk);
+      tile[at] = bits_float(tf32_big(x[t]));
+      tile[at + small_offset] = bits_float(tf32_small(x[t]));
+    }
+  }
+}
+
+template <int BM, int BN, int WM, int WN, bool SplitK>
+__global__ void __launch_bounds__(kWarp*(BM / WM) * (BN / WN)) sgemm_tc_kernel(GemmArgs g) {
+  constexpr int kWarpsN = BN / WN, kBlockThreads = kWarp * (BM / WM) * kWarpsN;
+  constexpr int FM = WM / 16, FN = WN / 8;  // a warp's A and B fragments per mma step
+  // Buffer `buf` of each: A's two tiles, then B's two.
+  float4* const smem = dynamic_shared_memory<float4>();
+  const auto a_tile = [smem](int buf) { return smem + buf * kATileFloat4s<BM>; };
+  const auto b_tile = [smem](int buf) { return smem + 2 * kATileFloat4s<BM> + buf * kBTileFloat4s<BN>; };
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
+  const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
+  const auto a_at = [](int r, int k) { return a_slot<BM>(r, k); };
+  const auto b_at = [](int n, int k) { return b_slot<BN>(k, n); };  // B's tile is fetched as B^T: rows are n
+
+  const std::int64_t splits = SplitK ? g.splits : 1;
+  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
+    const std::int64_t z = SplitK ? job / splits : job;
+    const std::int64_t k_begin = SplitK ? (job % splits) * g.k_slice : 0;
+    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
+    std::int64_t offset[2];
+    offsets_at(g.batch, z, offset);
+    const TileSource a_source{g.a.data + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
+    const TileSource b_source{g.b.data + offset[1], g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};
+    float acc[FM][FN][4] = {};  // mma.cuh's C fragments of the warp's 16 x 8 tiles
+
+    Staged<kStagedLoads<BM, kBK, kBlockThreads>> a_next;
+    Staged<kStagedLoads<BN, kBK, kBlockThreads>> b_next;
+    fetch_tile<BM, kBK, kBlockThreads>(a_next, a_source, m0, k_begin);
+    fetch_tile<BN, kBK, kBlockThreads>(b_next, b_source, n0, k_begin);
+    store_split<BM, kBlockThreads>(&a_tile(0)->x, a_next, a_source.k_fastest, kASmallOffset, a_at);
+    store_split<BN, kBlockThreads>(&b_tile(0)->x, b_next, b_source.k_fastest, kBSmallOffset, b_at);
+    __syncthreads();
+    int buf = 0;
+    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
+      const bool more = k0 + kBK < k_end;
+      if (more) {  // in flight while the products below run
+        fetch_tile<BM, kBK, kBlockThreads>(a_next, a_source, m0, k0 + kBK);
+        fetch_tile<BN, kBK, kBlockThreads>(b_next, b_source, n0, k0 + kBK);
+      }
+#pragma unroll
+      for (int step = 0; step < kSteps; ++step) {
+        SplitFragment<2> b[FN];
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          const float4 v = b_tile(buf)[(step * (BN / 8) + warp_n * FN + j) * kWarp + lane];
+          b[j] = {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
+        }
+#pragma unroll
+        for (int i = 0; i < FM; ++i) {
+          const float4* fragment = a_tile(buf) + (step * (BM / 16) + warp_m * FM + i) * kAFragment + lane;
+          const float4 big = fragment[0], small = fragment[kWarp];
+          const SplitFragment<4> a{
+              {float_bits(big.x), float_bits(big.y), float_bits(big.z), float_bits(big.w)},
+              {float_bits(small.x), float_bits(small.y), float_bits(small.z), float_bits(small.w)}};
+#pragma unroll
+          for (int j = 0; j < FN; ++j) mma_3xtf32(acc[i][j], a, b[j]);
+        }
+      }
+      // The other buffer was last read in the previous step, which the barrier below it closed.
+      if (more) {
+        store_split<BM, kBlockThreads>(&a_tile(buf ^ 1)->x, a_next, a_source.k_fastest, kASmallOffset, a_at);
+        store_split<BN, kBlockThreads>(&b_tile(buf ^ 1)->x, b_next, b_source.k_fastest, kBSmallOffset, b_at);
+      }
+      __syncthreads();  // the next tile is stored, and everyone is done reading this one
+      buf ^= 1;
+    }
+
+    // Lane (g, t) holds rows g and g + 8 of each 16 x 8 tile, columns 2t and 2t + 1.
+    float* C = g.c + job * g.m * g.n;
+    const int row_in_tile = lane / 4, column_in_tile = 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const std::int64_t gm = m0 + warp_m * WM + i * 16 + half * 8 + row_in_tile;
+        if (gm >= g.m) continue;
+        float* row = C + gm * g.n;
+#pragma unroll
+        for (int j = 0; j < FN; ++j) {
+          const std::int64_t gn = n0 + warp_n * WN + j * 8 + column_in_tile;
+          const float c0 = acc[i][j][2 * half], c1 = acc[i][j][2 * half + 1];
+          if (g.c_vec &&
+              gn + 2 <= g.n) {  // c_vec: C 16-byte aligned and N a multiple of 4, so gn * 4 bytes is 8-aligned
+            *reinterpret_cast<float2*>(row + gn) = make_float2(c0, c1);
+          } else {
+            if (gn < g.n) row[gn] = c0;
+            if (gn + 1 < g.n) row[gn + 1] = c1;
+          }
+        }
+      }
+  }
+}
+
+template <int BM, int BN, int WM, int WN, bool SplitK>
+void launch_sgemm_tc(const GemmArgs& g, cudaStream_t stream) {
+  constexpr std::size_t smem = kSharedBytes<BM, BN>;
+  allow_shared_memory(sgemm_tc_kernel<BM, BN, WM, WN, SplitK>, smem);
+  launch(sgemm_tc_kernel<BM, BN, WM, WN, SplitK>, gemm_grid(g, BM, BN), kWarp * (BM / WM) * (BN / WN), smem, stream, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// 128 x 128 tiles of 8 warps (64 x 32 each), 64 KB of shared memory; 64 x 64
+// tiles of 4 warps (32 x 32 each), 32 KB.
+const GemmKernels& tensor_core_gemm_kernels() {
+  static constexpr GemmKernels kernels{launch_sgemm_tc<128, 128, 64, 32, false>, launch_sgemm_tc<64, 64, 32, 32, false>,
+                                       launch_sgemm_tc<64, 64, 32, 32, true>, kBK};
+  return kernels;
+}
+
+}  // namespace attograd::cuda::gemm_detail
