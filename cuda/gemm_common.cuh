@@ -83,6 +83,51 @@ __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads
   }
 }
 
+// The loop both kernel sets run. For each of the block's jobs (a batch, and a
+// slice of K when SplitK) the A and B tiles along K are double buffered: each
+// thread fetches its share of the next pair into registers while
+// compute(acc, buf) works on shared-memory buffer buf, and
+// store(buf ^ 1, a, a_k_fastest, b, b_k_fastest) then puts them in the other
+// (the pair at k0 = 0 goes into buffer 0 first). finish(acc, C) writes the
+// job's results to C, its m x n matrix. acc is an Acc, zeroed for each job.
+template <int BM, int BN, int BK, int Threads, bool SplitK, typename Acc, typename Store, typename Compute,
+          typename Finish>
+__device__ __forceinline__ void gemm_jobs(const GemmArgs& g, Store store, Compute compute, Finish finish) {
+  const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
+  const std::int64_t splits = SplitK ? g.splits : 1;
+  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
+    const std::int64_t z = SplitK ? job / splits : job;
+    const std::int64_t k_begin = SplitK ? (job % splits) * g.k_slice : 0;
+    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
+    std::int64_t offset[2];
+    offsets_at(g.batch, z, offset);
+    const TileSource a_source{g.a.data + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
+    const TileSource b_source{g.b.data + offset[1], g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};  // B seen as B^T
+    Acc acc{};
+
+    Staged<kStagedLoads<BM, BK, Threads>> a_next;
+    Staged<kStagedLoads<BN, BK, Threads>> b_next;
+    fetch_tile<BM, BK, Threads>(a_next, a_source, m0, k_begin);
+    fetch_tile<BN, BK, Threads>(b_next, b_source, n0, k_begin);
+    store(0, a_next, a_source.k_fastest, b_next, b_source.k_fastest);
+    __syncthreads();
+    int buf = 0;
+    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      const bool more = k0 + BK < k_end;
+      if (more) {  // in flight while the products below run
+        fetch_tile<BM, BK, Threads>(a_next, a_source, m0, k0 + BK);
+        fetch_tile<BN, BK, Threads>(b_next, b_source, n0, k0 + BK);
+      }
+      compute(acc, buf);
+      // The other buffer was last read in the previous step, which the barrier below it closed.
+      if (more) store(buf ^ 1, a_next, a_source.k_fastest, b_next, b_source.k_fastest);
+      __syncthreads();  // the next tile is stored, and everyone is done reading this one
+      buf ^= 1;
+    }
+    finish(acc, g.c + job * g.m * g.n);
+  }
+}
+
 // The kernels of one set at its two tile sizes, as cuda/matmul.cu's sgemm picks
 // them: 128 x 128 tiles over all of K, and 64 x 64 tiles over all of K or
 // (split) over g.splits slices of g.k_slice, each a multiple of `bk`.

@@ -79,59 +79,30 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
   __shared__ __align__(16) float Bs[2][BK][BN];  // B tiles
   const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
+  using Acc = float[TM][TN];  // C(m0 + tile_offset<BM, TM>(ty, i), n0 + tile_offset<BN, TN>(tx, j))
 
-  const std::int64_t splits = SplitK ? g.splits : 1;
-  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
-    const std::int64_t z = SplitK ? job / splits : job;
-    const std::int64_t k_begin = SplitK ? (job % splits) * g.k_slice : 0;
-    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
-    std::int64_t offset[2];
-    offsets_at(g.batch, z, offset);
-    const float* A = g.a.data + offset[0];
-    const float* B = g.b.data + offset[1];
-    float acc[TM][TN] = {};  // C(m0 + tile_offset<BM, TM>(ty, i), n0 + tile_offset<BN, TN>(tx, j))
-
-    const TileSource a_source{A, g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
-    const TileSource b_source{B, g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};  // B seen as B^T
-    Staged<kStagedLoads<BM, BK, kBlockThreads>> a_next;
-    Staged<kStagedLoads<BN, BK, kBlockThreads>> b_next;
-    fetch_tile<BM, BK, kBlockThreads>(a_next, a_source, m0, k_begin);
-    fetch_tile<BN, BK, kBlockThreads>(b_next, b_source, n0, k_begin);
-    store_tile<BM, BK, kBlockThreads>(As[0], a_next, a_source.k_fastest);
-    store_tile<BN, BK, kBlockThreads>(Bs[0], b_next, b_source.k_fastest);
-    __syncthreads();
-    int buf = 0;
-    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
-      const bool more = k0 + BK < k_end;
-      if (more) {  // in flight while the products below run
-        fetch_tile<BM, BK, kBlockThreads>(a_next, a_source, m0, k0 + BK);
-        fetch_tile<BN, BK, kBlockThreads>(b_next, b_source, n0, k0 + BK);
-      }
+  const auto store = [&](int buf, const auto& a, bool a_k_fastest, const auto& b, bool b_k_fastest) {
+    store_tile<BM, BK, kBlockThreads>(As[buf], a, a_k_fastest);
+    store_tile<BN, BK, kBlockThreads>(Bs[buf], b, b_k_fastest);
+  };
+  const auto compute = [&](Acc& acc, int buf) {
 #pragma unroll
-      for (int kk = 0; kk < BK; ++kk) {
-        float a[TM], b[TN];
-        // One shared-memory float4 read per four values; the register arrays are filled by component.
+    for (int kk = 0; kk < BK; ++kk) {
+      float a[TM], b[TN];
+      // One shared-memory float4 read per four values; the register arrays are filled by component.
 #pragma unroll
-        for (int i = 0; i < TM; i += 4)
-          unpack4(*reinterpret_cast<const float4*>(&As[buf][kk][tile_offset<BM, TM>(ty, i)]), &a[i]);
+      for (int i = 0; i < TM; i += 4)
+        unpack4(*reinterpret_cast<const float4*>(&As[buf][kk][tile_offset<BM, TM>(ty, i)]), &a[i]);
 #pragma unroll
-        for (int j = 0; j < TN; j += 4)
-          unpack4(*reinterpret_cast<const float4*>(&Bs[buf][kk][tile_offset<BN, TN>(tx, j)]), &b[j]);
+      for (int j = 0; j < TN; j += 4)
+        unpack4(*reinterpret_cast<const float4*>(&Bs[buf][kk][tile_offset<BN, TN>(tx, j)]), &b[j]);
 #pragma unroll
-        for (int i = 0; i < TM; ++i)
+      for (int i = 0; i < TM; ++i)
 #pragma unroll
-          for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-      }
-      // The other buffer was last read in the previous step, which the barrier below it closed.
-      if (more) {
-        store_tile<BM, BK, kBlockThreads>(As[buf ^ 1], a_next, a_source.k_fastest);
-        store_tile<BN, BK, kBlockThreads>(Bs[buf ^ 1], b_next, b_source.k_fastest);
-      }
-      __syncthreads();  // the next tile is stored, and everyone is done reading this one
-      buf ^= 1;
+        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
-
-    float* C = g.c + job * g.m * g.n;
+  };
+  const auto finish = [&](const Acc& acc, float* C) {
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const std::int64_t gm = m0 + tile_offset<BM, TM>(ty, i);
@@ -149,7 +120,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
         }
       }
     }
-  }
+  };
+  gemm_jobs<BM, BN, BK, kBlockThreads, SplitK, Acc>(g, store, compute, finish);
 }
 
 // c[z] = the sum of partial[z][0 .. splits-1], added in slice order.

@@ -77,7 +77,7 @@ __device__ __forceinline__ void store_split(float* tile, const Staged<kStagedLoa
 }
 
 template <int BM, int BN, int WM, int WN, bool SplitK>
-__global__ void __launch_bounds__(kWarp*(BM / WM) * (BN / WN)) sgemm_tc_kernel(GemmArgs g) {
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel(GemmArgs g) {
   constexpr int kWarpsN = BN / WN, kBlockThreads = kWarp * (BM / WM) * kWarpsN;
   constexpr int FM = WM / 16, FN = WN / 8;  // a warp's A and B fragments per mma step
   // Buffer `buf` of each: A's two tiles, then B's two.
@@ -87,64 +87,36 @@ __global__ void __launch_bounds__(kWarp*(BM / WM) * (BN / WN)) sgemm_tc_kernel(G
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
-  const auto a_at = [](int r, int k) { return a_slot<BM>(r, k); };
-  const auto b_at = [](int n, int k) { return b_slot<BN>(k, n); };  // B's tile is fetched as B^T: rows are n
+  using Acc = float[FM][FN][4];  // mma.cuh's C fragments of the warp's 16 x 8 tiles
 
-  const std::int64_t splits = SplitK ? g.splits : 1;
-  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
-    const std::int64_t z = SplitK ? job / splits : job;
-    const std::int64_t k_begin = SplitK ? (job % splits) * g.k_slice : 0;
-    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
-    std::int64_t offset[2];
-    offsets_at(g.batch, z, offset);
-    const TileSource a_source{g.a.data + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
-    const TileSource b_source{g.b.data + offset[1], g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};
-    float acc[FM][FN][4] = {};  // mma.cuh's C fragments of the warp's 16 x 8 tiles
-
-    Staged<kStagedLoads<BM, kBK, kBlockThreads>> a_next;
-    Staged<kStagedLoads<BN, kBK, kBlockThreads>> b_next;
-    fetch_tile<BM, kBK, kBlockThreads>(a_next, a_source, m0, k_begin);
-    fetch_tile<BN, kBK, kBlockThreads>(b_next, b_source, n0, k_begin);
-    store_split<BM, kBlockThreads>(&a_tile(0)->x, a_next, a_source.k_fastest, kASmallOffset, a_at);
-    store_split<BN, kBlockThreads>(&b_tile(0)->x, b_next, b_source.k_fastest, kBSmallOffset, b_at);
-    __syncthreads();
-    int buf = 0;
-    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
-      const bool more = k0 + kBK < k_end;
-      if (more) {  // in flight while the products below run
-        fetch_tile<BM, kBK, kBlockThreads>(a_next, a_source, m0, k0 + kBK);
-        fetch_tile<BN, kBK, kBlockThreads>(b_next, b_source, n0, k0 + kBK);
+  const auto store = [&](int buf, const auto& a, bool a_k_fastest, const auto& b, bool b_k_fastest) {
+    store_split<BM, kBlockThreads>(&a_tile(buf)->x, a, a_k_fastest, kASmallOffset,
+                                   [](int r, int k) { return a_slot<BM>(r, k); });
+    store_split<BN, kBlockThreads>(&b_tile(buf)->x, b, b_k_fastest, kBSmallOffset,
+                                   [](int n, int k) { return b_slot<BN>(k, n); });  // B's tile comes as B^T
+  };
+  const auto compute = [&](Acc& acc, int buf) {
+#pragma unroll
+    for (int step = 0; step < kSteps; ++step) {
+      SplitFragment<2> b[FN];
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        const float4 v = b_tile(buf)[(step * (BN / 8) + warp_n * FN + j) * kWarp + lane];
+        b[j] = {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
       }
 #pragma unroll
-      for (int step = 0; step < kSteps; ++step) {
-        SplitFragment<2> b[FN];
+      for (int i = 0; i < FM; ++i) {
+        const float4* fragment = a_tile(buf) + (step * (BM / 16) + warp_m * FM + i) * kAFragment + lane;
+        const float4 big = fragment[0], small = fragment[kWarp];
+        const SplitFragment<4> a{{float_bits(big.x), float_bits(big.y), float_bits(big.z), float_bits(big.w)},
+                                 {float_bits(small.x), float_bits(small.y), float_bits(small.z), float_bits(small.w)}};
 #pragma unroll
-        for (int j = 0; j < FN; ++j) {
-          const float4 v = b_tile(buf)[(step * (BN / 8) + warp_n * FN + j) * kWarp + lane];
-          b[j] = {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
-        }
-#pragma unroll
-        for (int i = 0; i < FM; ++i) {
-          const float4* fragment = a_tile(buf) + (step * (BM / 16) + warp_m * FM + i) * kAFragment + lane;
-          const float4 big = fragment[0], small = fragment[kWarp];
-          const SplitFragment<4> a{
-              {float_bits(big.x), float_bits(big.y), float_bits(big.z), float_bits(big.w)},
-              {float_bits(small.x), float_bits(small.y), float_bits(small.z), float_bits(small.w)}};
-#pragma unroll
-          for (int j = 0; j < FN; ++j) mma_3xtf32(acc[i][j], a, b[j]);
-        }
+        for (int j = 0; j < FN; ++j) mma_3xtf32(acc[i][j], a, b[j]);
       }
-      // The other buffer was last read in the previous step, which the barrier below it closed.
-      if (more) {
-        store_split<BM, kBlockThreads>(&a_tile(buf ^ 1)->x, a_next, a_source.k_fastest, kASmallOffset, a_at);
-        store_split<BN, kBlockThreads>(&b_tile(buf ^ 1)->x, b_next, b_source.k_fastest, kBSmallOffset, b_at);
-      }
-      __syncthreads();  // the next tile is stored, and everyone is done reading this one
-      buf ^= 1;
     }
-
-    // Lane (g, t) holds rows g and g + 8 of each 16 x 8 tile, columns 2t and 2t + 1.
-    float* C = g.c + job * g.m * g.n;
+  };
+  // Lane (g, t) holds rows g and g + 8 of each 16 x 8 tile, columns 2t and 2t + 1.
+  const auto finish = [&](const Acc& acc, float* C) {
     const int row_in_tile = lane / 4, column_in_tile = 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < FM; ++i)
@@ -166,7 +138,8 @@ __global__ void __launch_bounds__(kWarp*(BM / WM) * (BN / WN)) sgemm_tc_kernel(G
           }
         }
       }
-  }
+  };
+  gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store, compute, finish);
 }
 
 template <int BM, int BN, int WM, int WN, bool SplitK>

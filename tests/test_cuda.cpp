@@ -812,38 +812,42 @@ TEST_CASE("cuda: AdamW over many parameters in one call equals each updated alon
   }
 }
 
+// Once on the CUDA cores, once with attention and matmul on the tensor cores.
 TEST_CASE("cuda: a GPT training step on the GPU equals the CPU step", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  for (double dropout : {0.0, 0.1}) {
-    nn::GPTConfig config;
-    config.vocab_size = 65, config.block_size = 32, config.n_layer = 2, config.n_head = 4, config.n_embd = 64;
-    config.dropout = dropout;
-    nn::GPT cpu_model(config), gpu_model(config);  // same seed: same weights
-    gpu_model.to(Device::cuda());
-    Generator gen(77);
-    const Tensor tokens = kernels::cast(kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99),
-                                        DType::i64);
-    const Tensor targets = kernels::cast(kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99),
-                                         DType::i64);
-    // eps well above float32's rounding of near-zero gradients: a gradient of
-    // 1e-9 on one device and -1e-9 on the other must not move a weight by 2 lr.
-    const train::AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-4, .weight_decay = 0.1};
-    train::AdamW cpu_opt(cpu_model.named_parameters(), adamw), gpu_opt(gpu_model.named_parameters(), adamw);
+  for (cuda::KernelSet k : {cuda::KernelSet::simt, cuda::KernelSet::tensor_core})
+    for (double dropout : {0.0, 0.1}) {
+      const cuda::ScopedKernelSet attention(cuda::KernelOp::attention, k), matmul(cuda::KernelOp::matmul, k);
+      INFO("attention and matmul kernels: " << cuda::kernel_set_name(k));
+      nn::GPTConfig config;
+      config.vocab_size = 65, config.block_size = 32, config.n_layer = 2, config.n_head = 4, config.n_embd = 64;
+      config.dropout = dropout;
+      nn::GPT cpu_model(config), gpu_model(config);  // same seed: same weights
+      gpu_model.to(Device::cuda());
+      Generator gen(77);
+      const Tensor tokens = kernels::cast(
+          kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99), DType::i64);
+      const Tensor targets = kernels::cast(
+          kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99), DType::i64);
+      // eps well above float32's rounding of near-zero gradients: a gradient of
+      // 1e-9 on one device and -1e-9 on the other must not move a weight by 2 lr.
+      const train::AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-4, .weight_decay = 0.1};
+      train::AdamW cpu_opt(cpu_model.named_parameters(), adamw), gpu_opt(gpu_model.named_parameters(), adamw);
 
-    const Tensor cpu_loss = cpu_model.loss(tokens, targets);
-    const Tensor gpu_loss = gpu_model.loss(to(tokens, Device::cuda()), to(targets, Device::cuda()));
-    require_parity(gpu_loss, cpu_loss, fmt::format("loss (dropout {})", dropout));
-    backward(cpu_loss);
-    backward(gpu_loss);
-    const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
-    REQUIRE(cpu_params.size() == gpu_params.size());
-    for (std::size_t i = 0; i < cpu_params.size(); ++i)
-      require_parity(gpu_params[i].tensor.grad(), cpu_params[i].tensor.grad(), "grad of " + cpu_params[i].name);
-    cpu_opt.step();
-    gpu_opt.step();
-    for (std::size_t i = 0; i < cpu_params.size(); ++i)
-      require_parity(gpu_params[i].tensor, cpu_params[i].tensor, "after the step: " + cpu_params[i].name);
-  }
+      const Tensor cpu_loss = cpu_model.loss(tokens, targets);
+      const Tensor gpu_loss = gpu_model.loss(to(tokens, Device::cuda()), to(targets, Device::cuda()));
+      require_parity(gpu_loss, cpu_loss, fmt::format("loss (dropout {})", dropout));
+      backward(cpu_loss);
+      backward(gpu_loss);
+      const auto cpu_params = cpu_model.named_parameters(), gpu_params = gpu_model.named_parameters();
+      REQUIRE(cpu_params.size() == gpu_params.size());
+      for (std::size_t i = 0; i < cpu_params.size(); ++i)
+        require_parity(gpu_params[i].tensor.grad(), cpu_params[i].tensor.grad(), "grad of " + cpu_params[i].name);
+      cpu_opt.step();
+      gpu_opt.step();
+      for (std::size_t i = 0; i < cpu_params.size(); ++i)
+        require_parity(gpu_params[i].tensor, cpu_params[i].tensor, "after the step: " + cpu_params[i].name);
+    }
 }
 
 // No kernel adds floats in an order that depends on timing (the embedding
