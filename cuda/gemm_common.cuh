@@ -1,8 +1,9 @@
 #pragma once
 // What the two SGEMM kernel sets share (cuda/matmul.cu on the CUDA cores,
 // cuda/matmul_tensor_core.cu on the tensor cores): the problem as a kernel sees
-// it, and loading a tile of either operand from global memory, in either
-// layout, into registers. Included by those two files only.
+// it, loading a tile of either operand from global memory, in either layout,
+// into registers, the job loop around their own products (gemm_jobs), and how
+// cuda/matmul.cu's sgemm reaches a set's kernels. Included by those two files only.
 #include <algorithm>
 #include <cstdint>
 
