@@ -11,7 +11,8 @@
 // Shared memory holds each tile already split and in fragment order, so a lane
 // reads its whole A fragment as two 128-bit loads (its four big parts, then its
 // four small ones) and its B fragment as one ({big, big, small, small}); the 8
-// lanes of each quarter-warp read 128 consecutive bytes, so no bank conflicts.
+// lanes of each quarter-warp read 128 consecutive bytes, so no bank conflicts
+// (fragment_slot permutes the lanes to spread the stores).
 // The values are split once, when stored, not by every warp that reads them
 // (each A fragment is read by BN / WN warps, each B fragment by BM / WM).
 #include <cstdint>
@@ -26,12 +27,21 @@ constexpr int kBK = 16;                // K per shared-memory tile
 constexpr int kSteps = kBK / 8;        // mma steps per tile
 constexpr int kAFragment = 2 * kWarp;  // float4s of one A fragment: 32 lanes' big parts, then their small ones
 
-template <int BM>
-constexpr int kATileFloat4s = kSteps*(BM / 16) * kAFragment;
-template <int BN>
-constexpr int kBTileFloat4s = kSteps*(BN / 8) * kWarp;
-template <int BM, int BN>
-constexpr std::size_t kSharedBytes = 2 * sizeof(float4) * (kATileFloat4s<BM> + kBTileFloat4s<BN>);  // two of each
+__host__ __device__ constexpr int a_tile_float4s(int bm) { return kSteps * (bm / 16) * kAFragment; }
+__host__ __device__ constexpr int b_tile_float4s(int bn) { return kSteps * (bn / 8) * kWarp; }
+constexpr std::size_t shared_bytes(int bm, int bn) {  // two of each tile
+  return 2 * sizeof(float4) * (a_tile_float4s(bm) + b_tile_float4s(bn));
+}
+
+// Which float4 of a fragment lane `lane` reads: the lanes permuted within each
+// group of 8, by the group and the fragment. A quarter-warp's 128-bit reads
+// still cover 128 consecutive bytes, but the tile's scalar stores, whose 32
+// threads hold one position of different rows or fragments, spread over the
+// banks: 2- to 4-way conflicts where lanes in order had 8- to 32-way, counted
+// for both tile sizes and every operand layout.
+__device__ __forceinline__ int fragment_slot(int lane, int fragment) {
+  return lane ^ (((lane >> 3) ^ (5 * fragment)) & 7);
+}
 
 // Where element (r, k) of an A tile goes (a float index, its big part; the
 // small part is kWarp float4s on): mma.cuh's A layout, a[r / 8 + 2 (k / 4)] of
@@ -40,7 +50,7 @@ template <int BM>
 __device__ __forceinline__ int a_slot(int r, int k) {
   const int step = k / 8, kk = k % 8, fragment = r / 16, rr = r % 16;
   const int lane = (rr % 8) * 4 + kk % 4, value = rr / 8 + 2 * (kk / 4);
-  return ((step * (BM / 16) + fragment) * kAFragment + lane) * 4 + value;
+  return ((step * (BM / 16) + fragment) * kAFragment + fragment_slot(lane, fragment)) * 4 + value;
 }
 constexpr int kASmallOffset = kWarp * 4;
 
@@ -50,7 +60,7 @@ template <int BN>
 __device__ __forceinline__ int b_slot(int k, int n) {
   const int step = k / 8, kk = k % 8, fragment = n / 8;
   const int lane = (n % 8) * 4 + kk % 4;
-  return ((step * (BN / 8) + fragment) * kWarp + lane) * 4 + kk / 4;
+  return ((step * (BN / 8) + fragment) * kWarp + fragment_slot(lane, fragment)) * 4 + kk / 4;
 }
 constexpr int kBSmallOffset = 2;
 
@@ -82,8 +92,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
   constexpr int FM = WM / 16, FN = WN / 8;  // a warp's A and B fragments per mma step
   // Buffer `buf` of each: A's two tiles, then B's two.
   float4* const smem = dynamic_shared_memory<float4>();
-  const auto a_tile = [smem](int buf) { return smem + buf * kATileFloat4s<BM>; };
-  const auto b_tile = [smem](int buf) { return smem + 2 * kATileFloat4s<BM> + buf * kBTileFloat4s<BN>; };
+  const auto a_tile = [smem](int buf) { return smem + buf * a_tile_float4s(BM); };
+  const auto b_tile = [smem](int buf) { return smem + 2 * a_tile_float4s(BM) + buf * b_tile_float4s(BN); };
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
@@ -101,13 +111,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
       SplitFragment<2> b[FN];
 #pragma unroll
       for (int j = 0; j < FN; ++j) {
-        const float4 v = b_tile(buf)[(step * (BN / 8) + warp_n * FN + j) * kWarp + lane];
+        const int fragment = warp_n * FN + j;
+        const float4 v = b_tile(buf)[(step * (BN / 8) + fragment) * kWarp + fragment_slot(lane, fragment)];
         b[j] = {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
       }
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
-        const float4* fragment = a_tile(buf) + (step * (BM / 16) + warp_m * FM + i) * kAFragment + lane;
-        const float4 big = fragment[0], small = fragment[kWarp];
+        const int fragment = warp_m * FM + i;
+        const float4* mine = a_tile(buf) + (step * (BM / 16) + fragment) * kAFragment + fragment_slot(lane, fragment);
+        const float4 big = mine[0], small = mine[kWarp];
         const SplitFragment<4> a{{float_bits(big.x), float_bits(big.y), float_bits(big.z), float_bits(big.w)},
                                  {float_bits(small.x), float_bits(small.y), float_bits(small.z), float_bits(small.w)}};
 #pragma unroll
@@ -144,7 +156,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
 
 template <int BM, int BN, int WM, int WN, bool SplitK>
 void launch_sgemm_tc(const GemmArgs& g, cudaStream_t stream) {
-  constexpr std::size_t smem = kSharedBytes<BM, BN>;
+  constexpr std::size_t smem = shared_bytes(BM, BN);
   allow_shared_memory(sgemm_tc_kernel<BM, BN, WM, WN, SplitK>, smem);
   launch(sgemm_tc_kernel<BM, BN, WM, WN, SplitK>, gemm_grid(g, BM, BN), kWarp * (BM / WM) * (BN / WN), smem, stream, g);
   CUDA_CHECK_LAUNCH();
