@@ -2,12 +2,13 @@
 // "cuda_"; the rest of each name follows the CPU cases'):
 //   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
 //   cuda_matmul/gpt_MxKxN[_at]                           the toy GPT's products (_at: A read transposed)
+//   cuda_matmul/tc/...                                   the same on the tensor-core kernels (3xTF32)
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
 //     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
 //   cuda_gpt_step, cuda_gpt_step_tc                        the toy GPT's training step (tokens/s), its
-//                                                          attention on the SIMT or the tensor-core kernels
+//                                                          attention and matmul on the SIMT or the tensor-core kernels
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
 // the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
 // composed path is left out at XXL (its (T, T) matrices alone are 3 GiB).

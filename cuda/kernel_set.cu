@@ -11,32 +11,31 @@ namespace attograd::cuda {
 namespace {
 
 struct OpChoice {
-  const char* op;        // as errors name it
   const char* variable;  // the environment variable that chooses
   std::optional<KernelSet> chosen;
 };
 
 OpChoice& choice(KernelOp op) {
-  static OpChoice attention{"attention", "ATTOGRAD_CUDA_ATTENTION", std::nullopt};
-  static OpChoice matmul{"matmul", "ATTOGRAD_CUDA_MATMUL", std::nullopt};
+  static OpChoice attention{"ATTOGRAD_CUDA_ATTENTION", std::nullopt};
+  static OpChoice matmul{"ATTOGRAD_CUDA_MATMUL", std::nullopt};
   return op == KernelOp::attention ? attention : matmul;
 }
 
 // A value that names no kernel set stops the op's first call with the variable's
 // name, as ATTOGRAD_ATTENTION_ISA does on the CPU.
-KernelSet from_environment(const OpChoice& c) {
-  const char* env = std::getenv(c.variable);
+KernelSet from_environment(KernelOp op, const char* variable) {
+  const char* env = std::getenv(variable);
   if (env == nullptr || *env == '\0') return KernelSet::simt;
   for (KernelSet k : {KernelSet::simt, KernelSet::tensor_core})
     if (std::strcmp(env, kernel_set_name(k)) == 0) return k;
-  fail(c.op, "{}={} is not one of simt, tensor-core", c.variable, env);
+  fail(kernel_op_name(op), "{}={} is not one of simt, tensor-core", variable, env);
 }
 
 }  // namespace
 
 KernelSet kernel_set(KernelOp op) {
   OpChoice& c = choice(op);
-  if (!c.chosen) c.chosen = from_environment(c);
+  if (!c.chosen) c.chosen = from_environment(op, c.variable);
   return *c.chosen;
 }
 

@@ -54,6 +54,9 @@ void set_kernel_set(KernelOp op, KernelSet kernels);
 inline const char* kernel_set_name(KernelSet kernels) {  // as the environment names them
   return kernels == KernelSet::tensor_core ? "tensor-core" : "simt";
 }
+inline const char* kernel_op_name(KernelOp op) {  // as errors name it
+  return op == KernelOp::attention ? "attention" : "matmul";
+}
 
 // One set of kernels for an op for the guard's lifetime, the previous choice restored after.
 class ScopedKernelSet {

@@ -405,7 +405,7 @@ namespace {
 void for_each_kernel_set(cuda::KernelOp op, const std::function<void()>& body) {
   for (cuda::KernelSet k : {cuda::KernelSet::simt, cuda::KernelSet::tensor_core}) {
     const cuda::ScopedKernelSet kernels(op, k);
-    INFO((op == cuda::KernelOp::attention ? "attention" : "matmul") << " kernels: " << cuda::kernel_set_name(k));
+    INFO(cuda::kernel_op_name(op) << " kernels: " << cuda::kernel_set_name(k));
     body();
   }
 }
