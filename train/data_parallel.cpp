@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -17,32 +16,10 @@
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
+#include "train/host_floats.h"
 
 namespace attograd::train {
 namespace {
-
-// Host float32 copies of tensors of any device and layout; the CPU's contiguous
-// float32 tensors (every parameter and gradient of a CPU run) are read and
-// written in place.
-bool host_contiguous(const Tensor& t) { return t.device().is_cpu() && t.is_contiguous() && t.dtype() == DType::f32; }
-
-void read_floats(const Tensor& t, float* dst) {
-  if (host_contiguous(t)) {
-    std::memcpy(dst, t.data<float>(), static_cast<std::size_t>(t.numel()) * sizeof(float));
-    return;
-  }
-  const std::vector<float> values = to(to_cpu(t), DType::f32).to_vector<float>();
-  std::copy(values.begin(), values.end(), dst);
-}
-
-void write_floats(const Tensor& t, const float* src) {
-  if (host_contiguous(t)) {
-    std::memcpy(t.data<float>(), src, static_cast<std::size_t>(t.numel()) * sizeof(float));
-    t.bump_version();
-    return;
-  }
-  kernels::copy_(t, to(from_vector(std::vector<float>(src, src + t.numel()), t.sizes(), t.device()), t.dtype()));
-}
 
 void check_float32(const std::vector<nn::NamedParameter>& params, const char* what) {
   for (const auto& p : params)
