@@ -1,10 +1,11 @@
 // Data-parallel training (train/communicator.h, data_parallel.h, step.h,
-// sharded_optimizer.h): the pieces in this process, then real runs under
+// sharded_optimizer.h, fixed_split.h): the pieces in this process, then real runs under
 // mpirun as child processes (tag [mpi]; each reports itself skipped, by name,
 // where this build has no MPI or mpirun is not installed).
 //
 // What the runs check: N processes follow the one-process run step for step;
-// a checkpoint moves between process counts; kill -9 of one rank or Ctrl-C to
+// a checkpoint moves between process counts; --fixed-split gives the same bits
+// on every process count; kill -9 of one rank or Ctrl-C to
 // mpirun never hangs and never damages the checkpoint; processes started with
 // different flags are refused, naming the flag.
 #include <dirent.h>
@@ -21,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/communicator.h"
 #include "train/data_parallel.h"
+#include "train/fixed_split.h"
 #include "train/sharded_optimizer.h"
 
 using namespace attograd;
@@ -258,8 +260,16 @@ TEST_CASE("data-parallel flags checked on one process: --grad-accum, --shard-opt
   r = run({"--out", tmp / "c", "--shard-optimizer"});
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Catch::Contains("[--shard-optimizer] needs several processes"));
-  CHECK_FALSE(fs::exists(tmp / "a"));
-  CHECK_FALSE(fs::exists(tmp / "c"));
+  r = run({"--out", tmp / "d", "--batch", "8", "--fixed-split", "3"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--fixed-split] must be a power of two in [1, 1024] (0: off), got 3"));
+  r = run({"--out", tmp / "e", "--batch", "6", "--fixed-split", "4"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--fixed-split] 4 pieces do not divide --batch 6"));
+  r = run({"--out", tmp / "f", "--batch", "8", "--fixed-split", "4", "--grad-accum", "2"});
+  CHECK(r.code != 0);
+  CHECK_THAT(r.err, Catch::Contains("[--grad-accum] 2 cannot go with --fixed-split"));
+  for (const char* dir : {"a", "c", "d", "e", "f"}) CHECK_FALSE(fs::exists(tmp / dir));
 
   // One process in micro-batches follows the plain run (float rounding apart).
   r = run({"--out", tmp / "plain", "--batch", "8"});
@@ -270,6 +280,37 @@ TEST_CASE("data-parallel flags checked on one process: --grad-accum, --shard-opt
   const LoadedCheckpoint accum = load_checkpoint(tmp / "accum/ckpt.safetensors");
   const auto a = plain.model->state_dict(), b = accum.model->state_dict();
   for (const auto& [name, t] : a) CHECK(max_abs_diff(t, b.at(name)) < 1e-5);
+}
+
+// 2^24 + 1 is not a float: it rounds to 2^24. So the order of additions shows in
+// the bits: the tree's (2^24 + 1) + (1 - 2^24) is 1, left to right gives 0.
+TEST_CASE("a fixed split (--fixed-split) sums its pieces in a perfect binary tree", "[mpi]") {
+  const float big = 16777216.0f;  // 2^24
+  const std::vector<float> pieces = {big, 1.0f, 1.0f, -big};
+  float left_to_right = 0;
+  for (float x : pieces) left_to_right += x;
+  REQUIRE(left_to_right == 0.0f);  // the order matters for these values
+
+  train::PairwiseSum tree;
+  for (float x : pieces) tree.add({x, 2 * x});
+  CHECK(tree.take() == std::vector<float>{1.0f, 2.0f});
+  // Eight: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) = 1 + 1. Left to right
+  // gives 0, and adding the pairs' sums left to right 1.
+  for (float x : {big, 1.0f, 1.0f, -big, 1.0f, big, 1.0f, -big}) tree.add({x});
+  CHECK(tree.take() == std::vector<float>{2.0f});
+  // The tree is reused from empty after take(), and refuses a count that is not a power of two.
+  for (int i = 0; i < 3; ++i) tree.add({1.0f});
+  CHECK_THROWS_WITH(tree.take(), Catch::Contains("3 pieces are not a power of two"));
+  tree.add({1.0f});  // the fourth
+  CHECK(tree.take() == std::vector<float>{4.0f});
+  tree.add({1.0f});
+  CHECK_THROWS_WITH(tree.add({1.0f, 2.0f}), Catch::Contains("pieces of 1 and 2 values"));
+
+  // One process is the whole tree: the levels above it add nothing.
+  train::SingleProcessCommunicator one;
+  std::vector<float> values = {3.0f, -0.5f};
+  train::sum_over_processes_in_tree(values, one);
+  CHECK(values == std::vector<float>{3.0f, -0.5f});
 }
 
 // ---- real runs under mpirun --------------------------------------------------------------
@@ -504,6 +545,58 @@ TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 ->
   require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
 }
 
+// --fixed-split 4 (train/fixed_split.h): 1, 2 and 4 processes make the same run,
+// every loss and every bit of the checkpoint (weights, optimizer state, dropout
+// stream), with dropout on and with ZeRO-1; a checkpoint written at one count
+// continues at another bit for bit. Exact, so it holds in every build.
+TEST_CASE("a fixed split: 1, 2 and 4 processes give the same bits, dropout and ZeRO-1 too, resumed across counts",
+          "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  const auto fixed = [&](const std::string& name, std::vector<std::string> extra = {}) {
+    const std::vector<std::string> common = {"--fixed-split", "4",  "--dropout",       "0.1",
+                                             "--steps",       "20", "--eval-interval", "10"};
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return default_run(tmp / name, extra);
+  };
+  const auto two = start(2, fixed("two"), tmp);
+  INFO("stdout: " << two->out() << "\nstderr: " << two->err());
+  REQUIRE(two->exit_code(300s) == 0);
+  CHECK_THAT(two->out(), Catch::Contains("2 of 4 pieces each per step, summed in one fixed order"));
+  run_ok(1, fixed("one"), tmp);
+  run_ok(4, fixed("four_sharded", {"--shard-optimizer"}), tmp);
+  const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
+  REQUIRE(one.losses.size() == 20);
+  for (const std::string run : {"two", "four_sharded"}) {
+    INFO(run);
+    CHECK(read_metrics(tmp / (run + "/metrics.jsonl")).losses == one.losses);
+    require_same_checkpoint(tmp / "one/ckpt.safetensors", tmp / (run + "/ckpt.safetensors"));
+  }
+  for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 4}}) {
+    const std::string name = fmt::format("from{}to{}", before, after);
+    INFO(name);
+    run_ok(before, fixed(name, {"--stop-at", "10"}), tmp);
+    run_ok(after,
+           {"train", "--resume", tmp / (name + "/ckpt.safetensors"), "--threads", "1", "--quiet", "--fixed-split", "4"},
+           tmp);
+    require_same_checkpoint(tmp / "one/ckpt.safetensors", tmp / (name + "/ckpt.safetensors"));
+  }
+}
+
+// The same on the GPU: pieces' gradients go through host memory to be summed
+// there, so two ranks sharing one GPU, or on two, make the one-process GPU run.
+TEST_CASE("a fixed split on the GPU: -np 2 gives the one-process GPU run's bits, dropout on", "[mpi][cuda]") {
+  SKIP_WITHOUT_MPI();
+  if (gpu_or_nccl_missing(false)) return;
+  TempDir tmp;
+  const std::vector<std::string> extra = {"--device", "cuda", "--fixed-split",   "2", "--dropout", "0.1",
+                                          "--steps",  "4",    "--eval-interval", "4", "--heldout", "50"};
+  run_ok(1, default_run(tmp / "one", extra), tmp);
+  run_ok(2, default_run(tmp / "two", extra), tmp);
+  CHECK(read_metrics(tmp / "two/metrics.jsonl").losses == read_metrics(tmp / "one/metrics.jsonl").losses);
+  require_same_checkpoint(tmp / "one/ckpt.safetensors", tmp / "two/ckpt.safetensors");
+}
+
 // Several machines, stood in for by this one: a hostfile of two node names that
 // are not this machine, and an "ssh" that runs the command here. Open MPI then
 // treats the ranks as on two machines: one daemon per node, TCP between them
@@ -637,6 +730,13 @@ TEST_CASE("under mpirun: differing flags and a batch that does not split are ref
   CHECK_THAT(odd_err, Catch::Contains(odd_want));
   CHECK(odd_err.find(odd_want) == odd_err.rfind(odd_want));
   CHECK_FALSE(fs::exists(tmp / "odd"));
+
+  const auto three = start(3, default_run(tmp / "three", {"--batch", "12", "--fixed-split", "4"}), tmp);
+  CHECK(three->exit_code() != 0);
+  const std::string three_err = three->err();
+  INFO("stderr: " << three_err);
+  CHECK_THAT(three_err, Catch::Contains("[--fixed-split] 4 pieces do not split evenly over 3 processes"));
+  CHECK_FALSE(fs::exists(tmp / "three"));
 }
 
 TEST_CASE("processes whose parameters drift apart are stopped at the next evaluation, naming the step", "[mpi]") {

@@ -150,6 +150,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                "Split each process's share of --batch into this many micro-batches (less memory, same result)");
     c.add_flag("--shard-optimizer", train.shard_optimizer,
                "Under mpirun: each process keeps the optimizer state of 1/N of the parameters (ZeRO stage 1)");
+    add_number(c, "--fixed-split", train.fixed_split,
+               "Compute every step as S pieces of --batch (a power of two) summed in one fixed order: the same "
+               "bits on any process count dividing S (each process takes S/N pieces; 0: off)");
   }
 
   // ---- sample

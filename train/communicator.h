@@ -60,6 +60,9 @@ class Communicator {
   virtual std::vector<std::string> all_gather(const std::string& value) = 0;
   // Rank `from` sends `bytes` to `to` (point to point; both must call it).
   virtual void transfer(void* data, std::size_t bytes, int from, int to) = 0;
+  // Sends `n` floats to `partner` and receives its `n` into `received`, at once
+  // (both must call it, each naming the other).
+  virtual void exchange(const float* data, float* received, std::size_t n, int partner) = 0;
 
   // Stops every process of the run with this exit status (after this process
   // printed why). Does not return.
@@ -82,6 +85,7 @@ class SingleProcessCommunicator : public Communicator {
   void broadcast(void*, std::size_t, int) override {}
   std::vector<std::string> all_gather(const std::string& value) override { return {value}; }
   void transfer(void*, std::size_t, int, int) override {}
+  void exchange(const float* data, float* received, std::size_t n, int partner) override;
   [[noreturn]] void abort_all(int status) override;
 };
 

@@ -119,6 +119,12 @@ class MpiWorld final : public Communicator {
     if (rank_ == from) check(MPI_Send(data, count, MPI_BYTE, to, 0, MPI_COMM_WORLD), "MPI_Send");
     if (rank_ == to) check(MPI_Recv(data, count, MPI_BYTE, from, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
   }
+  void exchange(const float* data, float* received, std::size_t n, int partner) override {
+    const int count = checked_count(n, "MPI_Sendrecv");
+    check(MPI_Sendrecv(data, count, MPI_FLOAT, partner, 1, received, count, MPI_FLOAT, partner, 1, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE),
+          "MPI_Sendrecv");
+  }
   [[noreturn]] void abort_all(int status) override {
     MPI_Abort(MPI_COMM_WORLD, status);
     std::_Exit(status);  // MPI_Abort does not return; this keeps the [[noreturn]] promise regardless

@@ -80,6 +80,12 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.stop_at >= 0, "--stop-at", "must be >= 1 (0: run to --steps), got {}", o.stop_at);
   AG_CHECK(o.grad_accum >= 1 && o.grad_accum <= o.batch, "--grad-accum", "must be in [1, --batch {}], got {}", o.batch,
            o.grad_accum);
+  AG_CHECK(o.fixed_split >= 0 && o.fixed_split <= 1024 && (o.fixed_split & (o.fixed_split - 1)) == 0, "--fixed-split",
+           "must be a power of two in [1, 1024] (0: off), got {}", o.fixed_split);
+  AG_CHECK(o.batch % std::max<std::int64_t>(o.fixed_split, 1) == 0, "--fixed-split",
+           "{} pieces do not divide --batch {}", o.fixed_split, o.batch);
+  AG_CHECK(o.fixed_split == 0 || o.grad_accum == 1, "--grad-accum",
+           "{} cannot go with --fixed-split, which gives each of N processes S/N pieces itself", o.grad_accum);
   AG_CHECK(o.attention_memory >= -1 && o.attention_memory <= 1 << 20, "--attention-memory",
            "must be a MiB count in [0, 1048576] (-1: automatic), got {}", o.attention_memory);
   AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
@@ -125,7 +131,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--quiet", str(o.quiet)},
           {"--attention-memory", str(o.attention_memory)},
           {"--grad-accum", str(o.grad_accum)},
-          {"--shard-optimizer", str(o.shard_optimizer)}};
+          {"--shard-optimizer", str(o.shard_optimizer)},
+          {"--fixed-split", str(o.fixed_split)}};
 }
 
 std::string config_to_json(const TrainOptions& o) {

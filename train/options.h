@@ -49,6 +49,9 @@ struct TrainOptions {
   // ---- data parallelism (mpirun -np N attograd train ...): how, not what, is computed
   std::int64_t grad_accum = 1;      // micro-batches per process and step (their gradients add up)
   bool shard_optimizer = false;     // ZeRO-1: each process keeps 1/N of the optimizer state
+  // Pieces of every step's batch summed in one fixed order (train/fixed_split.h): the same bits
+  // on any process count dividing it. 0: off (the buckets' all-reduce, overlapping backward).
+  std::int64_t fixed_split = 0;
 };
 
 // The preset a task trains with when a flag is not given, chosen by

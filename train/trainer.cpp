@@ -22,6 +22,7 @@
 #include "train/communicator.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
+#include "train/fixed_split.h"
 #include "train/grad_clip.h"
 #include "train/metrics.h"
 #include "train/model.h"
@@ -221,7 +222,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
       c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
       c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
-      c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer;
+      c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer, c.fixed_split = o.fixed_split;
       c.out = o.out.empty() ? fs::path(o.resume).parent_path().string() : o.out;
       if (!o.data.empty()) {  // the same text at another path: a project moved, say
         AG_CHECK(!c.data.empty(), "--data", "'{}' is a run of the {} task: it has no text to give again", o.resume,
@@ -242,6 +243,9 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     AG_CHECK(o.batch % (comm.size() * o.grad_accum) == 0, "--batch",
              "{} sequences do not split evenly into {} processes x --grad-accum {} micro-batches", o.batch,
              comm.size(), o.grad_accum);
+    AG_CHECK(o.fixed_split == 0 || o.fixed_split % comm.size() == 0, "--fixed-split",
+             "{} pieces do not split evenly over {} processes (the process count must divide it)", o.fixed_split,
+             comm.size());
     AG_CHECK(!o.shard_optimizer || comm.size() > 1, "--shard-optimizer",
              "needs several processes (start the run with mpirun -np N)");
     if (o.out.empty())
@@ -286,7 +290,7 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
     // Every process starts from rank 0's weights (a resumed run's too: each read its own copy of the file).
     train::broadcast_parameters(params, comm, 0, device_reduction.comm.get());
     if (sharded) sharded->use_device_communicator(device_reduction.comm.get());
-    if (comm.size() > 1)
+    if (comm.size() > 1 && o.fixed_split == 0)
       reducer = std::make_unique<train::GradientReducer>(params, comm, train::kDefaultBucketBytes,
                                                          device_reduction.comm.get());
   } catch (const std::exception& e) {
@@ -324,7 +328,15 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
                device.str().c_str(), o.out.c_str());
   const std::size_t optimizer_bytes =
       sharded ? sharded->state_bytes() : train::optimizer_state_bytes(*optimizer);
-  if (comm.size() > 1 || o.grad_accum > 1)
+  if (o.fixed_split > 0)
+    std::fprintf(out,
+                 "data parallel: %d processes (%s), %lld of %lld pieces each per step, summed in one fixed order "
+                 "(--fixed-split: the same bits on any process count dividing it) through host memory; optimizer "
+                 "state %s per process%s\n",
+                 comm.size(), comm.engine().c_str(), static_cast<long long>(o.fixed_split / comm.size()),
+                 static_cast<long long>(o.fixed_split), megabytes(optimizer_bytes).c_str(),
+                 sharded ? " (sharded, ZeRO-1)" : "");
+  else if (comm.size() > 1 || o.grad_accum > 1)
     std::fprintf(out,
                  "data parallel: %d processes (%s), %lld sequences each per step in %lld micro-batches; gradients "
                  "all-reduced in %zu buckets%s%s; optimizer state %s per process%s\n",
@@ -358,7 +370,8 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
       const Batch batch = data->train_batch(static_cast<std::uint64_t>(step - 1), o.batch, o.block);
       model->train();
       const train::StepGradients step_grads =
-          train::compute_gradients(*model, batch, device, o.grad_accum, comm, reducer.get());
+          o.fixed_split > 0 ? train::fixed_split_gradients(*model, batch, device, o.fixed_split, comm)
+                            : train::compute_gradients(*model, batch, device, o.grad_accum, comm, reducer.get());
       const double grad_norm = clip_grad_norm(params, o.grad_clip);
       const double loss_value = step_grads.loss;
       // A non-finite loss or gradient would poison every weight: stop before the update,
