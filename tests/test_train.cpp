@@ -163,7 +163,10 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--device", "cuda", "--attention-memory", "8"}, {"[--attention-memory] applies to the CPU's attention"}},
       {{"--optimizer", "sgd", "--beta2", "0.9"}, {"[--beta2] applies to AdamW, not to --optimizer sgd"}},
       // About 11 TB of activations: refused up front, not killed by the kernel mid-step.
-      {{"--batch", "1048576", "--width", "1024", "--layers", "8"}, {"[--batch] 1048576 sequences", "raise --grad-accum"}},
+      {{"--batch", "1048576", "--width", "1024", "--layers", "8"},
+       {"[--batch] 1048576 sequences", "raise --grad-accum"}},
+      {{"--batch", "1048576", "--width", "1024", "--layers", "8", "--block", "1024", "--fixed-split", "1024"},
+       {"[--batch] 1048576 sequences of 1024 tokens in 1024 micro-batch(es)", "raise --fixed-split"}},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"train", "--out", out, "--quiet"};

@@ -1,22 +1,23 @@
 // `attograd train`: options -> data, model, optimizer -> the training loop,
 // with periodic evaluation, checkpoints, metrics.jsonl and loss.svg.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
+#include <cmath>
 #include <cstdio>
-#include <optional>
+#include <cstdlib>
 #include <filesystem>
-#include <fmt/format.h>
+#include <optional>
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "cuda/runtime.h"
 #include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
-#include "cuda/runtime.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"
 #include "train/communicator.h"
@@ -57,13 +58,15 @@ constexpr std::int64_t kTrainEvalWindows = 256;
 // (2 floats per parameter) and the optimizer's state (AdamW 2, SGD 1; a 1/N share
 // with --shard-optimizer), plus the activations backward keeps for one
 // micro-batch (train/model.cpp's backward_memory); with --device cuda only the
-// host copy the model is built in (1), the rest living on the GPU.
+// host copy the model is built in (1), the rest living on the GPU. --fixed-split
+// adds its host sums: log2(S/N) waiting in the tree, the piece's, and the partner's.
 void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_here, int processes) {
   const double available = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (available <= 0) return;
   const bool cpu = o.device == "cpu";
   const double optimizer_floats = (o.optimizer == "sgd" ? 1.0 : 2.0) / (o.shard_optimizer ? processes : 1);
-  const double floats_per_parameter = cpu ? 2.0 + optimizer_floats : 1.0;
+  const double tree_floats = o.fixed_split > 0 ? std::log2(static_cast<double>(o.fixed_split / processes)) + 2 : 0;
+  const double floats_per_parameter = (cpu ? 2.0 + optimizer_floats : 1.0) + tree_floats;
   const double parameters = static_cast<double>(parameter_count(gpt_config(o, vocab_size)));
   const double model_bytes = parameters * floats_per_parameter * sizeof(float) * processes_here;
   constexpr double kGiB = 1 << 30;
@@ -73,17 +76,18 @@ void check_memory(const TrainOptions& o, std::int64_t vocab_size, int processes_
            "and optimizer state{}, more than this machine's {:.1f} GiB",
            o.layers, o.width, vocab_size, parameters, model_bytes / kGiB, each, available / kGiB);
   if (!cpu) return;
-  const BackwardMemory kept = backward_memory(o, vocab_size, o.batch / (processes * o.grad_accum));
+  const std::int64_t pieces = o.fixed_split > 0 ? o.fixed_split : processes * o.grad_accum;
+  const BackwardMemory kept = backward_memory(o, vocab_size, o.batch / pieces);
   const double probs_bytes = kept.probs_bytes * processes_here;
   const double activation_bytes = kept.activation_bytes * processes_here + probs_bytes;
   const std::string probs_share =
       probs_bytes > 0 ? fmt::format(", {:.2f} GiB of them attention probabilities", probs_bytes / kGiB) : "";
   AG_CHECK(model_bytes + activation_bytes <= available, "--batch",
            "{} sequences of {} tokens in {} micro-batch(es) keep about {:.1f} GiB of activations for backward{}{} "
-           "(and the model {:.1f} GiB), more than this machine's {:.1f} GiB: raise --grad-accum (the same run in "
+           "(and the model {:.1f} GiB), more than this machine's {:.1f} GiB: raise {} (the same run in "
            "smaller pieces) or lower --batch or --block",
-           o.batch, o.block, o.grad_accum, activation_bytes / kGiB, probs_share, each, model_bytes / kGiB,
-           available / kGiB);
+           o.batch, o.block, o.fixed_split > 0 ? o.fixed_split : o.grad_accum, activation_bytes / kGiB, probs_share,
+           each, model_bytes / kGiB, available / kGiB, o.fixed_split > 0 ? "--fixed-split" : "--grad-accum");
 }
 
 std::unique_ptr<train::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params) {
