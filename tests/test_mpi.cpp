@@ -592,8 +592,10 @@ TEST_CASE("a fixed split on the GPU: -np 2 gives the one-process GPU run's bits,
   SKIP_WITHOUT_MPI();
   if (gpu_or_nccl_missing(false)) return;
   TempDir tmp;
-  const std::vector<std::string> extra = {"--device", "cuda", "--fixed-split",   "2", "--dropout", "0.1",
-                                          "--steps",  "4",    "--eval-interval", "4", "--heldout", "50"};
+  // Small, for the emulator under the sanitizers: 3 steps of 16 sequences, 20 held-out problems.
+  const std::vector<std::string> extra = {"--device",  "cuda", "--fixed-split", "2",  "--dropout",       "0.1",
+                                          "--steps",   "3",    "--batch",       "16", "--eval-interval", "3",
+                                          "--heldout", "20"};
   run_ok(1, default_run(tmp / "one", extra), tmp);
   run_ok(2, default_run(tmp / "two", extra), tmp);
   CHECK(read_metrics(tmp / "two/metrics.jsonl").losses == read_metrics(tmp / "one/metrics.jsonl").losses);
