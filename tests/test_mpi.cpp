@@ -413,6 +413,15 @@ void check_follows(const Metrics& reference, const Metrics& run) {
   CHECK(run.accuracy == reference.accuracy);
 }
 
+// Two run directories that must hold one run: every loss, the last exact match
+// and every byte of the checkpoint the same.
+void require_same_run(const std::string& reference, const std::string& run) {
+  const Metrics a = read_metrics(reference + "/metrics.jsonl"), b = read_metrics(run + "/metrics.jsonl");
+  CHECK(b.losses == a.losses);
+  CHECK(b.accuracy == a.accuracy);
+  require_same_checkpoint(reference + "/ckpt.safetensors", run + "/ckpt.safetensors");
+}
+
 // The default task and model (sort 8 digits), 100 steps, one thread per process;
 // `extra` flags (each with its value, or a bare switch) add to these or replace them.
 std::vector<std::string> default_run(const std::string& out, const std::vector<std::string>& extra = {}) {
@@ -570,10 +579,7 @@ TEST_CASE("a fixed split: 1, 2 and 4 processes give the same bits, dropout and Z
   REQUIRE(one.accuracy > 0);
   for (const std::string run : {"two", "four_sharded"}) {
     INFO(run);
-    const Metrics other = read_metrics(tmp / (run + "/metrics.jsonl"));
-    CHECK(other.losses == one.losses);
-    CHECK(other.accuracy == one.accuracy);
-    require_same_checkpoint(tmp / "one/ckpt.safetensors", tmp / (run + "/ckpt.safetensors"));
+    require_same_run(tmp / "one", tmp / run);
   }
   for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 4}}) {
     const std::string name = fmt::format("from{}to{}", before, after);
@@ -598,8 +604,7 @@ TEST_CASE("a fixed split on the GPU: -np 2 gives the one-process GPU run's bits,
                                           "--heldout", "20"};
   run_ok(1, default_run(tmp / "one", extra), tmp);
   run_ok(2, default_run(tmp / "two", extra), tmp);
-  CHECK(read_metrics(tmp / "two/metrics.jsonl").losses == read_metrics(tmp / "one/metrics.jsonl").losses);
-  require_same_checkpoint(tmp / "one/ckpt.safetensors", tmp / "two/ckpt.safetensors");
+  require_same_run(tmp / "one", tmp / "two");
 }
 
 // Several machines, stood in for by this one: a hostfile of two node names that

@@ -21,12 +21,6 @@
 namespace attograd::train {
 namespace {
 
-void check_float32(const std::vector<nn::NamedParameter>& params, const char* what) {
-  for (const auto& p : params)
-    AG_CHECK(p.tensor.dtype() == DType::f32, what, "parameter '{}' is {}; data-parallel training is float32",
-             p.name, dtype_name(p.tensor.dtype()));
-}
-
 }  // namespace
 
 // ---- GradientReducer ------------------------------------------------------------------

@@ -16,10 +16,6 @@ namespace {
 // piece p of a step draws from the step's first offset + p x this.
 constexpr std::uint64_t kPieceCounters = std::uint64_t{1} << 28;
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 }  // namespace
 
 void PairwiseSum::add(std::vector<float> values) {
@@ -65,12 +61,9 @@ StepGradients fixed_split_gradients(nn::GPT& model, const Batch& batch, Device d
   const std::int64_t piece_rows = rows / pieces, mine = pieces / comm.size();
   const double global_count = static_cast<double>(counted_targets(batch.targets.to_vector<std::int64_t>()));
   const auto params = model.named_parameters();
+  check_float32(params, "--fixed-split");
   std::size_t total = 0;
-  for (const auto& p : params) {
-    AG_CHECK(p.tensor.dtype() == DType::f32, "--fixed-split", "parameter '{}' is {}; the split sums float32", p.name,
-             dtype_name(p.tensor.dtype()));
-    total += static_cast<std::size_t>(p.tensor.numel());
-  }
+  for (const auto& p : params) total += static_cast<std::size_t>(p.tensor.numel());
 
   Generator& dropout = *model.drop.generator;
   const std::uint64_t first_offset = dropout.offset();
@@ -112,7 +105,7 @@ StepGradients fixed_split_gradients(nn::GPT& model, const Batch& batch, Device d
   sum_over_processes_in_tree(sum, comm);
   // Each slot is one process's value plus zeros from the others: exact in any order.
   comm.sum(piece_losses.data(), piece_losses.size());
-  result.comm_seconds = seconds_since(t0);
+  result.comm_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (double piece_loss : piece_losses) result.loss += piece_loss;  // in piece order, everywhere
 
   std::size_t at = 0;

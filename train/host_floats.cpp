@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
+#include "tensor/error.h"
 #include "tensor/kernels.h"
 
 namespace attograd::train {
@@ -27,6 +28,12 @@ void write_floats(const Tensor& t, const float* src) {
     return;
   }
   kernels::copy_(t, to(from_vector(std::vector<float>(src, src + t.numel()), t.sizes(), t.device()), t.dtype()));
+}
+
+void check_float32(const std::vector<nn::NamedParameter>& params, const char* what) {
+  for (const auto& p : params)
+    AG_CHECK(p.tensor.dtype() == DType::f32, what, "parameter '{}' is {}; data-parallel training is float32", p.name,
+             dtype_name(p.tensor.dtype()));
 }
 
 }  // namespace attograd::train

@@ -332,22 +332,20 @@ TrainSummary train_command(TrainOptions o, std::FILE* out) {
                device.str().c_str(), o.out.c_str());
   const std::size_t optimizer_bytes =
       sharded ? sharded->state_bytes() : train::optimizer_state_bytes(*optimizer);
-  if (o.fixed_split > 0)
-    std::fprintf(out,
-                 "data parallel: %d processes (%s), %lld of %lld pieces each per step, summed in one fixed order "
-                 "(--fixed-split: the same bits on any process count dividing it) through host memory; optimizer "
-                 "state %s per process%s\n",
-                 comm.size(), comm.engine().c_str(), static_cast<long long>(o.fixed_split / comm.size()),
-                 static_cast<long long>(o.fixed_split), megabytes(optimizer_bytes).c_str(),
+  if (o.fixed_split > 0 || comm.size() > 1 || o.grad_accum > 1) {
+    const std::string split =
+        o.fixed_split > 0
+            ? fmt::format(
+                  "{} of {} pieces each per step, summed in one fixed order (--fixed-split: the same bits on "
+                  "any process count dividing it) through host memory",
+                  o.fixed_split / comm.size(), o.fixed_split)
+            : fmt::format("{} sequences each per step in {} micro-batches; gradients all-reduced in {} buckets{}{}",
+                          o.batch / comm.size(), o.grad_accum, reducer ? reducer->bucket_count() : 0,
+                          device_reduction.how.empty() ? "" : " ", device_reduction.how);
+    std::fprintf(out, "data parallel: %d processes (%s), %s; optimizer state %s per process%s\n", comm.size(),
+                 comm.engine().c_str(), split.c_str(), megabytes(optimizer_bytes).c_str(),
                  sharded ? " (sharded, ZeRO-1)" : "");
-  else if (comm.size() > 1 || o.grad_accum > 1)
-    std::fprintf(out,
-                 "data parallel: %d processes (%s), %lld sequences each per step in %lld micro-batches; gradients "
-                 "all-reduced in %zu buckets%s%s; optimizer state %s per process%s\n",
-                 comm.size(), comm.engine().c_str(), static_cast<long long>(o.batch / comm.size()),
-                 static_cast<long long>(o.grad_accum), reducer ? reducer->bucket_count() : 0,
-                 device_reduction.how.empty() ? "" : " ", device_reduction.how.c_str(),
-                 megabytes(optimizer_bytes).c_str(), sharded ? " (sharded, ZeRO-1)" : "");
+  }
   if (device.is_cpu())  // OpenBLAS multiplies only on the CPU
     if (const std::string note = blas_kernels_note(); !note.empty()) std::fprintf(out, "%s\n", note.c_str());
   if (first_step > 0) std::fprintf(out, "resuming from %s at step %lld\n", o.resume.c_str(), static_cast<long long>(first_step));
