@@ -105,22 +105,22 @@ struct Simd {
 // Vectors of kBytes; the micro-kernel holds kRows x kVecs of them of C in
 // registers. Where a row group's columns are whole multiples of kWideVecs
 // vectors, it runs as kRows / kWideRows micro-tiles of kWideRows x kWideVecs
-// instead (kWideRows = 0: never): with AVX-512, 4 x 4 vectors feed 16
-// multiply-adds from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, and at
-// D = 64 (one 4-vector row of output) the wide tile made the L forward about
-// 10% and forward + backward 5-12% faster; at D = 32 only 8 x 2 fits the
-// output rows.
+// instead (kWideRows = 0: never, and then no kWideVecs is declared, as clang
+// warns of an unused one): with AVX-512, 4 x 4 vectors feed 16 multiply-adds
+// from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, and at D = 64 (one
+// 4-vector row of output) the wide tile made the L forward about 10% and
+// forward + backward 5-12% faster; at D = 32 only 8 x 2 fits the output rows.
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
   static constexpr int kWideRows = 4, kWideVecs = 4;       // also 16
 };
 struct TileAvx2 {
   static constexpr int kBytes = 32, kRows = 4, kVecs = 3;  // 12 of 16
-  static constexpr int kWideRows = 0, kWideVecs = 0;
+  static constexpr int kWideRows = 0;
 };
 struct TileBaseline {
   static constexpr int kBytes = 16, kRows = 4, kVecs = 2;  // 8 of 16
-  static constexpr int kWideRows = 0, kWideVecs = 0;
+  static constexpr int kWideRows = 0;
 };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
