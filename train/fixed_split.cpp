@@ -75,16 +75,12 @@ StepGradients fixed_split_gradients(nn::GPT& model, const Batch& batch, Device d
   std::vector<double> piece_losses(static_cast<std::size_t>(pieces), 0.0);  // this process's slots; zeros elsewhere
   for (std::int64_t m = 0; m < mine; ++m) {
     const std::int64_t piece = comm.rank() * mine + m;
-    const Tensor tokens = contiguous(narrow(batch.tokens, 0, piece * piece_rows, piece_rows));
-    const Tensor targets = contiguous(narrow(batch.targets, 0, piece * piece_rows, piece_rows));
-    const std::int64_t count = counted_targets(targets.to_vector<std::int64_t>());
     std::vector<float> grads(total, 0.0f);  // a piece with no counted target is a leaf of zeros
-    if (count > 0) {
+    const std::uint64_t start = first_offset + static_cast<std::uint64_t>(piece) * kPieceCounters;
+    dropout.set_state(dropout.seed(), start);
+    if (const Tensor loss = weighted_piece_loss(model, batch, piece * piece_rows, piece_rows, global_count, device);
+        loss.defined()) {
       for (const auto& p : params) p.tensor.set_grad({});
-      const std::uint64_t start = first_offset + static_cast<std::uint64_t>(piece) * kPieceCounters;
-      dropout.set_state(dropout.seed(), start);
-      const Tensor loss = model.loss(to(tokens, device), to(targets, device), kIgnoreIndex) *
-                          (static_cast<double>(count) / global_count);
       backward(loss);
       AG_CHECK(dropout.offset() - start <= kPieceCounters, "--fixed-split",
                "a piece drew {} dropout counters, more than the {} set aside for one: split the batch finer",

@@ -8,6 +8,15 @@
 
 namespace attograd::train {
 
+Tensor weighted_piece_loss(nn::GPT& model, const Batch& batch, std::int64_t first, std::int64_t rows,
+                           double batch_count, Device device) {
+  const Tensor targets = contiguous(narrow(batch.targets, 0, first, rows));
+  const std::int64_t count = counted_targets(targets.to_vector<std::int64_t>());
+  if (count == 0) return {};
+  const Tensor tokens = contiguous(narrow(batch.tokens, 0, first, rows));
+  return model.loss(to(tokens, device), to(targets, device), kIgnoreIndex) * (static_cast<double>(count) / batch_count);
+}
+
 StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device device, std::int64_t micro_batches,
                                 Communicator& comm, GradientReducer* reducer) {
   StepGradients result;
@@ -27,14 +36,10 @@ StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device devic
   if (reducer) reducer->prepare();  // backward accumulates into the all-reduce buckets
   double local_loss = 0;
   for (std::int64_t m = 0; m < micro_batches; ++m) {
-    const std::int64_t first = (comm.rank() * micro_batches + m) * piece_rows;
-    const Tensor tokens = narrow(batch.tokens, 0, first, piece_rows);
-    const Tensor targets = narrow(batch.targets, 0, first, piece_rows);
-    const std::int64_t count = counted_targets(targets.to_vector<std::int64_t>());
+    const Tensor loss = weighted_piece_loss(model, batch, (comm.rank() * micro_batches + m) * piece_rows, piece_rows,
+                                            global_count, device);
+    if (!loss.defined()) continue;  // the reducer counts this piece's gradients as zeros
     const bool last = m == micro_batches - 1;
-    if (count == 0) continue;  // nothing to learn here; the reducer counts its gradients as zeros
-    const Tensor loss = model.loss(to(contiguous(tokens), device), to(contiguous(targets), device), kIgnoreIndex) *
-                        (static_cast<double>(count) / global_count);
     // Only the last piece's backward finishes the gradients, so only it starts their all-reduce.
     BackwardOptions options;
     if (last && reducer) options.on_leaf_grad_ready = reducer->hook();

@@ -21,6 +21,12 @@ struct StepGradients {
   double comm_seconds = 0;  // waiting for the gradient all-reduce and the loss sum
 };
 
+// The loss of rows [first, first + rows) of the step's batch, weighted by their
+// share of the batch's `batch_count` counted targets (see above), ready for
+// backward. Undefined where those rows count no target: nothing to learn there.
+Tensor weighted_piece_loss(nn::GPT& model, const Batch& batch, std::int64_t first, std::int64_t rows,
+                           double batch_count, Device device);
+
 // Leaves the summed gradients in every parameter's .grad. `reducer` is null for one process.
 StepGradients compute_gradients(nn::GPT& model, const Batch& batch, Device device, std::int64_t micro_batches,
                                 Communicator& comm, GradientReducer* reducer);
