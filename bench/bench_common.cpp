@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/attention/attention.h"
 #include "tensor/rng.h"
 
 namespace attograd::bench {

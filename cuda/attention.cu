@@ -4,7 +4,7 @@
 // (Tq, Tk) matrix ever exists in device memory unless the weights are asked
 // for. The forward saves one log-sum-exp per query row; the backward
 // recomputes the probabilities from it. The math, masking, dropout stream and
-// the all-hidden-row convention are tensor/cpu/attention.cpp's; read that file
+// the all-hidden-row convention are tensor/cpu/attention/'s; read those files
 // first, this one adds only the GPU's division of work:
 //
 //  - forward: a block of 4 warps owns 16 query rows of one (b, h), each warp 4
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
       for (int rr = 0; rr < kRows; ++rr) {
         const std::int64_t i = i0 + warp * kRows + rr;
-        const float sv = hidden(p, b, h, i, j) ? neg_inf : s[rr];
+        const float sv = p.hidden(b, h, i, j) ? neg_inf : s[rr];
         // NaN-propagating, so every lane gets the same m_new (the branch below and the shuffles after
         // it need the whole warp), and a NaN score makes the row NaN, as on the CPU, instead of the
         // zeros of a row that sees no key.
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
         for (int t = 0; t < kPerLane; ++t) o[rr][t] *= correction;
         m[rr] = m_new;
-        pd[rr] = p.dropout_threshold > 0 && e != 0.0f ? e * dropout_factor(p, b, h, i, j) : e;
+        pd[rr] = p.dropout() && e != 0.0f ? e * p.dropout_factor(b, h, i, j) : e;
       }
       // o_i += sum_j p_ij v_j: key j's weight comes from lane j by shuffle.
       for (int jj = 0; jj < kTile; ++jj) {
@@ -141,11 +141,11 @@ __global__ void attention_weights_kernel(AttentionProblem p, const float* lse, f
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
     const float l = lse[row];
-    const float* qi = row_of(p.q, b, h, i);
+    const float* qi = p.q.row(b, h, i);
     for (std::int64_t j = threadIdx.x; j < p.Tk; j += blockDim.x) {
       float w = 0.0f;
-      if (l != -INFINITY && !hidden(p, b, h, i, j)) {
-        const float* kj = row_of(p.k, b, h, j);
+      if (l != -INFINITY && !p.hidden(b, h, i, j)) {
+        const float* kj = p.k.row(b, h, j);
         float s = 0.0f;
         for (int d = 0; d < p.D; ++d) s += qi[d] * p.scale * kj[d];
         w = expf(s - l);
@@ -164,7 +164,7 @@ __global__ void attention_delta_kernel(AttentionProblem p, AttentionRows dout, A
   const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / kWarp);
   for (std::int64_t row = global_thread() / kWarp; row < rows; row += warps) {
     const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
-    const float *g = row_of(dout, b, h, i), *o = row_of(out, b, h, i);
+    const float *g = dout.row(b, h, i), *o = out.row(b, h, i);
     float acc = 0.0f;
     for (std::int64_t d = lane; d < p.D; d += kWarp) acc += g[d] * o[d];
     acc = warp_reduce(acc, SumOp{});

@@ -1,38 +1,19 @@
 #pragma once
 // What the two sets of fused attention kernels share (cuda/attention.cu, SIMT
-// float32; cuda/attention_tensor_core.cu, mma.sync): how a (b, h, t) row is
-// found, which keys a query sees, the dropout factor of each weight, the
-// gradients of one (query, key) pair, and the launch plumbing. The math is
-// tensor/cpu/attention.cpp's. Included by those two files only.
+// float32; cuda/attention_tensor_core.cu, mma.sync) beyond the problem itself
+// (base/attention_problem.h: rows, which keys a query sees, the dropout
+// factor of each weight): loading rows into shared memory, the gradients of
+// one (query, key) pair, and the launch plumbing. The math is
+// tensor/cpu/attention/'s. Included by those two files only.
 #include <cstdint>
 #include <type_traits>
 
+#include "base/error.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/launchers.h"
-#include "tensor/error.h"
-#include "tensor/rng.h"
+#include "cuda/runtime.h"
 
 namespace attograd::cuda::attention_detail {
-
-__device__ __forceinline__ const float* row_of(const AttentionRows& x, std::int64_t b, std::int64_t h, std::int64_t t) {
-  return x.data + b * x.sb + h * x.sh + t * x.st;
-}
-
-// Key j is hidden from query i: out of range, in the causal future, or masked.
-__device__ __forceinline__ bool hidden(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i,
-                                       std::int64_t j) {
-  if (i >= p.Tq || j >= p.Tk || (p.causal && j > i)) return true;
-  return p.mask &&
-         p.mask[b * p.mask_strides[0] + h * p.mask_strides[1] + i * p.mask_strides[2] + j * p.mask_strides[3]];
-}
-
-// The dropout factor of weight (b, h, i, j): 0 or 1 / (1 - p), from the flat
-// index of the weight in a contiguous (B, H, Tq, Tk) tensor.
-__device__ __forceinline__ float dropout_factor(const AttentionProblem& p, std::int64_t b, std::int64_t h,
-                                                std::int64_t i, std::int64_t j) {
-  const auto flat = static_cast<std::uint64_t>(((b * p.H + h) * p.Tq + i) * p.Tk + j);
-  return philox_uniform(p.seed, p.offset, flat) < p.dropout_threshold ? 0.0f : p.keep_scale;
-}
 
 // The block's Threads threads copy rows [t0, t0 + count) of (b, h) into shared
 // memory with row pitch `pitch`, zero beyond the tensor's rows and beyond D,
@@ -43,7 +24,7 @@ __device__ __forceinline__ void load_rows(float* dst, int pitch, const Attention
                                           float factor = 1.0f) {
   for (int e = threadIdx.x; e < count * DMax; e += Threads) {
     const int r = e / DMax, d = e % DMax;
-    dst[r * pitch + d] = t0 + r < T && d < D ? row_of(x, b, h, t0 + r)[d] * factor : 0.0f;
+    dst[r * pitch + d] = t0 + r < T && d < D ? x.row(b, h, t0 + r)[d] * factor : 0.0f;
   }
 }
 
@@ -59,9 +40,9 @@ struct PairGrads {
 __device__ __forceinline__ PairGrads pair_grads(const AttentionProblem& p, std::int64_t b, std::int64_t h,
                                                 std::int64_t i, std::int64_t j, float s, float dpv, float lse_i,
                                                 float delta_i) {
-  if (lse_i == -INFINITY || hidden(p, b, h, i, j)) return {0.0f, 0.0f};  // every key hidden, or this one
+  if (lse_i == -INFINITY || p.hidden(b, h, i, j)) return {0.0f, 0.0f};  // every key hidden, or this one
   const float prob = expf(s - lse_i);
-  const float z = p.dropout_threshold > 0 && prob != 0.0f ? dropout_factor(p, b, h, i, j) : 1.0f;
+  const float z = p.dropout() && prob != 0.0f ? p.dropout_factor(b, h, i, j) : 1.0f;
   return {prob * z, p.scale * prob * (dpv * z - delta_i)};
 }
 

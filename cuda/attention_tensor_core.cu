@@ -83,7 +83,7 @@ __device__ __forceinline__ float4 split_pair(float x0, float x1) {
 // Element d of row t0 + r of (b, h), times factor; zero outside the tensor (t >= T or d >= D).
 __device__ __forceinline__ float element(const AttentionRows& x, std::int64_t b, std::int64_t h, std::int64_t t,
                                          std::int64_t T, int d, std::int64_t D, float factor) {
-  return t < T && d < D ? row_of(x, b, h, t)[d] * factor : 0.0f;
+  return t < T && d < D ? x.row(b, h, t)[d] * factor : 0.0f;
 }
 
 // Rows [t0, t0 + Rows) split by column pairs: dst[r][p] = split_pair(x[r][2p], x[r][2p + 1]).
@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int n = 0; n < NC; ++n)
 #pragma unroll
           for (int r = 0; r < 4; ++r)
-            if (hidden(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r))) s[n][r] = neg_inf;
+            if (p.hidden(b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r))) s[n][r] = neg_inf;
       }
 
       // The online softmax of rows g (values r = 0, 1) and g + 8 (r = 2, 3). The
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(kBlockThreads)
             float& e = s[n][2 * half + c];
             e = none_visible ? 0.0f : expf(e - m_new);  // 0 for hidden keys
             sum += e;
-            if (p.dropout_threshold > 0 && e != 0.0f)
-              e *= dropout_factor(p, b, h, w0 + g + 8 * half, j0 + acc_col(t, n, 2 * half + c));
+            if (p.dropout() && e != 0.0f)
+              e *= p.dropout_factor(b, h, w0 + g + 8 * half, j0 + acc_col(t, n, 2 * half + c));
           }
         l[half] = l[half] * correction + quad_reduce(sum, SumOp{});
         m[half] = m_new;

@@ -3,7 +3,7 @@
 // a failure throws attograd::Error naming the expression, file, line and CUDA's message.
 #include <cuda_runtime.h>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 #define CUDA_CHECK(expr)                                                                          \
   do {                                                                                            \

@@ -148,7 +148,7 @@ void unary(UnaryOp op, T* out, const T* x, T s, const StridedLayout<2>& layout, 
   switch (op) {
 #define AG_CASE(name) \
   case UnaryOp::name: return for_each(layout, UnaryBody<UnaryOp::name, T>{out, x, s}, stream);
-    AG_CUDA_UNARY_OPS(AG_CASE)
+    AG_UNARY_OPS(AG_CASE)
 #undef AG_CASE
   }
 }

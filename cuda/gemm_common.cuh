@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/error.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/launchers.h"
-#include "tensor/error.h"
 
 namespace attograd::cuda::gemm_detail {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <optional>
 
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 
 namespace attograd::cuda {
 namespace {

@@ -12,29 +12,15 @@
 
 #include <cstdint>
 
+#include "base/attention_problem.h"
+#include "base/elementwise_ops.h"
 #include "cuda/strided.h"
 
 namespace attograd::cuda {
 
 // ---- elementwise (cuda/elementwise.cu) ---------------------------------------------
-// The same ops, in the same order, as kernels::Unary and kernels::Binary
-// (tensor/kernels.h); tensor/cuda/elementwise.cpp static_asserts the match.
-#define AG_CUDA_UNARY_OPS(X) \
-  X(neg) X(exp) X(log) X(sqrt) X(tanh) X(abs) X(relu) X(step) X(gelu) X(gelu_grad) \
-  X(add_scalar) X(mul_scalar) X(rsub_scalar) X(rdiv_scalar) X(pow_scalar)
-enum class UnaryOp {
-#define AG_ENUM(name) name,
-  AG_CUDA_UNARY_OPS(AG_ENUM)
-#undef AG_ENUM
-};
-#define AG_CUDA_BINARY_OPS(X) \
-  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gelu_backward) X(gt) X(lt) X(eq)
-enum class BinaryOp {
-#define AG_ENUM(name) name,
-  AG_CUDA_BINARY_OPS(AG_ENUM)
-#undef AG_ENUM
-};
-
+// The ops of base/elementwise_ops.h (attograd::UnaryOp and BinaryOp), as
+// tensor/kernels.h names them too.
 // Operand 0 of every layout is the output. `s` is the scalar of the *_scalar ops.
 template <typename T>
 void unary(UnaryOp op, T* out, const T* x, T s, const StridedLayout<2>& layout, cudaStream_t stream);
@@ -134,7 +120,7 @@ void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::i
 
 // ---- dropout (cuda/dropout.cu) -------------------------------------------------------------
 // mask[i] = philox_uniform(seed, offset, i) < threshold ? 0 : keep, bit for bit
-// what tensor/cpu/random.cpp draws (tensor/rng.h).
+// what tensor/cpu/random.cpp draws (base/philox.h).
 template <typename T>
 void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_t seed, std::uint64_t offset,
                   cudaStream_t stream);
@@ -163,24 +149,11 @@ struct AdamWTensor {
 void adamw_step(const AdamWTensor* tensors, int count, const AdamWScalars& s, cudaStream_t stream);
 
 // ---- fused causal attention (cuda/attention.cu) ------------------------------------------
-// One (B, H, T, D) operand: row (b, h, t) starts at data + b*sb + h*sh + t*st
-// and its D elements are contiguous.
-struct AttentionRows {
-  const float* data;
-  std::int64_t sb, sh, st;
-};
-struct AttentionProblem {
-  AttentionRows q, k, v;
-  std::int64_t B, H, Tq, Tk, D;  // D <= kAttentionMaxHeadDim
-  float scale;
-  bool causal;                         // key j hidden from query i when j > i
-  const bool* mask = nullptr;          // true = hidden, broadcast through mask_strides
-  std::int64_t mask_strides[4] = {0, 0, 0, 0};  // over (B, H, Tq, Tk), 0 on broadcast dims
-  float dropout_threshold = 0;         // weight dropped when philox_uniform(seed, offset, flat) < it
-  float keep_scale = 1;                // 1 / (1 - p)
-  std::uint64_t seed = 0, offset = 0;
-};
-constexpr std::int64_t kAttentionMaxHeadDim = 128;
+// The problem both devices compute (base/attention_problem.h: operands,
+// sizes, masking and dropout), in float32; kernels::attention_forward builds
+// it (tensor/attention_call.h). D <= kAttentionMaxHeadDim (cuda/runtime.h).
+using AttentionProblem = ::attograd::AttentionProblem<float>;
+using AttentionRows = ::attograd::AttentionRows<const float>;
 // out rows at out + b*out_sb + h*out_sh + i*out_st; lse (B, H, Tq) contiguous,
 // -inf on rows whose keys are all hidden (their out row is zero); weights
 // (B, H, Tq, Tk) contiguous when not null: the softmax before dropout.

@@ -1,7 +1,7 @@
 // The stub linked when attograd is built without CUDA: the device count is 0
 // and every device entry point throws a clear error instead of crashing.
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 
 namespace attograd::cuda {
 

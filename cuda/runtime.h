@@ -40,6 +40,10 @@ void copy_device_to_host(void* dst, const void* src, std::size_t nbytes, int dev
 void copy_device_to_device(void* dst, const void* src, std::size_t nbytes, int device);
 void synchronize(int device);
 
+// The fused attention kernels take heads of up to this many values
+// (kernels::attention_forward refuses longer ones on a CUDA device).
+constexpr std::int64_t kAttentionMaxHeadDim = 128;
+
 // Two ops have two sets of kernels on a GPU: fused attention (cuda/attention.cu)
 // and matmul (cuda/matmul.cu). `simt` is float32 FMAs on the CUDA cores;
 // `tensor_core` is mma.sync on TF32 operands with each float32 split in two

@@ -3,13 +3,20 @@
 // device implementations assume them.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
 #include "cuda/runtime.h"
-#include "tensor/cpu/cpu_kernels.h"
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/attention_call.h"
+#include "tensor/cpu/attention/attention.h"
+#include "tensor/device_kernels.h"
 #include "tensor/kernels.h"
+
+// The implementation of device kernel `name` (tensor/device_kernels.h) for
+// the device of tensor t: gpu::name on a CUDA device, else cpu::name. The
+// checks before each call have made sure all the op's tensors share t's device.
+#define AG_DEVICE_KERNEL(t, name) ((t).device().is_cuda() ? ::attograd::gpu::name : ::attograd::cpu::name)
 
 namespace attograd::kernels {
 namespace {
@@ -42,8 +49,11 @@ void check_floating(const char* op, const Tensor& t) {
            shape_str(t.sizes()));
 }
 
-// Every op below routes on its first tensor's device once the checks have
-// made sure all its tensors share it: `x.device().is_cuda() ? gpu::op : cpu::op`.
+// The float32-only kernels of the GPU refuse float64 with a message that says why.
+void check_cuda_float32(const char* op, const Tensor& t) {
+  AG_CHECK(!t.device().is_cuda() || t.dtype() == DType::f32, op,
+           "{} is CPU-only (the CUDA kernel is float32), got {}", dtype_name(t.dtype()), t.str());
+}
 
 }  // namespace
 
@@ -69,7 +79,7 @@ Tensor unary(Unary op, const Tensor& x, double s) {
   const char* name = unary_name(op);
   check_defined(name, x, "input");
   check_floating(name, x);
-  return x.device().is_cuda() ? gpu::unary(op, x, s) : cpu::unary(op, x, s);
+  return AG_DEVICE_KERNEL(x, unary)(op, x, s);
 }
 
 Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
@@ -80,9 +90,8 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_same_dtype(name, a, b);
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
-  const bool comparison = op == Binary::gt || op == Binary::lt || op == Binary::eq;
-  const DType out_dtype = comparison ? DType::b8 : a.dtype();
-  return a.device().is_cuda() ? gpu::binary(op, a, b, shape, out_dtype) : cpu::binary(op, a, b, shape, out_dtype);
+  const DType out_dtype = is_comparison(op) ? DType::b8 : a.dtype();
+  return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }
 
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
@@ -92,7 +101,7 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b) {
   check_same_device("where", a, b);
   check_same_dtype("where", a, b);
   const Shape shape = broadcast_shapes("where", broadcast_shapes("where", mask.sizes(), a.sizes()), b.sizes());
-  return a.device().is_cuda() ? gpu::where(mask, a, b, shape) : cpu::where(mask, a, b, shape);
+  return AG_DEVICE_KERNEL(a, where)(mask, a, b, shape);
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
@@ -129,10 +138,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
 }
 
 void fill_(const Tensor& dst, double value) {
-  if (dst.device().is_cuda())
-    gpu::fill_(dst, value);
-  else
-    cpu::fill_(dst, value);
+  AG_DEVICE_KERNEL(dst, fill_)(dst, value);
   dst.bump_version();
 }
 
@@ -142,10 +148,7 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   check_floating("add_", y);
   AG_CHECK(broadcast_shapes("add_", y.sizes(), x.sizes()) == y.sizes(), "add_", "cannot add {} into {}",
            shape_str(x.sizes()), shape_str(y.sizes()));
-  if (y.device().is_cuda())
-    gpu::add_(y, x, alpha);
-  else
-    cpu::add_(y, x, alpha);
+  AG_DEVICE_KERNEL(y, add_)(y, x, alpha);
   y.bump_version();
 }
 
@@ -181,14 +184,14 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   if (all.empty())
     for (int d = 0; d < x.dim(); ++d) all.push_back(d);
   for (int d : all) AG_CHECK(d >= 0 && d < x.dim(), "sum", "dim {} out of range for {}", d, shape_str(x.sizes()));
-  return x.device().is_cuda() ? gpu::sum(x, all, keepdim) : cpu::sum(x, all, keepdim);
+  return AG_DEVICE_KERNEL(x, sum)(x, all, keepdim);
 }
 
 MaxResult max(const Tensor& x, int dim, bool keepdim) {
   check_floating("max", x);
   AG_CHECK(dim >= 0 && dim < x.dim(), "max", "dim {} out of range for {}", dim, shape_str(x.sizes()));
   AG_CHECK(x.sizes()[dim] > 0, "max", "reducing an empty dim {} of {}", dim, shape_str(x.sizes()));
-  return x.device().is_cuda() ? gpu::max(x, dim, keepdim) : cpu::max(x, dim, keepdim);
+  return AG_DEVICE_KERNEL(x, max)(x, dim, keepdim);
 }
 
 Tensor sum_to(const Tensor& x, const Shape& shape) {
@@ -226,10 +229,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
     AG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(-1), "matmul", "bias {} does not match the {} columns of b {}",
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
-  if (!a.device().is_cuda()) return cpu::matmul(a, b, batch, dense(bias));
-  Tensor out = gpu::matmul(a, b, batch);
-  if (bias.defined()) add_(out, bias);
-  return out;
+  check_cuda_float32("matmul", a);
+  return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 
 }  // namespace attograd::kernels
@@ -284,25 +285,24 @@ void check_channel_param(const Tensor& x, const Tensor& p, const char* what) {
 
 Tensor softmax_forward(const Tensor& x) {
   check_rows("softmax", x, "input");
-  return x.device().is_cuda() ? gpu::softmax_forward(dense(x)) : cpu::softmax_forward(dense(x));
+  return AG_DEVICE_KERNEL(x, softmax_forward)(dense(x));
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("softmax backward", y, "output");
   check_like("softmax backward", y, "output", dy, "grad");
-  return y.device().is_cuda() ? gpu::softmax_backward(dense(y), dense(dy)) : cpu::softmax_backward(dense(y), dense(dy));
+  return AG_DEVICE_KERNEL(y, softmax_backward)(dense(y), dense(dy));
 }
 
 Tensor log_softmax_forward(const Tensor& x) {
   check_rows("log_softmax", x, "input");
-  return x.device().is_cuda() ? gpu::log_softmax_forward(dense(x)) : cpu::log_softmax_forward(dense(x));
+  return AG_DEVICE_KERNEL(x, log_softmax_forward)(dense(x));
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   check_rows("log_softmax backward", y, "output");
   check_like("log_softmax backward", y, "output", dy, "grad");
-  return y.device().is_cuda() ? gpu::log_softmax_backward(dense(y), dense(dy))
-                              : cpu::log_softmax_backward(dense(y), dense(dy));
+  return AG_DEVICE_KERNEL(y, log_softmax_backward)(dense(y), dense(dy));
 }
 
 LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
@@ -311,8 +311,7 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const 
   check_channel_param(x, bias, "bias");
   AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
   AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
-  return x.device().is_cuda() ? gpu::layer_norm_forward(dense(x), dense(weight), dense(bias), eps)
-                              : cpu::layer_norm_forward(dense(x), dense(weight), dense(bias), eps);
+  return AG_DEVICE_KERNEL(x, layer_norm_forward)(dense(x), dense(weight), dense(bias), eps);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
@@ -329,9 +328,7 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     AG_CHECK(stat->sizes() == rows, op, "saved statistic is {}, expected {}", shape_str(stat->sizes()),
              shape_str(rows));
   }
-  return x.device().is_cuda()
-             ? gpu::layer_norm_backward(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd))
-             : cpu::layer_norm_backward(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd));
+  return AG_DEVICE_KERNEL(x, layer_norm_backward)(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd));
 }
 
 Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
@@ -340,8 +337,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   check_int64("embedding", ids, "ids");
   check_same_device("embedding", weight, ids);
   check_indices("embedding", ids, weight.size(0), "id", "rows");
-  return weight.device().is_cuda() ? gpu::embedding_forward(dense(weight), dense(ids))
-                                   : cpu::embedding_forward(dense(weight), dense(ids));
+  return AG_DEVICE_KERNEL(weight, embedding_forward)(dense(weight), dense(ids));
 }
 
 Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_rows) {
@@ -355,8 +351,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
            shape_str(dy.sizes()), shape_str(expected));
   AG_CHECK(num_rows > 0, op, "num_rows must be positive, got {}", num_rows);
   check_indices(op, ids, num_rows, "id", "rows");
-  return dy.device().is_cuda() ? gpu::embedding_backward(dense(dy), dense(ids), num_rows)
-                               : cpu::embedding_backward(dense(dy), dense(ids), num_rows);
+  return AG_DEVICE_KERNEL(dy, embedding_backward)(dense(dy), dense(ids), num_rows);
 }
 
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
@@ -368,8 +363,7 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
            shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
   check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
-  return logits.device().is_cuda() ? gpu::cross_entropy_forward(dense(logits), dense(targets), ignore_index)
-                                   : cpu::cross_entropy_forward(dense(logits), dense(targets), ignore_index);
+  return AG_DEVICE_KERNEL(logits, cross_entropy_forward)(dense(logits), dense(targets), ignore_index);
 }
 
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
@@ -388,17 +382,15 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
-  const Tensor x = dense(logits), t = dense(targets), l = dense(lse);
-  return x.device().is_cuda() ? gpu::cross_entropy_backward(x, t, l, ignore_index, count, dloss)
-                              : cpu::cross_entropy_backward(x, t, l, ignore_index, count, dloss);
+  return AG_DEVICE_KERNEL(logits, cross_entropy_backward)(dense(logits), dense(targets), dense(lse), ignore_index,
+                                                         count, dloss);
 }
 
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {
   AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // also rejects NaN
   AG_CHECK(is_floating(options.dtype), "dropout", "mask dtype must be floating, got {}", dtype_name(options.dtype));
   for (auto s : sizes) AG_CHECK(s >= 0, "dropout", "invalid mask shape {}", shape_str(sizes));
-  return options.device.is_cuda() ? gpu::dropout_mask(sizes, p, seed, offset, options)
-                                  : cpu::dropout_mask(sizes, p, seed, offset, options.dtype);
+  return (options.device.is_cuda() ? gpu::dropout_mask : cpu::dropout_mask)(sizes, p, seed, offset, options);
 }
 
 Tensor cat(const std::vector<Tensor>& xs, int dim) {
@@ -440,12 +432,35 @@ namespace attograd::kernels {
 
 namespace {
 
-// q, k, v are (B, H, T, D) sharing B, H and D, k and v of one shape; a mask,
-// when given, is bool on q's device and broadcasts to the scores (B, H, Tq,
-// Tk). The backward checks them again: the CUDA kernels index by these dims,
-// and a caller of the kernels need not come through autograd.
-void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                              const Tensor& mask) {
+// A fused call: its operands checked, the options in range and what the CUDA
+// kernels support; each row made contiguous (a copy only of an operand whose
+// last dim is strided). For the forward and again for the backward: a caller
+// of the kernels need not come through autograd.
+AttentionCall attention_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                             const AttentionKernelOptions& options) {
+  check_attention_operands(op, q, k, v, mask);
+  const Shape& qs = q.sizes();
+  AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
+           options.dropout_p);
+  if (q.device().is_cuda()) {
+    check_cuda_float32(op, q);
+    AG_CHECK(qs[3] <= cuda::kAttentionMaxHeadDim, op, "head dim {} is above the CUDA kernels' maximum of {}", qs[3],
+             cuda::kAttentionMaxHeadDim);
+  }
+  return {rows_contiguous(q), rows_contiguous(k), rows_contiguous(v), mask, options};
+}
+
+}  // namespace
+
+void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
+  check_defined(op, q, "q");
+  check_defined(op, k, "k");
+  check_defined(op, v, "v");
+  check_floating(op, q);
+  check_same_dtype(op, q, k);
+  check_same_dtype(op, q, v);
+  check_same_device(op, q, k);
+  check_same_device(op, q, v);
   AG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k, v must be (B, H, T, D), got {}, {}, {}",
            shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
   const Shape& qs = q.sizes();
@@ -457,48 +472,54 @@ void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, 
   AG_CHECK(mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}", dtype_name(mask.dtype()));
   check_same_device(op, q, mask);
   const Shape scores{qs[0], qs[1], qs[2], ks[2]};
-  AG_CHECK(mask.dim() <= 4 && broadcast_shapes(op, mask.sizes(), scores) == scores, op,
-           "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()),
-           shape_str(scores));
+  AG_CHECK(broadcasts_to(mask.sizes(), scores), op,
+           "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()), shape_str(scores));
 }
-
-}  // namespace
 
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget) {
   return cpu::attention_probs_bytes(heads, Tq, Tk, causal, element_bytes, budget);
 }
 
-AttentionForwardResult attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                                         const Tensor& mask, const AttentionKernelOptions& options) {
-  const char* op = "attention";
-  check_defined(op, q_in, "q");
-  check_defined(op, k_in, "k");
-  check_defined(op, v_in, "v");
-  check_floating(op, q_in);
-  check_same_dtype(op, q_in, k_in);
-  check_same_dtype(op, q_in, v_in);
-  check_same_device(op, q_in, k_in);
-  check_same_device(op, q_in, v_in);
-  check_attention_operands(op, q_in, k_in, v_in, mask);
-  AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
-           options.dropout_p);
-  const Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in), v = rows_contiguous(v_in);
-  return q.device().is_cuda() ? gpu::attention_forward(q, k, v, mask, options)
-                              : cpu::attention_forward(q, k, v, mask, options);
+AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                                         const AttentionKernelOptions& options) {
+  const AttentionCall call = attention_call("attention", q, k, v, mask, options);
+  const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
+  AttentionForwardResult r;
+  // The output is laid out (B, Tq, H, D) and returned as a (B, H, Tq, D) view,
+  // so merging the heads back to (B, Tq, H*D) afterwards is free.
+  const Tensor out_bthd = empty({B, Tq, H, D}, q.options());
+  r.out = make_view(out_bthd, {B, H, Tq, D}, {Tq * H * D, D, H * D, 1}, 0);
+  r.lse = empty({B, H, Tq}, q.options());
+  if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
+  if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
+  AG_DEVICE_KERNEL(q, attention_forward)(call, r);
+  return r;
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
+  const AttentionCall call = attention_call(op, q, k, v, mask, options);
+  check_defined(op, dout, "dout");
+  check_defined(op, out, "out");
+  check_defined(op, lse, "lse");
   check_same_dtype(op, dout, q);
-  check_attention_operands(op, q, k, v, mask);
   AG_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), op, "dout {} and out {} must match q {}",
            shape_str(dout.sizes()), shape_str(out.sizes()), shape_str(q.sizes()));
   AG_CHECK(lse.sizes() == Shape(q.sizes().begin(), q.sizes().end() - 1) && lse.is_contiguous(), op,
            "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
-  for (const Tensor* t : {&dout, &k, &v, &out, &lse}) check_same_device(op, q, *t);
+  for (const Tensor* t : {&dout, &out, &lse}) check_same_device(op, q, *t);
+  if (probs.defined()) {  // the CPU forward's saved tiles: whole heads of them, for these shapes
+    const std::int64_t per_head = cpu::attention_probs_bytes(1, q.size(2), k.size(2), options.causal, 1,
+                                                             std::numeric_limits<std::int64_t>::max());
+    AG_CHECK(probs.device().is_cpu() && probs.dtype() == q.dtype() && probs.is_contiguous() && per_head > 0 &&
+                 probs.numel() > 0 && probs.numel() % per_head == 0 && probs.numel() <= per_head * q.size(0) * q.size(1),
+             op, "probs {} {} is not the forward's saved tiles for q {}, k {} (whole heads of {} values, at most {})",
+             dtype_name(probs.dtype()), shape_str(probs.sizes()), shape_str(q.sizes()), shape_str(k.sizes()),
+             per_head, q.size(0) * q.size(1));
+  }
   const std::pair<const Tensor*, const Tensor*> outputs[] = {{&into.dq, &q}, {&into.dk, &k}, {&into.dv, &v}};
   for (const auto& [grad, input] : outputs) {
     if (!grad->defined()) continue;
@@ -508,16 +529,12 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
              "gradient output {} must have its input's shape {} and contiguous rows", grad->str(),
              shape_str(input->sizes()));
   }
-  const Tensor d = rows_contiguous(dout), qr = rows_contiguous(q), kr = rows_contiguous(k), vr = rows_contiguous(v);
-  const Tensor o = rows_contiguous(out);
-  if (!q.device().is_cuda()) return cpu::attention_backward(d, qr, kr, vr, mask, o, lse, probs, options, into);
-  // The CUDA kernels write contiguous gradients; outputs asked for get a copy.
-  AttentionGrads g = gpu::attention_backward(d, qr, kr, vr, mask, o, lse, options);
-  for (auto [grad, computed] : {std::pair{&into.dq, &g.dq}, std::pair{&into.dk, &g.dk}, std::pair{&into.dv, &g.dv}})
-    if (grad->defined()) {
-      copy_(*grad, *computed);
-      *computed = *grad;
-    }
+  const AttentionGrads g{into.dq.defined() ? into.dq : empty(q.sizes(), q.options()),
+                         into.dk.defined() ? into.dk : empty(k.sizes(), k.options()),
+                         into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
+  if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
+  const AttentionSaved saved{rows_contiguous(dout), rows_contiguous(out), lse, probs};
+  AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);
   return g;
 }
 
@@ -548,18 +565,11 @@ void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& ste
     AG_CHECK(p.param.is_contiguous() && p.m.is_contiguous() && p.v.is_contiguous(), op,
              "param and state must be contiguous, got {} {} {}", p.param.str(), p.m.str(), p.v.str());
     check_same_device(op, params.front().param, p.param);  // one launch needs one device
+    check_cuda_float32(op, p.param);
     dense_grads.push_back({p.param, contiguous(p.grad), p.m, p.v, p.decay});
   }
   if (params.empty()) return;
-  if (params.front().param.device().is_cuda()) {
-    gpu::adamw_step_(dense_grads, step);
-  } else {
-    for (const AdamWParameter& p : dense_grads) {
-      AdamWStep own = step;
-      if (!p.decay) own.weight_decay = 0;
-      cpu::adamw_step_(p.param, p.grad, p.m, p.v, own);
-    }
-  }
+  AG_DEVICE_KERNEL(params.front().param, adamw_step_)(dense_grads, step);
   for (const AdamWParameter& p : params) {
     p.param.bump_version();
     p.m.bump_version();

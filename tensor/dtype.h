@@ -38,6 +38,18 @@ template <> struct dtype_of<double> { static constexpr DType value = DType::f64;
 template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::i64; };
 template <> struct dtype_of<bool> { static constexpr DType value = DType::b8; };
 
+// Calls fn with a value of the C++ type of any dtype: fn(float{}), fn(double{}),
+// fn(std::int64_t{}) or fn(bool{}).
+template <typename Fn>
+void visit_dtype(DType t, Fn fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i64: return fn(std::int64_t{});
+    case DType::b8: return fn(bool{});
+  }
+}
+
 // Calls fn with a value of the C++ type of a floating dtype: fn(float{}) or fn(double{}).
 #define AG_DISPATCH_FLOAT(dtype, op, ...)                                         \
   [&] {                                                                           \

@@ -6,43 +6,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/elementwise_ops.h"
 #include "tensor/tensor.h"
 
 namespace attograd::kernels {
 
 // ---- elementwise -----------------------------------------------------------
-// One list of unary ops; `s` is the scalar operand of the *_scalar forms.
-#define AG_UNARY_OPS(X)                                                    \
-  X(neg)          /* -x */                                                 \
-  X(exp) X(log) X(sqrt) X(tanh) X(abs)                                     \
-  X(relu)         /* max(x, 0) */                                          \
-  X(step)         /* x > 0 ? 1 : 0 (relu's derivative) */                  \
-  X(gelu)         /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */    \
-  X(gelu_grad)    /* d gelu / dx */                                        \
-  X(add_scalar)   /* x + s */                                              \
-  X(mul_scalar)   /* x * s */                                              \
-  X(rsub_scalar)  /* s - x */                                              \
-  X(rdiv_scalar)  /* s / x */                                              \
-  X(pow_scalar)   /* x ^ s */
-
-enum class Unary {
-#define AG_ENUM(name) name,
-  AG_UNARY_OPS(AG_ENUM)
-#undef AG_ENUM
-};
+// The ops are listed once, in base/elementwise_ops.h, for every device.
+using Unary = UnaryOp;
+using Binary = BinaryOp;
 const char* unary_name(Unary op);
 Tensor unary(Unary op, const Tensor& x, double s = 0.0);
 
 // Binary ops broadcast (NumPy rules); both operands must share dtype and device.
-// Comparisons return bool tensors. gelu_backward(dy, x) = dy * gelu'(x): gelu's
-// backward in one pass instead of gelu_grad's temporary and a multiply.
-#define AG_BINARY_OPS(X) \
-  X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(gelu_backward) X(gt) X(lt) X(eq)
-enum class Binary {
-#define AG_ENUM(name) name,
-  AG_BINARY_OPS(AG_ENUM)
-#undef AG_ENUM
-};
 const char* binary_name(Binary op);
 Tensor binary(Binary op, const Tensor& a, const Tensor& b);
 
@@ -119,7 +95,7 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
 // Concatenation along dim; all other dims must agree.
 Tensor cat(const std::vector<Tensor>& xs, int dim);
 
-// ---- attention (fused, tensor/cpu/attention.cpp) ----------------------------------
+// ---- attention (fused: tensor/cpu/attention/, cuda/attention.cu) ----------------------------------
 // softmax(scale * q k^T, hiding masked keys) @ v over (B, H, T, D) tensors,
 // blocked with an online softmax: no (Tq, Tk) buffer unless weights are asked for.
 struct AttentionKernelOptions {
@@ -130,7 +106,7 @@ struct AttentionKernelOptions {
   bool return_weights = false;  // also write the (B, H, Tq, Tk) softmax, before dropout
   // Up to this many bytes, the CPU forward keeps probability tiles for the
   // backward, whole heads of them, which it then need not recompute (see
-  // tensor/cpu/attention.cpp).
+  // tensor/cpu/attention/saved_probs.h).
   std::int64_t probs_budget = 0;
 };
 struct AttentionForwardResult {
@@ -139,6 +115,12 @@ struct AttentionForwardResult {
   Tensor weights;  // (B, H, Tq, Tk) when asked for
   Tensor probs;    // the probability tiles kept within probs_budget (the first heads'), for attention_backward
 };
+// The check of attention's operands every entry makes (these two, and the
+// attention op of autograd/attention.h before it reserves dropout draws): q,
+// k, v floating (B, H, T, D) tensors of one dtype and device sharing B, H and
+// D, k and v of one shape; a mask, when given, bool on q's device and
+// broadcasting to the scores (B, H, Tq, Tk). Throws "[op] ..." naming them.
+void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
 // The bytes the CPU forward keeps of its probability tiles within `budget`
 // (probs_budget), for `heads` (B * H) heads of Tq queries and Tk keys of
 // element_bytes each: the tiles of as many whole heads as fit.

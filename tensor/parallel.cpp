@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd {
 namespace {

@@ -1,6 +1,6 @@
 #include "tensor/shape.h"
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd {
 
@@ -48,6 +48,14 @@ std::vector<std::int64_t> broadcast_strides(const Shape& sizes, const std::vecto
   for (std::size_t i = 0; i < sizes.size(); ++i)
     out[lead + i] = sizes[i] == 1 && target[lead + i] != 1 ? 0 : strides[i];
   return out;
+}
+
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const std::size_t lead = to.size() - from.size();
+  for (std::size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
 }
 
 }  // namespace attograd

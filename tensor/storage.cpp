@@ -5,8 +5,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 
 namespace attograd {
 namespace {

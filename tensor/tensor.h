@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/error.h"
 #include "tensor/device.h"
 #include "tensor/dtype.h"
-#include "tensor/error.h"
 #include "tensor/shape.h"
 #include "tensor/storage.h"
 

@@ -10,7 +10,7 @@
 #include "autograd/attention.h"
 #include "helpers.h"
 #include "nn/attention.h"
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/cpu/attention/attention.h"
 #include "tensor/parallel.h"
 
 using namespace attograd;
@@ -177,7 +177,7 @@ TEST_CASE("attention: the backward kernel checks its operands and mask itself", 
   CHECK_NOTHROW(backward(q, kv, zeros({3, 5}, {DType::b8})));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 4}, {DType::b8})),
                     Catch::StartsWith("[attention backward]") &&
-                        Catch::Contains("[3,4] and [1,2,3,5] cannot be broadcast"));
+                        Catch::Contains("mask [3,4] does not broadcast to the scores (B, H, Tq, Tk) = [1,2,3,5]"));
   CHECK_THROWS_WITH(backward(q, kv, zeros({1, 1, 1, 3, 5}, {DType::b8})),
                     Catch::Contains("mask [1,1,1,3,5] does not broadcast"));
   CHECK_THROWS_WITH(backward(q, kv, zeros({3, 5})), Catch::Contains("mask must be bool"));
@@ -451,7 +451,7 @@ TEST_CASE("attention: rows with every key hidden give zeros and zero gradient", 
   }
 }
 
-// The float32 kernels' exponential skips the usual clamps (tensor/cpu/attention.cpp):
+// The float32 kernels' exponential skips the usual clamps (tensor/cpu/attention/vectors.h):
 // a NaN must still reach every output that depends on it, and no other.
 TEST_CASE("attention: a NaN key reaches exactly the queries that see it", "[attention]") {
   for (DType dtype : {DType::f32, DType::f64}) {

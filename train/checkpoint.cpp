@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/model.h"
 #include "train/safetensors.h"
 #include "train/tasks.h"

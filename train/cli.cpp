@@ -12,11 +12,11 @@
 #include <sstream>
 #include <type_traits>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/commands.h"
-#include "train/signals.h"
 #include "train/communicator.h"
 #include "train/launcher.h"
+#include "train/signals.h"
 #include "train/version.h"
 
 namespace attograd {

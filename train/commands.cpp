@@ -5,8 +5,8 @@
 
 #include <filesystem>
 
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 #include "tensor/parallel.h"
 #include "train/checkpoint.h"
 #include "train/commands.h"

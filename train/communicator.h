@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd::train {
 

@@ -12,8 +12,8 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
 #include "train/host_floats.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/rng.h"
+#include "base/philox.h"
 #include "tensor/tensor.h"
 #include "train/tokenizer.h"
 

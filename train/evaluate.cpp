@@ -6,7 +6,7 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd {
 

@@ -6,7 +6,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/host_floats.h"
 
 namespace attograd::train {

@@ -5,8 +5,8 @@
 
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
-#include "tensor/error.h"
-#include "tensor/rng.h"
+#include "base/error.h"
+#include "base/philox.h"
 
 namespace attograd {
 

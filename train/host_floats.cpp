@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "autograd/ops.h"
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/kernels.h"
 
 namespace attograd::train {

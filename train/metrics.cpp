@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/safetensors.h"
 
 namespace attograd {

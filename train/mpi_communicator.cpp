@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/communicator.h"
 #include "train/launcher.h"
 

@@ -24,9 +24,9 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "cuda/check.h"
 #include "cuda/stream.h"
-#include "tensor/error.h"
 #include "train/communicator.h"
 
 namespace attograd::train {

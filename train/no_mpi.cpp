@@ -3,7 +3,7 @@
 // overwrite the others' checkpoints, so that is an error.
 #include <cstdlib>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/communicator.h"
 #include "train/launcher.h"
 

@@ -1,6 +1,6 @@
 // A build without NCCL: GPU gradients travel through host memory over MPI
 // (train/data_parallel.cpp stages them).
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/communicator.h"
 
 namespace attograd::train {

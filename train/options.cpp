@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/error.h"
 #include "train/tasks.h"
 
 namespace attograd {

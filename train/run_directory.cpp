@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/safetensors.h"
 
 namespace attograd {

@@ -13,7 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "tensor/kernels.h"
 #include "train/text_data.h"
 

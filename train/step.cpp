@@ -4,7 +4,7 @@
 
 #include "autograd/engine.h"
 #include "autograd/ops.h"
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd::train {
 

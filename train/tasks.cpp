@@ -4,7 +4,7 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd {
 

@@ -13,7 +13,7 @@
 #include <memory>
 #include <sstream>
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd {
 

@@ -1,6 +1,6 @@
 #include "train/utf8.h"
 
-#include "tensor/error.h"
+#include "base/error.h"
 
 namespace attograd::utf8 {
 

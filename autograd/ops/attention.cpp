@@ -25,15 +25,6 @@ Tensor causal_mask(std::int64_t tq, std::int64_t tk, Device device) {
   return kernels::to_device(m, device);
 }
 
-// Whether `from` broadcasts to exactly `to` (NumPy rules, `to` unchanged).
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  const std::size_t lead = to.size() - from.size();
-  for (std::size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  return true;
-}
-
 AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                    double scale, bool dropout_on, std::uint64_t seed, std::uint64_t offset) {
   const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2);
@@ -88,7 +79,7 @@ AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& 
                         // forward: out = dropout(softmax(scale q k^T, masked)) @ v, with one
                         // log-sum-exp per row saved, and the probabilities where kept; the kernel
                         // recomputes them from the log-sum-exp otherwise (the formulas are
-                        // written out in tensor/cpu/attention.cpp).
+                        // written out in tensor/cpu/attention/backward.h).
                         kernels::AttentionGrads d = kernels::attention_backward(g, s[0], s[1], s[2], s[3], s[4], s[5],
                                                                                 s[6], backward_options);
                         return {d.dq, d.dk, d.dv};
@@ -135,20 +126,7 @@ AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, co
 kernels::AttentionKernelOptions checked_kernel_options(const Tensor& q, const Tensor& k, const Tensor& v,
                                                        const AttentionOptions& options) {
   const char* op = "attention";
-  AG_CHECK(q.defined() && k.defined() && v.defined(), op, "q, k or v is an undefined tensor");
-  AG_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, op, "q, k, v must be (B, H, T, D), got {}, {}, {}",
-           shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
-  AG_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3), op,
-           "q {} and k, v {}, {} must share B, H and D, and k and v must match", shape_str(q.sizes()),
-           shape_str(k.sizes()), shape_str(v.sizes()));
-  if (options.mask.defined()) {
-    AG_CHECK(options.mask.dtype() == DType::b8, op, "mask must be bool (true = hidden), got {}",
-             dtype_name(options.mask.dtype()));
-    const Shape scores{q.size(0), q.size(1), q.size(2), k.size(2)};
-    AG_CHECK(broadcasts_to(options.mask.sizes(), scores), op,
-             "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(options.mask.sizes()),
-             shape_str(scores));
-  }
+  kernels::check_attention_operands(op, q, k, v, options.mask);
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
   AG_CHECK(options.saved_probs_limit >= 0 || options.saved_probs_limit == kAutoSavedProbsLimit, op,

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec_math.h"
 
@@ -199,17 +199,6 @@ void binary_typed(kernels::Binary op, const Tensor& out, const Tensor& a, const 
     case B::gt: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x > y; });
     case B::lt: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x < y; });
     case B::eq: return map2<bool, T, T>(out, a, b, [](T x, T y) { return x == y; });
-  }
-}
-
-// Calls fn with a value of the C++ type of any dtype.
-template <typename F>
-void visit_dtype(DType t, F fn) {
-  switch (t) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::b8: return fn(bool{});
   }
 }
 

@@ -3,7 +3,7 @@
 // tensor/dispatch.cpp (which also holds cat: copies, the same on both devices).
 #include <cstring>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {

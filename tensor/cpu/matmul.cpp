@@ -9,7 +9,7 @@
 // wide and short), one single-threaded GEMM each.
 #include <cblas.h>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {

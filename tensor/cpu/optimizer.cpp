@@ -1,14 +1,15 @@
 // Fused optimizer updates: one pass over contiguous buffers instead of a chain
 // of elementwise kernels each reading and writing the whole parameter.
 #include <cmath>
+#include <vector>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {
+namespace {
 
-void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
-                 const kernels::AdamWStep& s) {
+void adamw_one(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v, const kernels::AdamWStep& s) {
   const std::int64_t n = param.numel();
   AG_DISPATCH_FLOAT(param.dtype(), "adamw", [&] {
     using T = scalar_t;
@@ -36,6 +37,16 @@ void adamw_step_(const Tensor& param, const Tensor& grad, const Tensor& m, const
       }
     });
   });
+}
+
+}  // namespace
+
+void adamw_step_(const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step) {
+  for (const kernels::AdamWParameter& p : params) {
+    kernels::AdamWStep own = step;
+    if (!p.decay) own.weight_decay = 0;
+    adamw_one(p.param, p.grad, p.m, p.v, own);
+  }
 }
 
 }  // namespace attograd::cpu

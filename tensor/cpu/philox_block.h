@@ -1,5 +1,5 @@
 #pragma once
-// Dropout factors from the Philox stream of tensor/rng.h, many counters at a
+// Dropout factors from the Philox stream of base/philox.h, many counters at a
 // time. philox4x32 is ten rounds of two 32 x 32 -> 64-bit products and a few
 // xors on one counter; one counter per call leaves the vector units idle and
 // cost about 7 ns an element (dropout was a third of the char-LM training
@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "tensor/rng.h"
+#include "base/philox.h"
 
 namespace attograd::cpu {
 
@@ -35,7 +35,7 @@ inline __attribute__((always_inline)) void philox4x32_block(std::uint64_t first,
     c3[i] = 0;
   }
   std::uint32_t k0 = static_cast<std::uint32_t>(key), k1 = static_cast<std::uint32_t>(key >> 32);
-  for (int round = 0; round < 10; ++round) {  // tensor/rng.h's philox4x32, lane by lane
+  for (int round = 0; round < 10; ++round) {  // base/philox.h's philox4x32, lane by lane
     // Not unrolled: GCC then vectorises this loop across the counters; unrolled, it went scalar.
 #pragma GCC unroll 1
     for (int i = 0; i < kPhiloxCounters; ++i) philox_round(c0[i], c1[i], c2[i], c3[i], k0, k1);

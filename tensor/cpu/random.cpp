@@ -1,6 +1,6 @@
 // Random masks on the CPU, drawn from the counter-based Philox stream of
-// tensor/rng.h so that any device reproduces them from (seed, offset).
-#include "tensor/cpu/cpu_kernels.h"
+// base/philox.h so that any device reproduces them from (seed, offset).
+#include "tensor/device_kernels.h"
 #include "tensor/cpu/philox_block.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
@@ -20,15 +20,15 @@ AG_SIMD_CLONES void dropout_range(std::uint64_t seed, std::uint64_t offset, std:
 
 }  // namespace
 
-Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, DType dtype) {
+Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {
   // Element i is dropped when philox_uniform(seed, offset, i) < float(p): the
-  // comparison is made in float32, as the fused attention (tensor/cpu/attention.cpp)
+  // comparison is made in float32, as the fused attention (tensor/cpu/attention/)
   // and a CUDA kernel taking p as a float make it; comparing with the float64 p
   // would flip the rare draw equal to float(p) when p rounds down. Kept
   // elements hold 1 / (1 - p), computed in float64 and rounded once.
-  Tensor mask = empty(sizes, {dtype, Device::cpu()});
+  Tensor mask = empty(sizes, options);
   const float threshold = static_cast<float>(p);
-  AG_DISPATCH_FLOAT(dtype, "dropout", [&] {
+  AG_DISPATCH_FLOAT(options.dtype, "dropout", [&] {
     scalar_t* m = mask.data<scalar_t>();
     const auto keep = static_cast<scalar_t>(1.0 / (1.0 - p));
     parallel_for(0, mask.numel(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cpu/loops.h"
 
 namespace attograd::cpu {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/cpu/cpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cpu/rows.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"

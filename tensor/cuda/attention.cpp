@@ -1,63 +1,35 @@
 // Fused attention on CUDA tensors (float32): the launchers of
-// cuda/attention.cu with the CPU's conventions (tensor/cpu/attention.cpp):
-// the output laid out (B, Tq, H, D) and returned as a (B, H, Tq, D) view, so
-// merging heads afterwards is free; contiguous (B, H, T, D) gradients; the
-// same Philox dropout stream and all-hidden-row convention.
-#include "tensor/cuda/gpu_kernels.h"
+// cuda/attention.cu over the problem both devices read
+// (tensor/attention_call.h, base/attention_problem.h), into the outputs
+// tensor/dispatch.cpp allocated: the output laid out (B, Tq, H, D) and seen
+// as a (B, H, Tq, D) view, so merging heads afterwards is free; the same
+// Philox dropout stream and all-hidden-row convention as the CPU's.
+#include "tensor/attention_call.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
-namespace {
 
-cuda::AttentionRows rows_of(const Tensor& x) { return {x.data<float>(), x.stride(0), x.stride(1), x.stride(2)}; }
-
-cuda::AttentionProblem make_problem(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                    const kernels::AttentionKernelOptions& o) {
-  cuda::AttentionProblem p{rows_of(q), rows_of(k), rows_of(v), q.size(0), q.size(1), q.size(2), k.size(2), q.size(3),
-                           static_cast<float>(o.scale), o.causal};
-  AG_CHECK(p.D <= cuda::kAttentionMaxHeadDim, "attention", "head dim {} is above the CUDA kernels' maximum of {}", p.D,
-           cuda::kAttentionMaxHeadDim);
-  if (mask.defined()) {
-    p.mask = mask.data<bool>();
-    const Shape strides = broadcast_strides(mask.sizes(), mask.strides(), {p.B, p.H, p.Tq, p.Tk});
-    std::copy(strides.begin(), strides.end(), p.mask_strides);
-  }
-  p.dropout_threshold = static_cast<float>(o.dropout_p);
-  p.keep_scale = static_cast<float>(1.0 / (1.0 - o.dropout_p));
-  p.seed = o.seed;
-  p.offset = o.offset;
-  return p;
+void attention_forward(const AttentionCall& call, kernels::AttentionForwardResult& r) {
+  const Tensor& out = r.out;  // (B, H, Tq, D) view of (B, Tq, H, D) memory
+  cuda::attention_forward(attention_problem<float>(call), out.data<float>(), out.stride(0), out.stride(1),
+                          out.stride(2), r.lse.data<float>(),
+                          call.options.return_weights ? r.weights.data<float>() : nullptr, stream_of(call.q));
 }
 
-}  // namespace
-
-kernels::AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
-                                                  const kernels::AttentionKernelOptions& options) {
-  require_float32("attention", q);
-  const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
-  kernels::AttentionForwardResult r;
-  Tensor out_bthd = empty({B, Tq, H, D}, q.options());
-  r.out = make_view(out_bthd, {B, H, Tq, D}, {Tq * H * D, D, H * D, 1}, 0);
-  r.lse = empty({B, H, Tq}, q.options());
-  if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
-  if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
-  const cuda::AttentionProblem p = make_problem(q, k, v, mask, options);
-  cuda::attention_forward(p, out_bthd.data<float>(), Tq * H * D, D, H * D, r.lse.data<float>(),
-                          options.return_weights ? r.weights.data<float>() : nullptr, stream_of(q));
-  return r;
-}
-
-kernels::AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                           const Tensor& mask, const Tensor& out, const Tensor& lse,
-                                           const kernels::AttentionKernelOptions& options) {
-  require_float32("attention backward", q);
-  kernels::AttentionGrads g{empty(q.sizes(), q.options()), empty(k.sizes(), k.options()),
-                            empty(v.sizes(), v.options())};
-  if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
-  const cuda::AttentionProblem p = make_problem(q, k, v, mask, options);
-  cuda::attention_backward(p, rows_of(dout), rows_of(out), lse.data<float>(), g.dq.data<float>(), g.dk.data<float>(),
-                           g.dv.data<float>(), stream_of(q));
-  return g;
+void attention_backward(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g) {
+  // The kernels write contiguous gradients: a gradient asked for elsewhere (a
+  // view of one packed d(qkv), say) is computed aside and copied there.
+  const auto contiguous_target = [](const Tensor& grad) {
+    return grad.is_contiguous() ? grad : empty(grad.sizes(), grad.options());
+  };
+  const kernels::AttentionGrads into{contiguous_target(g.dq), contiguous_target(g.dk), contiguous_target(g.dv)};
+  cuda::attention_backward(attention_problem<float>(call), attention_rows<const float>(s.dout),
+                           attention_rows<const float>(s.out), s.lse.data<float>(), into.dq.data<float>(),
+                           into.dk.data<float>(), into.dv.data<float>(), stream_of(call.q));
+  for (const auto& [target, computed] : {std::pair{&g.dq, &into.dq}, std::pair{&g.dk, &into.dk},
+                                         std::pair{&g.dv, &into.dv}})
+    if (target->raw_data() != computed->raw_data()) copy_(*target, *computed);
 }
 
 }  // namespace attograd::gpu

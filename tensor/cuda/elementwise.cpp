@@ -1,38 +1,15 @@
 // Elementwise ops on CUDA tensors: each builds the strided layout of its loop
 // (tensor/cuda/launch.h) and calls its launcher in cuda/elementwise.cu.
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {
-namespace {
-
-// cuda::UnaryOp and cuda::BinaryOp must list the ops of kernels::Unary and
-// kernels::Binary, in the same order: a new op cannot be half registered.
-#define AG_SAME_UNARY(name) \
-  static_assert(static_cast<int>(kernels::Unary::name) == static_cast<int>(cuda::UnaryOp::name));
-AG_UNARY_OPS(AG_SAME_UNARY)
-#undef AG_SAME_UNARY
-#define AG_SAME_BINARY(name) \
-  static_assert(static_cast<int>(kernels::Binary::name) == static_cast<int>(cuda::BinaryOp::name));
-AG_BINARY_OPS(AG_SAME_BINARY)
-#undef AG_SAME_BINARY
-#define AG_COUNT(name) +1
-static_assert(0 AG_UNARY_OPS(AG_COUNT) == 0 AG_CUDA_UNARY_OPS(AG_COUNT));
-static_assert(0 AG_BINARY_OPS(AG_COUNT) == 0 AG_CUDA_BINARY_OPS(AG_COUNT));
-#undef AG_COUNT
-
-bool is_comparison(kernels::Binary op) {
-  return op == kernels::Binary::gt || op == kernels::Binary::lt || op == kernels::Binary::eq;
-}
-
-}  // namespace
-
 Tensor unary(kernels::Unary op, const Tensor& x, double s) {
   const char* name = kernels::unary_name(op);
   Tensor out = empty(x.sizes(), x.options());
   const auto layout = layout_of<2>(name, out.sizes(), {&out, &x});
   AG_DISPATCH_FLOAT(x.dtype(), name, [&] {
-    cuda::unary<scalar_t>(static_cast<cuda::UnaryOp>(op), out.data<scalar_t>(), x.data<scalar_t>(),
+    cuda::unary<scalar_t>(op, out.data<scalar_t>(), x.data<scalar_t>(),
                           static_cast<scalar_t>(s), layout, stream_of(x));
   });
   return out;
@@ -43,11 +20,10 @@ Tensor binary(kernels::Binary op, const Tensor& a, const Tensor& b, const Shape&
   Tensor out = empty(out_shape, {out_dtype, a.device()});
   const auto layout = layout_of<3>(name, out_shape, {&out, &a, &b});
   AG_DISPATCH_FLOAT(a.dtype(), name, [&] {
-    const auto cop = static_cast<cuda::BinaryOp>(op);
     if (is_comparison(op))
-      cuda::compare<scalar_t>(cop, out.data<bool>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
+      cuda::compare<scalar_t>(op, out.data<bool>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
     else
-      cuda::binary<scalar_t>(cop, out.data<scalar_t>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
+      cuda::binary<scalar_t>(op, out.data<scalar_t>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
   });
   return out;
 }

@@ -84,21 +84,4 @@ inline RowShape row_shape(const Tensor& x) {
   return {n == 0 ? 0 : x.numel() / n, n};
 }
 
-// Calls fn(value) with a value of the C++ type of any dtype (float, double, int64, bool).
-template <typename Fn>
-void visit_dtype(DType t, Fn fn) {
-  switch (t) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::b8: return fn(bool{});
-  }
-}
-
-// The float32-only kernels refuse float64 with a message that says why.
-inline void require_float32(const char* op, const Tensor& t) {
-  AG_CHECK(t.dtype() == DType::f32, op, "{} is CPU-only (the CUDA kernel is float32), got {}", dtype_name(t.dtype()),
-           t.str());
-}
-
 }  // namespace attograd::gpu

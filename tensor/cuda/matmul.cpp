@@ -1,8 +1,9 @@
-// Batched matmul on CUDA tensors (float32): each operand goes to the SGEMM of
+// Batched matmul on CUDA tensors (float32), with an optional bias added to
+// every row: each operand goes to the SGEMM of
 // cuda/matmul.cu as it lies in memory when its last two dims are row-major or
 // column-major (a transposed view), exactly as the CPU hands operands to BLAS;
 // anything else is copied to contiguous first.
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {
@@ -33,8 +34,7 @@ Shape batch_strides(const Tensor& t, const Shape& batch_shape) {
 
 }  // namespace
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape) {
-  require_float32("matmul", a_in);
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Shape out_shape = batch_shape;
   out_shape.push_back(m);
@@ -44,6 +44,8 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape) 
   const Operand a = as_gemm_operand(a_in), b = as_gemm_operand(b_in);
   const auto batch = collapse<2>("matmul", batch_shape, {batch_strides(a.t, batch_shape), batch_strides(b.t, batch_shape)});
   cuda::sgemm(out.data<float>(), a.gemm, b.gemm, m, n, k, batch, stream_of(out));
+  // The bias in a second pass over C (the CPU writes it into C before the product).
+  if (bias.defined()) add_(out, bias, 1.0);
   return out;
 }
 

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {
@@ -25,7 +25,6 @@ void adamw_step_(const std::vector<kernels::AdamWParameter>& params, const kerne
   std::vector<cuda::AdamWTensor> tensors;
   tensors.reserve(params.size());
   for (const kernels::AdamWParameter& p : params) {
-    require_float32("adamw", p.param);
     const double weight_decay = p.decay ? s.weight_decay : 0.0;
     tensors.push_back({p.param.data<float>(), p.grad.data<float>(), p.m.data<float>(), p.v.data<float>(),
                        p.param.numel(), static_cast<float>(1.0 - s.lr * weight_decay)});

@@ -1,6 +1,6 @@
 // Dropout masks on CUDA, drawn from the same Philox stream as the CPU's
 // (tensor/cpu/random.cpp): same seed and offset, same mask.
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {

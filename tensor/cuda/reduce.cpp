@@ -3,7 +3,7 @@
 // them. Results have the CPU's shapes: the reduced dims kept as 1 or dropped.
 #include <algorithm>
 
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {

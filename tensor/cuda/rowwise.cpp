@@ -1,6 +1,6 @@
 // Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
 // Inputs arrive contiguous (tensor/dispatch.cpp) and are read as (rows, n), as on the CPU.
-#include "tensor/cuda/gpu_kernels.h"
+#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
 
 namespace attograd::gpu {

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tensor/error.h"
+#include "base/error.h"
 #include "train/checkpoint.h"
 #include "train/text_data.h"
 #include "train/tokenizer.h"

@@ -1,0 +1,76 @@
+#pragma once
+// The kernels every device implements, listed once. From this one list come
+// the declarations of the CPU side (namespace cpu, tensor/cpu/), of the CUDA
+// side (namespace gpu, the bridges in tensor/cuda/ over cuda/'s launchers) and
+// the no-GPU stubs of a build without CUDA (tensor/no_gpu/gpu_kernels.cpp), so
+// the devices cannot drift apart: a kernel has one signature, and a definition
+// that does not match it leaves the declared one undefined at link time.
+//
+// tensor/dispatch.cpp is the only caller. It checks every user-facing
+// precondition first (dtypes, devices, shapes, options, what a device's
+// kernels support), makes the operands the kernels read packed where they
+// need it, then calls cpu::name or gpu::name for the device of the op's
+// tensors. The kernels assume all that and only compute.
+//
+// Adding a kernel: its public entry in tensor/kernels.h and its checks in
+// tensor/dispatch.cpp, one line here, then its CPU definition in
+// tensor/cpu/<family>.cpp and its CUDA bridge in tensor/cuda/<family>.cpp.
+#include <cstdint>
+#include <vector>
+
+#include "tensor/attention_call.h"
+#include "tensor/kernels.h"
+
+// X(name, result, (parameters)), one line a kernel, grouped by the file of
+// tensor/cpu/ (and tensor/cuda/) that implements it.
+#define AG_DEVICE_KERNELS(X)                                                                                        \
+  /* elementwise.cpp: out has out_shape; a comparison's out_dtype is bool */                                      \
+  X(unary, Tensor, (kernels::Unary op, const Tensor& x, double s))                                                 \
+  X(binary, Tensor, (kernels::Binary op, const Tensor& a, const Tensor& b, const Shape& out_shape, DType out_dtype)) \
+  X(where, Tensor, (const Tensor& mask, const Tensor& a, const Tensor& b, const Shape& out_shape))                  \
+  X(copy_, void, (const Tensor& dst, const Tensor& src)) /* one device, any dtypes and layouts */                  \
+  X(fill_, void, (const Tensor& dst, double value))                                                                \
+  X(add_, void, (const Tensor& y, const Tensor& x, double alpha))                                                  \
+  /* reduce.cpp: dims in range, sorted, unique */                                                                  \
+  X(sum, Tensor, (const Tensor& x, const std::vector<int>& dims, bool keepdim))                                    \
+  X(max, kernels::MaxResult, (const Tensor& x, int dim, bool keepdim))                                             \
+  /* matmul.cpp: bias undefined or contiguous (N) */                                                               \
+  X(matmul, Tensor, (const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias))              \
+  /* rowwise.cpp (layer_norm.cpp on the CPU): every operand contiguous */                                          \
+  X(softmax_forward, Tensor, (const Tensor& x))                                                                    \
+  X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \
+  X(log_softmax_forward, Tensor, (const Tensor& x))                                                                \
+  X(log_softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                             \
+  X(layer_norm_forward, kernels::LayerNormResult,                                                                  \
+    (const Tensor& x, const Tensor& weight, const Tensor& bias, double eps))                                       \
+  X(layer_norm_backward, kernels::LayerNormGrads,                                                                  \
+    (const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd))              \
+  X(cross_entropy_forward, kernels::CrossEntropyResult,                                                            \
+    (const Tensor& logits, const Tensor& targets, std::int64_t ignore_index))                                      \
+  X(cross_entropy_backward, Tensor,                                                                                \
+    (const Tensor& logits, const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,                    \
+     std::int64_t count, double dloss))                                                                            \
+  /* gather.cpp: ids in range */                                                                                   \
+  X(embedding_forward, Tensor, (const Tensor& weight, const Tensor& ids))                                          \
+  X(embedding_backward, Tensor, (const Tensor& dy, const Tensor& ids, std::int64_t num_rows))                      \
+  /* random.cpp */                                                                                                 \
+  X(dropout_mask, Tensor,                                                                                          \
+    (const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options))               \
+  /* attention: fill the outputs dispatch allocated (tensor/attention_call.h) */                                   \
+  X(attention_forward, void, (const AttentionCall& call, kernels::AttentionForwardResult& result))                 \
+  X(attention_backward, void,                                                                                      \
+    (const AttentionCall& call, const AttentionSaved& saved, const kernels::AttentionGrads& grads))                 \
+  /* optimizer.cpp: param, grad, m, v contiguous, of one dtype and device */                                       \
+  X(adamw_step_, void, (const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step))
+
+#define AG_DECLARE_DEVICE_KERNEL(name, result, parameters) result name parameters;
+
+namespace attograd::cpu {
+AG_DEVICE_KERNELS(AG_DECLARE_DEVICE_KERNEL)
+}  // namespace attograd::cpu
+
+namespace attograd::gpu {
+AG_DEVICE_KERNELS(AG_DECLARE_DEVICE_KERNEL)
+}  // namespace attograd::gpu
+
+#undef AG_DECLARE_DEVICE_KERNEL
