@@ -38,7 +38,7 @@
 #include "nn/gpt.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 namespace attograd::bench {
 namespace {
@@ -245,7 +245,7 @@ Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::ui
   return kernels::to_device(from_vector(ids, {B, T}), kGpu);
 }
 
-double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
+double step_loss(nn::GPT& model, train::optim::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
   optimizer.zero_grad();
   Tensor loss = model.loss(tokens, targets);
   backward(loss);
@@ -261,7 +261,7 @@ void gpt_step_case(benchmark::State& state, cuda::KernelSet kernels_to_use) {
   const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
   nn::GPT model(config);
   model.to(kGpu);
-  train::AdamW optimizer(model.named_parameters(), train::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
+  train::optim::AdamW optimizer(model.named_parameters(), train::optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
   const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
   const double first = step_loss(model, optimizer, tokens, targets);
   if (!(std::abs(first - std::log(static_cast<double>(V))) < 0.1)) {

@@ -1,7 +1,7 @@
 // Training steps of a GPT (nn/gpt.h, GPT-2's init) on a batch of random
-// tokens, in the trainer's order (train/trainer.cpp): forward + loss, backward,
+// tokens, in the trainer's order (train/cli/trainer.cpp): forward + loss, backward,
 // [gradient clipping,] AdamW update, zero_grad. The AdamW decay applies to the
-// Linear weights only (train::AdamW). Cases:
+// Linear weights only (train::optim::AdamW). Cases:
 //   gpt_step     the design notes' toy GPT (nn::GPTConfig's defaults: vocab 65,
 //                4 layers, 4 heads, 128 wide, block 128, tied embeddings, no
 //                dropout), batch 32 x 128, AdamW lr 1e-3, weight decay 0.01,
@@ -37,9 +37,9 @@
 #include "bench_common.h"
 #include "nn/gpt.h"
 #include "tensor/rng.h"
-#include "train/grad_clip.h"
-#include "train/model.h"
-#include "train/optimizer.h"
+#include "train/model/gpt.h"
+#include "train/optim/grad_clip.h"
+#include "train/optim/optimizer.h"
 #include "train/options.h"
 
 namespace attograd::bench {
@@ -59,16 +59,16 @@ Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::ui
 struct StepCase {
   nn::GPTConfig config;
   std::int64_t batch;
-  train::AdamWOptions adamw;
+  train::optim::AdamWOptions adamw;
   double clip_norm;  // max global gradient norm; 0: no clipping (not even the norm is computed)
 };
 
 // One step in the trainer's order: loss, backward, clip, update, zero_grad. Returns the loss.
-double step_loss(nn::GPT& model, train::AdamW& optimizer, const Tensor& tokens, const Tensor& targets,
+double step_loss(nn::GPT& model, train::optim::AdamW& optimizer, const Tensor& tokens, const Tensor& targets,
                  double clip_norm) {
   Tensor loss = model.loss(tokens, targets);
   backward(loss);
-  if (clip_norm > 0) clip_grad_norm(optimizer.params(), clip_norm);
+  if (clip_norm > 0) train::optim::clip_grad_norm(optimizer.params(), clip_norm);
   optimizer.step();
   optimizer.zero_grad();
   return loss.item();
@@ -78,7 +78,7 @@ void step_case(benchmark::State& state, const StepCase& c) {
   const std::int64_t B = c.batch, T = c.config.block_size, C = c.config.n_embd, V = c.config.vocab_size;
   nn::GPT model(c.config);
   model.train();  // dropout on, when the config has any
-  train::AdamW optimizer(model.named_parameters(), c.adamw);
+  train::optim::AdamW optimizer(model.named_parameters(), c.adamw);
   const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
 
   // Checks before timing: at GPT-2's init (weights ~ N(0, 0.02)) the logits
@@ -115,15 +115,15 @@ StepCase gpt_step() {
 }
 
 // `attograd train --data FILE --layers 4 --width 128 --heads 4 --block 64 --batch 64`:
-// the --data preset with the given flags over it, as train/cli.cpp composes them,
+// the --data preset with the given flags over it, as train/cli/cli.cpp composes them,
 // and the model and optimizer the trainer builds from it.
 StepCase charlm_step() {
-  TrainOptions given;
+  train::TrainOptions given;
   given.data = "FILE";  // only its being set matters: it picks the text preset
-  TrainOptions o = preset_for(given, /*task_size_given=*/false);
+  train::TrainOptions o = train::preset_for(given, /*task_size_given=*/false);
   o.layers = 4, o.width = 128, o.heads = 4, o.block = 64, o.batch = 64;
   constexpr std::int64_t kVocab = 65;  // tiny Shakespeare's characters
-  return {.config = gpt_config(o, kVocab),
+  return {.config = train::model::gpt_config(o, kVocab),
           .batch = o.batch,
           .adamw = {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = 1e-8, .weight_decay = o.weight_decay},
           .clip_norm = o.grad_clip};

@@ -1,5 +1,5 @@
 // The gradient all-reduce of data-parallel training, measured: attograd's
-// bucketed path (train::GradientReducer: gradients live in 4 MB buckets, each
+// bucketed path (train::distributed::GradientReducer: gradients live in 4 MB buckets, each
 // zeroed before backward and summed by a non-blocking MPI_Iallreduce once its
 // gradients are done) against one plain MPI_Allreduce of the same bytes in
 // place, and one MPI_Iallreduce waited for at once, over message sizes.
@@ -21,8 +21,8 @@
 
 #include "autograd/grad_mode.h"
 #include "tensor/tensor.h"
-#include "train/communicator.h"
-#include "train/data_parallel.h"
+#include "train/distributed/communicator.h"
+#include "train/distributed/data_parallel.h"
 
 using namespace attograd;
 
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--max-mb") max_mb = std::stod(argv[i + 1]);
 
-  train::Communicator& comm = train::world();
+  train::distributed::Communicator& comm = train::distributed::world();
   const int n = comm.size();
   const bool report = comm.rank() == 0;
   if (report) {
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
       t.set_requires_grad(true);
       params.push_back({"p" + std::to_string(p), t, false});
     }
-    train::GradientReducer reducer(params, comm);
+    train::distributed::GradientReducer reducer(params, comm);
     auto hook = reducer.hook();
     // A step's whole cost: zeroing the buckets (backward then adds into them), starting
     // each bucket as backward finishes its gradients, and waiting for them all.

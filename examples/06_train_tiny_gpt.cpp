@@ -23,7 +23,7 @@
 #include "autograd/ops.h"
 #include "check.h"
 #include "nn/gpt.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 using namespace attograd;
 using examples::check;
@@ -49,7 +49,7 @@ std::pair<Tensor, Tensor> make_batch(std::int64_t batch, std::mt19937& rng) {
 int main() {
   try {
     nn::GPT model({.vocab_size = kVocab, .block_size = kT, .n_layer = 2, .n_head = 2, .n_embd = 32, .seed = 1});
-    train::AdamW optimizer(model.named_parameters(), {.lr = 3e-3, .weight_decay = 0.0});
+    train::optim::AdamW optimizer(model.named_parameters(), {.lr = 3e-3, .weight_decay = 0.0});
     std::mt19937 rng(42);
 
     const int steps = 200;

@@ -255,6 +255,12 @@ void check_like(const char* op, const Tensor& a, const char* a_name, const Tenso
            a_name, shape_str(a.sizes()));
 }
 
+// A row op's backward: its output y and the gradient dy that comes back for it.
+void check_row_grad(const char* op, const Tensor& y, const Tensor& dy) {
+  check_rows(op, y, "output");
+  check_like(op, y, "output", dy, "grad");
+}
+
 void check_int64(const char* op, const Tensor& t, const char* what) {
   check_defined(op, t, what);
   AG_CHECK(t.dtype() == DType::i64, op, "{} must be int64, got {} {}", what, dtype_name(t.dtype()),
@@ -289,8 +295,7 @@ Tensor softmax_forward(const Tensor& x) {
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
-  check_rows("softmax backward", y, "output");
-  check_like("softmax backward", y, "output", dy, "grad");
+  check_row_grad("softmax backward", y, dy);
   return AG_DEVICE_KERNEL(y, softmax_backward)(dense(y), dense(dy));
 }
 
@@ -300,8 +305,7 @@ Tensor log_softmax_forward(const Tensor& x) {
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
-  check_rows("log_softmax backward", y, "output");
-  check_like("log_softmax backward", y, "output", dy, "grad");
+  check_row_grad("log_softmax backward", y, dy);
   return AG_DEVICE_KERNEL(y, log_softmax_backward)(dense(y), dense(dy));
 }
 

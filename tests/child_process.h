@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "program_helpers.h"
-#include "train/safetensors.h"
+#include "train/output/safetensors.h"
 
 extern char** environ;
 
@@ -145,7 +145,7 @@ bool wait_until(F ready, std::chrono::seconds timeout = 120s) {
 
 // Every tensor (parameters and optimizer state) bit for bit, and the RNG state.
 inline void require_same_checkpoint(const std::string& a_path, const std::string& b_path) {
-  const Safetensors a = load_safetensors(a_path), b = load_safetensors(b_path);
+  const train::output::Safetensors a = train::output::load_safetensors(a_path), b = train::output::load_safetensors(b_path);
   REQUIRE(a.tensors.size() == b.tensors.size());
   for (const auto& [name, t] : a.tensors) {
     INFO(name);

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/cli.h"
+#include "train/cli/cli.h"
 
 namespace attograd::test {
 
@@ -85,7 +85,7 @@ inline std::string read_all(std::FILE* f) {
 inline CliResult cli(const std::vector<std::string>& args) {
   std::FILE* out = std::tmpfile();
   std::FILE* err = std::tmpfile();
-  const int code = run_cli(args, out, err);
+  const int code = train::cli::run_cli(args, out, err);
   return {code, read_all(out), read_all(err)};
 }
 

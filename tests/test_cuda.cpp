@@ -21,7 +21,7 @@
 #endif
 #include "helpers.h"
 #include "nn/gpt.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -831,8 +831,8 @@ TEST_CASE("cuda: a GPT training step on the GPU equals the CPU step", "[cuda]") 
           kernels::unary(kernels::Unary::mul_scalar, rand({8, 32}, {DType::f64}, gen), 64.99), DType::i64);
       // eps well above float32's rounding of near-zero gradients: a gradient of
       // 1e-9 on one device and -1e-9 on the other must not move a weight by 2 lr.
-      const train::AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-4, .weight_decay = 0.1};
-      train::AdamW cpu_opt(cpu_model.named_parameters(), adamw), gpu_opt(gpu_model.named_parameters(), adamw);
+      const train::optim::AdamWOptions adamw{.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-4, .weight_decay = 0.1};
+      train::optim::AdamW cpu_opt(cpu_model.named_parameters(), adamw), gpu_opt(gpu_model.named_parameters(), adamw);
 
       const Tensor cpu_loss = cpu_model.loss(tokens, targets);
       const Tensor gpu_loss = gpu_model.loss(to(tokens, Device::cuda()), to(targets, Device::cuda()));
@@ -860,7 +860,7 @@ TEST_CASE("cuda: two GPU training runs of one seed give the same bits, dropout o
   const auto train_three_steps = [&config] {
     nn::GPT model(config);
     model.to(Device::cuda());
-    train::AdamW opt(model.named_parameters(), {.lr = 1e-3});
+    train::optim::AdamW opt(model.named_parameters(), {.lr = 1e-3});
     Generator gen(78);
     for (int step = 0; step < 3; ++step) {
       const Tensor tokens = kernels::cast(

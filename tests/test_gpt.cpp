@@ -5,7 +5,7 @@
 
 #include "helpers.h"
 #include "nn/gpt.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -156,7 +156,7 @@ TEST_CASE("gpt: gradcheck of one block over its input and every parameter", "[gp
 TEST_CASE("gpt: overfits one small batch with AdamW", "[gpt]") {
   GPTConfig config{.vocab_size = 13, .block_size = 16, .n_layer = 2, .n_head = 2, .n_embd = 32, .seed = 1};
   GPT model(config);
-  train::AdamW opt(model.named_parameters(), {.lr = 1e-2, .weight_decay = 0.0});
+  train::optim::AdamW opt(model.named_parameters(), {.lr = 1e-2, .weight_decay = 0.0});
   const Tensor tokens = random_tokens({4, 16}, 13, 7), targets = random_tokens({4, 16}, 13, 8);
   const double initial = model.loss(tokens, targets).item();
   CHECK(initial == Approx(std::log(13.0)).epsilon(0.1));  // near uniform at init

@@ -1,4 +1,4 @@
-// Data-parallel training (train/communicator.h, data_parallel.h, step.h,
+// Data-parallel training (train/distributed/communicator.h, data_parallel.h, step.h,
 // sharded_optimizer.h, fixed_split.h): the pieces in this process, then real runs under
 // mpirun as child processes (tag [mpi]; each reports itself skipped, by name,
 // where this build has no MPI or mpirun is not installed).
@@ -19,11 +19,11 @@
 #include "child_process.h"
 #include "helpers.h"
 #include "program_helpers.h"
-#include "train/checkpoint.h"
-#include "train/communicator.h"
-#include "train/data_parallel.h"
-#include "train/fixed_split.h"
-#include "train/sharded_optimizer.h"
+#include "train/distributed/communicator.h"
+#include "train/distributed/data_parallel.h"
+#include "train/distributed/fixed_split.h"
+#include "train/distributed/sharded_optimizer.h"
+#include "train/output/checkpoint.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -42,13 +42,13 @@ nn::NamedParameter param(const std::string& name, const Shape& sizes, std::uint6
 }  // namespace
 
 TEST_CASE("gradient buckets: reverse order, sized by bytes, sums written back, missing gradients as zeros", "[mpi]") {
-  auto comm = train::single_process_communicator();
+  auto comm = train::distributed::single_process_communicator();
   const std::vector<nn::NamedParameter> params = {param("a", {10, 10}, 1), param("b", {7}, 2), param("c", {5, 3}, 3),
                                                   param("d", {300}, 4)};
   // 400-byte buckets from the last parameter back: {d}, {c, b, a}... d alone fills one (1200 bytes).
-  train::GradientReducer reducer(params, *comm, 400);
+  train::distributed::GradientReducer reducer(params, *comm, 400);
   CHECK(reducer.bucket_count() == 2);
-  train::GradientReducer one_bucket(params, *comm, 1 << 20);
+  train::distributed::GradientReducer one_bucket(params, *comm, 1 << 20);
   CHECK(one_bucket.bucket_count() == 1);
 
   // a, c and d get gradients through backward (the hook sees each once), b gets none.
@@ -87,12 +87,12 @@ namespace {
 
 // One process that records the size of each sum as it starts: MPI pairs the
 // processes' non-blocking collectives by that order.
-class StartOrder final : public train::SingleProcessCommunicator {
+class StartOrder final : public train::distributed::SingleProcessCommunicator {
  public:
   std::vector<std::size_t> started;
-  std::unique_ptr<train::PendingReduce> start_sum(float* data, std::size_t n) override {
+  std::unique_ptr<train::distributed::PendingReduce> start_sum(float* data, std::size_t n) override {
     started.push_back(n);
-    return SingleProcessCommunicator::start_sum(data, n);
+    return train::distributed::SingleProcessCommunicator::start_sum(data, n);
   }
 };
 
@@ -102,7 +102,7 @@ TEST_CASE("gradient buckets start in index order whatever order backward finishe
   // 64-byte buckets from the last parameter back: {c} (16 floats), {b} (20), {a} (24).
   const std::vector<nn::NamedParameter> params = {param("a", {4, 6}, 1), param("b", {20}, 2), param("c", {16}, 3)};
   StartOrder comm;
-  train::GradientReducer reducer(params, comm, 64);
+  train::distributed::GradientReducer reducer(params, comm, 64);
   REQUIRE(reducer.bucket_count() == 3);
   const std::vector<std::size_t> sizes = {16, 20, 24};
 
@@ -139,7 +139,7 @@ bool gpu_or_nccl_missing(bool need_nccl) {
     WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
     return true;
   }
-  if (need_nccl && !train::built_with_nccl()) {
+  if (need_nccl && !train::distributed::built_with_nccl()) {
     WARN("skipped: this build has no NCCL (ATTOGRAD_NCCL, NCCL_ROOT)");
     return true;
   }
@@ -151,9 +151,9 @@ bool gpu_or_nccl_missing(bool need_nccl) {
 TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backward's gradients, bit for bit",
           "[mpi][cuda]") {
   if (gpu_or_nccl_missing(true)) return;
-  auto comm = train::single_process_communicator();
+  auto comm = train::distributed::single_process_communicator();
   const ScopedEnv unset("ATTOGRAD_NCCL", nullptr);
-  train::DeviceReduction nccl = train::choose_device_reduction(*comm, Device::cuda(0));
+  train::distributed::DeviceReduction nccl = train::distributed::choose_device_reduction(*comm, Device::cuda(0));
   REQUIRE(nccl.comm);
   CHECK_THAT(nccl.how, Catch::StartsWith("in device memory by NCCL 2."));
 
@@ -168,7 +168,7 @@ TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backwa
     plain.push_back({p.name, twin, true});
   }
   // 8 KB buckets: d alone, then c and b, then a, each summed as backward finishes it.
-  train::GradientReducer reducer(params, *comm, 8 << 10, nccl.comm.get());
+  train::distributed::GradientReducer reducer(params, *comm, 8 << 10, nccl.comm.get());
   REQUIRE(reducer.bucket_count() == 3);
   const auto loss_of = [](const std::vector<nn::NamedParameter>& p, const Tensor& x) {
     const Tensor h = tanh(matmul(matmul(x, p[0].tensor) + p[1].tensor, p[2].tensor));
@@ -197,27 +197,27 @@ TEST_CASE("NCCL at world size 1: GPU buckets summed in device memory hold backwa
     kernels::add_(p.tensor, full(p.tensor.sizes(), 0.5, p.tensor.options()), 1.0);
     want.push_back(clone(p.tensor.detach()));
   }
-  train::gather_sharded_parameters(params, std::vector<int>(params.size(), 0), *comm, nccl.comm.get());
+  train::distributed::gather_sharded_parameters(params, std::vector<int>(params.size(), 0), *comm, nccl.comm.get());
   for (std::size_t i = 0; i < params.size(); ++i) CHECK(max_abs_diff(params[i].tensor, want[i]) == 0);
 }
 
 TEST_CASE("the GPU's gradient path is chosen alike everywhere: NCCL, ATTOGRAD_NCCL=0, or a bad value named",
           "[mpi][cuda]") {
   if (gpu_or_nccl_missing(false)) return;
-  auto comm = train::single_process_communicator();
+  auto comm = train::distributed::single_process_communicator();
   {
     const ScopedEnv off("ATTOGRAD_NCCL", "0");
-    const train::DeviceReduction staged = train::choose_device_reduction(*comm, Device::cuda(0));
+    const train::distributed::DeviceReduction staged = train::distributed::choose_device_reduction(*comm, Device::cuda(0));
     CHECK_FALSE(staged.comm);
     CHECK_THAT(staged.how, Catch::StartsWith("staged through host memory ("));
-    CHECK_THAT(staged.how, Catch::Contains(train::built_with_nccl() ? "ATTOGRAD_NCCL=0" : "this build has no NCCL"));
+    CHECK_THAT(staged.how, Catch::Contains(train::distributed::built_with_nccl() ? "ATTOGRAD_NCCL=0" : "this build has no NCCL"));
   }
   {
     const ScopedEnv bad("ATTOGRAD_NCCL", "yes");
-    CHECK_THROWS_WITH(train::choose_device_reduction(*comm, Device::cuda(0)),
+    CHECK_THROWS_WITH(train::distributed::choose_device_reduction(*comm, Device::cuda(0)),
                       Catch::Contains("[ATTOGRAD_NCCL] must be 0 or 1 (or unset), but rank 0 has 'yes'"));
   }
-  const train::DeviceReduction cpu = train::choose_device_reduction(*comm, Device::cpu());
+  const train::distributed::DeviceReduction cpu = train::distributed::choose_device_reduction(*comm, Device::cpu());
   CHECK_FALSE(cpu.comm);
   CHECK(cpu.how == "in host memory");
 }
@@ -229,7 +229,7 @@ TEST_CASE("optimizer shards: every parameter has one owner, and each process hol
   for (const auto& p : params) total += p.tensor.numel(), largest = std::max(largest, p.tensor.numel());
   for (int n : {1, 2, 3, 4, 7}) {
     INFO(n << " processes");
-    const std::vector<int> owners = train::shard_owners(params, n);
+    const std::vector<int> owners = train::distributed::shard_owners(params, n);
     REQUIRE(owners.size() == params.size());
     std::vector<std::int64_t> held(static_cast<std::size_t>(n), 0);
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -276,8 +276,8 @@ TEST_CASE("data-parallel flags checked on one process: --grad-accum, --shard-opt
   REQUIRE(r.code == 0);
   r = run({"--out", tmp / "accum", "--batch", "8", "--grad-accum", "4"});
   REQUIRE(r.code == 0);
-  const LoadedCheckpoint plain = load_checkpoint(tmp / "plain/ckpt.safetensors");
-  const LoadedCheckpoint accum = load_checkpoint(tmp / "accum/ckpt.safetensors");
+  const train::output::LoadedCheckpoint plain = train::output::load_checkpoint(tmp / "plain/ckpt.safetensors");
+  const train::output::LoadedCheckpoint accum = train::output::load_checkpoint(tmp / "accum/ckpt.safetensors");
   const auto a = plain.model->state_dict(), b = accum.model->state_dict();
   for (const auto& [name, t] : a) CHECK(max_abs_diff(t, b.at(name)) < 1e-5);
 }
@@ -291,7 +291,7 @@ TEST_CASE("a fixed split (--fixed-split) sums its pieces in a perfect binary tre
   for (float x : pieces) left_to_right += x;
   REQUIRE(left_to_right == 0.0f);  // the order matters for these values
 
-  train::PairwiseSum tree;
+  train::distributed::PairwiseSum tree;
   for (float x : pieces) tree.add({x, 2 * x});
   CHECK(tree.take() == std::vector<float>{1.0f, 2.0f});
   // Eight: ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) = 1 + 1. Left to right
@@ -307,9 +307,9 @@ TEST_CASE("a fixed split (--fixed-split) sums its pieces in a perfect binary tre
   CHECK_THROWS_WITH(tree.add({1.0f, 2.0f}), Catch::Contains("pieces of 1 and 2 values"));
 
   // One process is the whole tree: the levels above it add nothing.
-  train::SingleProcessCommunicator one;
+  train::distributed::SingleProcessCommunicator one;
   std::vector<float> values = {3.0f, -0.5f};
-  train::sum_over_processes_in_tree(values, one);
+  train::distributed::sum_over_processes_in_tree(values, one);
   CHECK(values == std::vector<float>{3.0f, -0.5f});
 }
 
@@ -335,8 +335,8 @@ bool on_path(const std::string& program) {
 // Skips the test case, visibly, where runs under mpirun cannot happen.
 #define SKIP_WITHOUT_MPI()                                                                        \
   do {                                                                                            \
-    if (!train::built_with_mpi() || !on_path("mpirun")) {                                         \
-      WARN("skipped: " << (train::built_with_mpi() ? "mpirun is not installed (openmpi-bin)"     \
+    if (!train::distributed::built_with_mpi() || !on_path("mpirun")) {                                         \
+      WARN("skipped: " << (train::distributed::built_with_mpi() ? "mpirun is not installed (openmpi-bin)"     \
                                                      : "this build has no MPI (ATTOGRAD_MPI)")); \
       return;                                                                                     \
     }                                                                                             \
@@ -513,7 +513,7 @@ TEST_CASE("mpirun -np 2 --device cuda follows the one-process GPU run, naming ho
   // ZeRO-1 on GPUs: parameters gathered through NCCL (two GPUs) or the host (one).
   run_ok(2, default_run(tmp / "two_sharded", {"--device", "cuda", "--shard-optimizer"}), tmp);
   check_follows(one, read_metrics(tmp / "two_sharded/metrics.jsonl"));
-  const std::string path = !train::built_with_nccl()     ? "buckets staged through host memory (this build has no NCCL)"
+  const std::string path = !train::distributed::built_with_nccl()     ? "buckets staged through host memory (this build has no NCCL)"
                            : cuda::device_count() < 2 ? "buckets staged through host memory (ranks 0 and 1 share the GPU at "
                                                       : "buckets in device memory by NCCL 2.";
   CHECK_THAT(two->out(), Catch::Contains(path));
@@ -528,7 +528,7 @@ TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue
     const std::string dir = tmp / fmt::format("from{}to{}", before, after);
     INFO(dir);
     run_ok(before, default_run(dir, {"--stop-at", "50"}), tmp);
-    REQUIRE(load_checkpoint(dir + "/ckpt.safetensors").info.step == 50);
+    REQUIRE(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == 50);
     run_ok(after, {"train", "--resume", dir + "/ckpt.safetensors", "--threads", "1", "--quiet"}, tmp);
     check_follows(straight, read_metrics(dir + "/metrics.jsonl"));
   }
@@ -548,13 +548,13 @@ TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 ->
   require_same_checkpoint(tmp / "whole/ckpt.safetensors", tmp / "sharded/ckpt.safetensors");
   // Stopped halfway and resumed at the same count (the sharded state gathered and re-split).
   run_ok(2, default_run(tmp / "halves", with({"--shard-optimizer", "--stop-at", "10"})), tmp);
-  REQUIRE(load_checkpoint(tmp / "halves/ckpt.safetensors").info.step == 10);
+  REQUIRE(train::output::load_checkpoint(tmp / "halves/ckpt.safetensors").info.step == 10);
   run_ok(2, {"train", "--resume", tmp / "halves/ckpt.safetensors", "--threads", "1", "--quiet", "--shard-optimizer"},
          tmp);
   require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
 }
 
-// --fixed-split 4 (train/fixed_split.h), the default task's 100 steps: 1, 2 and
+// --fixed-split 4 (train/distributed/fixed_split.h), the default task's 100 steps: 1, 2 and
 // 4 processes make the same run, every loss, the exact match and every bit of
 // the checkpoint (weights, optimizer state, dropout stream), with dropout on and
 // with ZeRO-1; a checkpoint written at one count continues at another bit for
@@ -666,7 +666,7 @@ void check_kill_stops_the_others(const std::vector<std::string>& extra) {
   INFO("stderr: " << err);
   CHECK(std::regex_search(err, std::regex("process rank 1 .*exited on signal 9")));
   CHECK(ranks_running(dir).empty());
-  const LoadedCheckpoint last = load_checkpoint(dir + "/ckpt.safetensors");
+  const train::output::LoadedCheckpoint last = train::output::load_checkpoint(dir + "/ckpt.safetensors");
   CHECK(last.info.step % 20 == 0);
   CHECK(last.info.step >= 20);
 }
@@ -704,11 +704,11 @@ TEST_CASE("Ctrl-C to mpirun: every rank finishes its step, one checkpoint is sav
   std::smatch m;
   REQUIRE(std::regex_search(out, m, std::regex("SIGTERM: saving step ([0-9]+)")));
   const std::int64_t stopped = std::stoll(m[1]);
-  CHECK(load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped);
+  CHECK(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped);
   run_ok(2, {"train", "--resume", dir + "/ckpt.safetensors", "--stop-at", std::to_string(stopped + 2), "--threads",
              "1", "--quiet"},
          tmp);
-  CHECK(load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped + 2);
+  CHECK(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped + 2);
 }
 
 TEST_CASE("under mpirun: differing flags and a batch that does not split are refused once, naming the flag",

@@ -6,7 +6,7 @@
 #include "helpers.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -264,7 +264,7 @@ TEST_CASE("nn: AdamW matches hand-computed steps and decays only marked paramete
   Tensor decayed = ones({1}, {DType::f64}), plain = ones({1}, {DType::f64});
   decayed.set_requires_grad(true);
   plain.set_requires_grad(true);
-  train::AdamW opt({{"decayed", decayed, true}, {"plain", plain, false}},
+  train::optim::AdamW opt({{"decayed", decayed, true}, {"plain", plain, false}},
                    {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1});
   for (int step = 0; step < 2; ++step) {
     decayed.set_grad(full({1}, 0.5, {DType::f64}));
@@ -286,7 +286,7 @@ TEST_CASE("nn: AdamW float32 fused step equals the float64 one", "[nn][optimizer
   const Tensor start = kernels::clone(p64);
   p64.set_requires_grad(true);
   p32.set_requires_grad(true);
-  train::AdamW a({{"p", p64, true}}, {.lr = 0.01, .weight_decay = 0.1}),
+  train::optim::AdamW a({{"p", p64, true}}, {.lr = 0.01, .weight_decay = 0.1}),
       b({{"p", p32, true}}, {.lr = 0.01, .weight_decay = 0.1});
   for (int i = 0; i < 3; ++i) {
     p64.set_grad(g64);
@@ -302,7 +302,7 @@ TEST_CASE("nn: SGD with momentum matches hand-computed steps", "[nn][optimizer]"
   // p = 1, g = 1 each step, lr 0.1, momentum 0.9: buf 1 then 1.9; p = 1 - 0.1 - 0.19 = 0.71.
   Tensor p = ones({1}, {DType::f64});
   p.set_requires_grad(true);
-  train::SGD opt({{"p", p, false}}, {.lr = 0.1, .momentum = 0.9});
+  train::optim::SGD opt({{"p", p, false}}, {.lr = 0.1, .momentum = 0.9});
   for (int i = 0; i < 2; ++i) {
     p.set_grad(ones({1}, {DType::f64}));
     opt.step();
@@ -312,7 +312,7 @@ TEST_CASE("nn: SGD with momentum matches hand-computed steps", "[nn][optimizer]"
   // Nesterov: step 1 uses g + 0.9 * buf = 1.9: p = 1 - 0.19 = 0.81.
   Tensor q = ones({1}, {DType::f64});
   q.set_requires_grad(true);
-  train::SGD nesterov({{"q", q, false}}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
+  train::optim::SGD nesterov({{"q", q, false}}, {.lr = 0.1, .momentum = 0.9, .nesterov = true});
   q.set_grad(ones({1}, {DType::f64}));
   nesterov.step();
   CHECK(q.item() == Approx(0.81));
@@ -320,7 +320,7 @@ TEST_CASE("nn: SGD with momentum matches hand-computed steps", "[nn][optimizer]"
 
 TEST_CASE("nn: optimizer state round trip and learning rate per step", "[nn][optimizer]") {
   nn::GPT model(tiny_config());
-  train::AdamW opt(model.named_parameters(), {.lr = 1e-2});
+  train::optim::AdamW opt(model.named_parameters(), {.lr = 1e-2});
   const Tensor tokens = tokens_of({1, 2, 3, 4, 5, 6}, {2, 3});
   for (int i = 0; i < 2; ++i) {
     opt.zero_grad();
@@ -329,10 +329,10 @@ TEST_CASE("nn: optimizer state round trip and learning rate per step", "[nn][opt
   }
   nn::GPT copy(tiny_config());
   copy.load_state_dict(model.state_dict());
-  train::AdamW resumed(copy.named_parameters(), {.lr = 1e-2});
+  train::optim::AdamW resumed(copy.named_parameters(), {.lr = 1e-2});
   resumed.load_state(opt.state(), opt.step_count());
   CHECK(resumed.step_count() == 2);
-  for (auto* o : {static_cast<train::Optimizer*>(&opt), static_cast<train::Optimizer*>(&resumed)}) o->set_lr(5e-3);
+  for (auto* o : {static_cast<train::optim::Optimizer*>(&opt), static_cast<train::optim::Optimizer*>(&resumed)}) o->set_lr(5e-3);
   opt.zero_grad();
   backward(model.loss(tokens, tokens));
   opt.step();
@@ -349,7 +349,7 @@ TEST_CASE("nn: optimizer state round trip and learning rate per step", "[nn][opt
 
 TEST_CASE("nn: an optimizer step bumps versions, so stale graphs refuse to backward", "[nn][optimizer]") {
   nn::GPT model(tiny_config());
-  train::SGD opt(model.named_parameters(), {.lr = 0.1});
+  train::optim::SGD opt(model.named_parameters(), {.lr = 0.1});
   const Tensor tokens = tokens_of({1, 2, 3, 4, 5, 6}, {2, 3});
   backward(model.loss(tokens, tokens));
   const Tensor stale = model.loss(tokens, tokens);

@@ -7,14 +7,14 @@
 // one of these structs fails the build here.
 #pragma GCC diagnostic error "-Wmissing-field-initializers"
 
-#include "helpers.h"
 #include "autograd/attention.h"
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
+#include "helpers.h"
 #include "nn/attention.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
-#include "train/optimizer.h"
+#include "train/optim/optimizer.h"
 
 using namespace attograd;
 
@@ -45,8 +45,8 @@ TEST_CASE("options: designated initializers may omit any field, and omitted fiel
   CHECK(mha.num_heads == 1);
   const nn::GPTConfig gpt{.n_layer = 1};
   CHECK(gpt.vocab_size == 65);
-  const train::AdamWOptions adamw{.lr = 3e-4};
+  const train::optim::AdamWOptions adamw{.lr = 3e-4};
   CHECK(adamw.weight_decay == 0.01);
-  const train::SGDOptions sgd{.momentum = 0.9};
+  const train::optim::SGDOptions sgd{.momentum = 0.9};
   CHECK_FALSE(sgd.nesterov);
 }

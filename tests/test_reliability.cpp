@@ -27,19 +27,20 @@
 #include <sstream>
 #include <thread>
 
-#include "fuzz/targets.h"
 #include "child_process.h"
+#include "fuzz/targets.h"
 #include "helpers.h"
 #include "program_helpers.h"
-#include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/commands.h"
-#include "train/metrics.h"
-#include "train/model.h"
-#include "train/run_directory.h"
-#include "train/safetensors.h"
-#include "train/tasks.h"
-#include "train/text_data.h"
+#include "train/cli/cli.h"
+#include "train/cli/commands.h"
+#include "train/data/tasks.h"
+#include "train/data/text_data.h"
+#include "train/files.h"
+#include "train/model/gpt.h"
+#include "train/output/checkpoint.h"
+#include "train/output/metrics.h"
+#include "train/output/run_directory.h"
+#include "train/output/safetensors.h"
 
 
 using namespace attograd;
@@ -65,10 +66,10 @@ std::vector<std::string> tiny_run(const std::string& out, std::int64_t steps) {
 const std::string& good_checkpoint() {
   static const std::string bytes = [] {
     TempDir tmp;
-    TrainOptions o;
+    train::TrainOptions o;
     o.task_size = 2, o.heldout = 20, o.layers = 1, o.heads = 2, o.width = 8, o.block = 4;
     o.batch = 4, o.steps = 2, o.eval_interval = 2, o.out = tmp / "run", o.quiet = true, o.threads = 0;
-    train_command(o, null_out());
+    train::cli::train_command(o, null_out());
     return file_text(tmp / "run/ckpt.safetensors");
   }();
   return bytes;
@@ -89,14 +90,14 @@ std::string edit_header(const std::function<void(nlohmann::ordered_json&)>& edit
 }
 
 // The checkpoint with tensors or metadata changed, written again as valid safetensors.
-std::string edit_contents(const std::function<void(std::map<std::string, Tensor>&, Metadata&)>& edit) {
-  Safetensors file = parse_safetensors(good_checkpoint());
+std::string edit_contents(const std::function<void(std::map<std::string, Tensor>&, train::output::Metadata&)>& edit) {
+  train::output::Safetensors file = train::output::parse_safetensors(good_checkpoint());
   edit(file.tensors, file.metadata);
-  return serialize_safetensors(NamedTensors(file.tensors.begin(), file.tensors.end()), file.metadata);
+  return train::output::serialize_safetensors(train::output::NamedTensors(file.tensors.begin(), file.tensors.end()), file.metadata);
 }
 
 std::string edit_config(const std::function<void(nlohmann::json&)>& edit) {
-  return edit_contents([&](auto&, Metadata& m) {
+  return edit_contents([&](auto&, train::output::Metadata& m) {
     nlohmann::json config = nlohmann::json::parse(m.at("config"));
     edit(config);
     m["config"] = config.dump();
@@ -211,28 +212,28 @@ TEST_CASE("a run directory made for a run that fails before its first checkpoint
           "[reliability]") {
   TempDir tmp;
   {
-    RunDirectory made(tmp.path / "a/b/c", "");
+    train::output::RunDirectory made(tmp.path / "a/b/c", "");
     CHECK(fs::is_directory(tmp.path / "a/b/c"));
     write_text(tmp / "a/b/c/metrics.jsonl", "{}\n");
   }
   CHECK_FALSE(fs::exists(tmp.path / "a"));  // everything it created, and only that
   CHECK(fs::exists(tmp.path));
   {
-    RunDirectory made(tmp.path / "kept", "");
+    train::output::RunDirectory made(tmp.path / "kept", "");
     made.keep();
   }
   CHECK(fs::is_directory(tmp.path / "kept"));
   fs::create_directories(tmp.path / "existing");
-  { RunDirectory made(tmp.path / "existing", ""); }
+  { train::output::RunDirectory made(tmp.path / "existing", ""); }
   CHECK(fs::is_directory(tmp.path / "existing"));  // it was there before: never removed
 }
 
 TEST_CASE("sample, eval and attention validate their flags too", "[reliability]") {
   TempDir tmp;
-  TrainOptions o;
+  train::TrainOptions o;
   o.task_size = 2, o.heldout = 20, o.layers = 1, o.heads = 2, o.width = 8, o.block = 4;
   o.batch = 4, o.steps = 1, o.out = tmp / "run", o.quiet = true;
-  train_command(o, null_out());
+  train::cli::train_command(o, null_out());
   const std::string ckpt = tmp / "run/ckpt.safetensors";
   write_text(tmp / "binary.bin", std::string("\x7f" "ELF\x02\x01\x01\x00", 8));
   struct Case {
@@ -273,22 +274,22 @@ TEST_CASE("sample, eval and attention validate their flags too", "[reliability]"
 TEST_CASE("text data: invalid UTF-8 deep in a file, binary files, endless files", "[reliability]") {
   std::string text(5000, 'a');
   text[1234] = '\xC3';  // a lead byte whose continuation is missing
-  REQUIRE_THROWS_WITH(TextData(text, "big.txt", 1),
+  REQUIRE_THROWS_WITH(train::data::TextData(text, "big.txt", 1),
                       Catch::Contains("[--data big.txt]") && Catch::Contains("invalid UTF-8 at byte 1235"));
   text = std::string(5000, 'a') + "\xE2\x82";  // truncated by the end of the file
-  REQUIRE_THROWS_WITH(TextData(text, "cut.txt", 1), Catch::Contains("at byte 5000") && Catch::Contains("truncated"));
-  REQUIRE_THROWS_WITH(TextData(std::string("text\0more", 9), "nul.txt", 1),
+  REQUIRE_THROWS_WITH(train::data::TextData(text, "cut.txt", 1), Catch::Contains("at byte 5000") && Catch::Contains("truncated"));
+  REQUIRE_THROWS_WITH(train::data::TextData(std::string("text\0more", 9), "nul.txt", 1),
                       Catch::Contains("binary") && Catch::Contains("NUL byte at byte 4"));
-  REQUIRE_THROWS_WITH(TextData("", "empty.txt", 1), Catch::Contains("empty"));
+  REQUIRE_THROWS_WITH(train::data::TextData("", "empty.txt", 1), Catch::Contains("empty"));
   // With a checkpoint's vocabulary, a character outside it is named.
-  REQUIRE_THROWS_WITH(TextData("ab\xE2\x82\xAC", "euro.txt", 1, Tokenizer::from_text("ab")),
+  REQUIRE_THROWS_WITH(train::data::TextData("ab\xE2\x82\xAC", "euro.txt", 1, train::data::Tokenizer::from_text("ab")),
                       Catch::Contains("'\xE2\x82\xAC' is not in the model's vocabulary"));
   // Reads stop one byte past the limit: /dev/zero is refused, not read forever.
-  REQUIRE_THROWS_WITH(read_text_file("/dev/zero", "--data", 1000),
+  REQUIRE_THROWS_WITH(train::read_file("/dev/zero", "--data", 1000),
                       Catch::Contains("[--data] '/dev/zero' holds more than 1000 bytes"));
   TempDir tmp;
   write_text(tmp / "exact.txt", std::string(1000, 'x'));
-  CHECK(read_text_file(tmp / "exact.txt", "--data", 1000).size() == 1000);
+  CHECK(train::read_file(tmp / "exact.txt", "--data", 1000).size() == 1000);
 }
 
 // ---- checkpoints are untrusted input --------------------------------------------------
@@ -297,14 +298,14 @@ TEST_CASE("the checkpoint size check counts exactly the parameters a model alloc
   const std::tuple<int, int, int, int, int> configs[] = {{1, 8, 2, 4, 12}, {2, 16, 4, 9, 65}, {3, 48, 4, 26, 12},
                                                         {1, 6, 3, 1, 1}};
   for (const auto& [layers, width, heads, block, vocab] : configs) {
-    TrainOptions o;
+    train::TrainOptions o;
     o.layers = layers, o.width = width, o.heads = heads, o.block = block;
-    CHECK(parameter_count(gpt_config(o, vocab)) == build_model(o, vocab)->num_parameters());
+    CHECK(train::model::parameter_count(train::model::gpt_config(o, vocab)) == train::model::build_model(o, vocab)->num_parameters());
   }
 }
 
 TEST_CASE("hostile checkpoints: every malformed field is a clear error naming the file", "[reliability]") {
-  REQUIRE_NOTHROW(parse_checkpoint(good_checkpoint(), "good"));
+  REQUIRE_NOTHROW(train::output::parse_checkpoint(good_checkpoint(), "good"));
   const std::string& good = good_checkpoint();
   std::uint64_t header_len;
   std::memcpy(&header_len, good.data(), 8);
@@ -317,7 +318,7 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
     return s;
   };
   const auto set_meta = [&](const std::string& key, const std::string& value) {
-    return edit_contents([&](auto&, Metadata& m) { m[key] = value; });
+    return edit_contents([&](auto&, train::output::Metadata& m) { m[key] = value; });
   };
   const std::vector<Case> cases = {
       // The layout (test_train.cpp covers each safetensors rule on a small file).
@@ -394,7 +395,7 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
        edit_contents([](auto& t, auto&) { t["optim.exp_avg.ln_f.bias"] = zeros({8}, {DType::i64}); }),
        "optimizer state 'optim.exp_avg.ln_f.bias' is int64"},
       {"vocabulary larger than the model",
-       edit_contents([](auto&, Metadata& m) {
+       edit_contents([](auto&, train::output::Metadata& m) {
          nlohmann::json config = nlohmann::json::parse(m["config"]);
          config["data"] = "book.txt";
          m["config"] = config.dump();
@@ -408,13 +409,13 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
   };
   for (const Case& c : cases) {
     INFO(c.name);
-    REQUIRE_THROWS_WITH(parse_checkpoint(c.bytes, "hostile.safetensors"),
+    REQUIRE_THROWS_WITH(train::output::parse_checkpoint(c.bytes, "hostile.safetensors"),
                         Catch::StartsWith("[hostile.safetensors]") && Catch::Contains(c.expect));
   }
   // Every truncation: refused, never read past the end.
   for (std::size_t n = 0; n < good.size(); n += 13) {
     INFO("truncated to " << n << " bytes");
-    REQUIRE_THROWS_AS(parse_checkpoint(good.substr(0, n), "cut.safetensors"), Error);
+    REQUIRE_THROWS_AS(train::output::parse_checkpoint(good.substr(0, n), "cut.safetensors"), Error);
   }
   // Through the program: one line on stderr, exit 1.
   TempDir tmp;
@@ -528,7 +529,7 @@ TEST_CASE("SIGINT and SIGTERM and SIGHUP finish the step, save, exit 128 + signa
     CHECK_THAT(err, Catch::Contains("--resume " + ckpt));
     CHECK(lines(err) == 1);
     CHECK_THAT(run.out(), Catch::Contains(name + ": saving step " + std::to_string(stopped)));
-    REQUIRE(load_checkpoint(ckpt).info.step == stopped);
+    REQUIRE(train::output::load_checkpoint(ckpt).info.step == stopped);
 
     // Resumed to a few steps further, it equals one run straight there.
     const std::string until = std::to_string(stopped + 3);
@@ -581,14 +582,14 @@ TEST_CASE("a run directory holding another run is refused, one in use is locked,
   }
   // Resuming it, with the lock free, continues in it; so does resuming a copy kept beside it.
   CHECK(cli({"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"}).code == 0);
-  CHECK(load_checkpoint(ckpt).info.step == 3);
+  CHECK(train::output::load_checkpoint(ckpt).info.step == 3);
   fs::copy_file(ckpt, dir / "step3.safetensors");
   CHECK(cli({"train", "--resume", ckpt, "--steps", "4", "--threads", "1", "--quiet"}).code == 0);
   const CliResult rolled_back =
       cli({"train", "--resume", (dir / "step3.safetensors").string(), "--steps", "4", "--threads", "1", "--quiet"});
   INFO("stderr: " << rolled_back.err);
   CHECK(rolled_back.code == 0);
-  CHECK(load_checkpoint(ckpt).info.step == 4);
+  CHECK(train::output::load_checkpoint(ckpt).info.step == 4);
 
   // A run file that is not a file is refused before any step is spent.
   fs::create_directories(tmp / "odd/ckpt.safetensors");
@@ -596,14 +597,14 @@ TEST_CASE("a run directory holding another run is refused, one in use is locked,
   CHECK_THAT(odd.err, Catch::Contains("[--out]") && Catch::Contains("is not a regular file"));
 
   // The default directory of a new run skips the ones holding runs.
-  CHECK(first_free_run_dir(tmp / "fresh") == tmp / "fresh");
-  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-2"));
+  CHECK(train::output::first_free_run_dir(tmp / "fresh") == tmp / "fresh");
+  CHECK(train::output::first_free_run_dir(dir) == fs::path(dir.string() + "-2"));
   fs::create_directories(dir.string() + "-2");
   write_text(dir.string() + "-2/ckpt.safetensors", "x");
-  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-3"));
+  CHECK(train::output::first_free_run_dir(dir) == fs::path(dir.string() + "-3"));
   // A run still before its first checkpoint holds its directory too.
-  RunDirectory running(dir.string() + "-3", "");
-  CHECK(first_free_run_dir(dir) == fs::path(dir.string() + "-4"));
+  train::output::RunDirectory running(dir.string() + "-3", "");
+  CHECK(train::output::first_free_run_dir(dir) == fs::path(dir.string() + "-4"));
 }
 
 TEST_CASE("a text run resumes from any directory, and only on the text it was trained on", "[reliability]") {
@@ -626,13 +627,13 @@ TEST_CASE("a text run resumes from any directory, and only on the text it was tr
   // From another directory: the checkpoint names the text by its absolute path.
   const auto resumed = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--steps", "3", "--threads", "1", "--quiet"});
   CHECK(resumed->exit_code() == 0);
-  REQUIRE(load_checkpoint(ckpt).info.step == 3);
+  REQUIRE(train::output::load_checkpoint(ckpt).info.step == 3);
   // The text moved (a project copied elsewhere): --data names it again, and its fingerprint vouches for it.
   fs::rename(tmp / "data", tmp / "moved");
   const auto moved = in_dir(tmp / "elsewhere", {"train", "--resume", ckpt, "--data", tmp / "moved/book.txt", "--steps",
                                                 "4", "--threads", "1", "--quiet"});
   CHECK(moved->exit_code() == 0);
-  REQUIRE(load_checkpoint(ckpt).info.step == 4);
+  REQUIRE(train::output::load_checkpoint(ckpt).info.step == 4);
   // The same characters in another order, or a new one: the run would not be the same one.
   std::reverse(text.begin(), text.end());
   for (const std::string& changed_text : {text, text + "Z"}) {
@@ -644,23 +645,23 @@ TEST_CASE("a text run resumes from any directory, and only on the text it was tr
                                   Catch::Contains("400 bytes, FNV-1a 64"));
     CHECK(lines(changed->err()) == 1);
   }
-  CHECK(load_checkpoint(ckpt).info.step == 4);
+  CHECK(train::output::load_checkpoint(ckpt).info.step == 4);
 }
 
 TEST_CASE("atomic writes refuse to replace what is not a regular file", "[reliability]") {
   TempDir tmp;
   const std::string fifo = tmp / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
-  REQUIRE_THROWS_WITH(write_file_atomically("--out", fifo, "x"),
+  REQUIRE_THROWS_WITH(train::write_file_atomically("--out", fifo, "x"),
                       Catch::Contains("[--out] cannot write '" + fifo + "': it exists and is not a regular file"));
   CHECK(fs::is_fifo(fifo));
   fs::create_directories(tmp / "dir");
-  REQUIRE_THROWS_WITH(write_file_atomically("loss.svg", tmp / "dir", "x"), Catch::Contains("[loss.svg]"));
+  REQUIRE_THROWS_WITH(train::write_file_atomically("loss.svg", tmp / "dir", "x"), Catch::Contains("[loss.svg]"));
   CHECK(fs::is_directory(tmp / "dir"));
   // Through a link to a regular file: the link is replaced by the file, as before.
   write_text(tmp / "target", "old");
   fs::create_symlink(tmp / "target", tmp / "link");
-  write_file_atomically("--out", tmp / "link", "new");
+  train::write_file_atomically("--out", tmp / "link", "new");
   CHECK(file_text(tmp / "link") == "new");
 }
 
@@ -673,7 +674,7 @@ TEST_CASE("output that cannot be written is an error, not exit 0", "[reliability
   REQUIRE(full);
   TempDir tmp;
   std::FILE* err = std::tmpfile();
-  CHECK(run_cli({"--help"}, full, err) == 1);
+  CHECK(train::cli::run_cli({"--help"}, full, err) == 1);
   std::fclose(full);
   std::rewind(err);
   char line[256] = {};
@@ -686,14 +687,14 @@ TEST_CASE("a FIFO as --data waits for its writer, for a while, not for ever", "[
   TempDir tmp;
   const std::string fifo = tmp / "fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
-  REQUIRE_THROWS_WITH(read_text_file(fifo, "--data", 1000, 200),
+  REQUIRE_THROWS_WITH(train::read_file(fifo, "--data", 1000, 200),
                       Catch::Contains("[--data] '" + fifo + "' is a FIFO, and nothing wrote to it within 0.2 s"));
   // A writer that comes after the reader has started (cat book.txt > fifo, started second).
   std::thread writer([&] {
     std::this_thread::sleep_for(100ms);
     std::ofstream(fifo) << "some text";
   });
-  CHECK(read_text_file(fifo, "--data", 1000, 10000) == "some text");
+  CHECK(train::read_file(fifo, "--data", 1000, 10000) == "some text");
   writer.join();
 }
 
@@ -702,8 +703,8 @@ TEST_CASE("metrics that cannot be written stop the run with an error", "[reliabi
     WARN("skipped: no /dev/full");
     return;
   }
-  MetricsLog log("/dev/full", 0);
-  REQUIRE_THROWS_WITH(log.log(TrainRecord{1, 2.0, 0.1, 1.0, 100.0, 0.5}), Catch::Contains("[metrics] cannot write '/dev/full'"));
+  train::output::MetricsLog log("/dev/full", 0);
+  REQUIRE_THROWS_WITH(log.log(train::output::TrainRecord{1, 2.0, 0.1, 1.0, 100.0, 0.5}), Catch::Contains("[metrics] cannot write '/dev/full'"));
 }
 
 TEST_CASE("under nohup SIGHUP stays ignored, before a stop signal and after it", "[reliability]") {
@@ -763,7 +764,7 @@ TEST_CASE("kill -9 in the middle of a checkpoint write or of resume's metrics re
   Child first(tiny_run(dir, 10), tmp.path);  // steps 1-10; saves at 10
   REQUIRE(first.exit_code() == 0);
   const std::string before = file_text(ckpt), history = file_text(metrics);
-  REQUIRE(load_checkpoint(ckpt).info.step == 10);
+  REQUIRE(train::output::load_checkpoint(ckpt).info.step == 10);
   const std::vector<std::string> resume = {"train", "--resume", ckpt, "--steps",   "20",
                                            "--eval-interval", "1", "--threads", "1", "--quiet"};
 
@@ -778,15 +779,15 @@ TEST_CASE("kill -9 in the middle of a checkpoint write or of resume's metrics re
   // Killed mid-write: the temporary holds half a checkpoint, the checkpoint is the old one, whole.
   const std::string half = file_text(temporary.string());
   CHECK(half.size() < before.size());
-  CHECK_THROWS_AS(parse_checkpoint(half, "half"), Error);
+  CHECK_THROWS_AS(train::output::parse_checkpoint(half, "half"), Error);
   CHECK(file_text(ckpt) == before);
-  CHECK(load_checkpoint(ckpt).info.step == 10);
+  CHECK(train::output::load_checkpoint(ckpt).info.step == 10);
   CHECK_THAT(file_text(metrics), Catch::StartsWith(history));
 
   // Resuming from it works, and clears the litter.
   Child again({"train", "--resume", ckpt, "--steps", "12", "--threads", "1", "--quiet"}, tmp.path);
   CHECK(again.exit_code() == 0);
-  CHECK(load_checkpoint(ckpt).info.step == 12);
+  CHECK(train::output::load_checkpoint(ckpt).info.step == 12);
   CHECK_FALSE(fs::exists(temporary));
   CHECK_FALSE(fs::exists(half_metrics));
 }
@@ -808,7 +809,7 @@ TEST_CASE("a loss that becomes NaN or infinite stops the run naming the step, ke
   const std::string ckpt = tmp / "run/ckpt.safetensors";
   CHECK_THAT(r.err, Catch::Contains("the last good checkpoint is " + ckpt + " (step " + std::to_string(bad_step - 1) +
                                     ")"));
-  const LoadedCheckpoint kept = load_checkpoint(ckpt);
+  const train::output::LoadedCheckpoint kept = train::output::load_checkpoint(ckpt);
   CHECK(kept.info.step == bad_step - 1);
   for (const auto& p : kept.model->named_parameters())
     for (float v : contiguous(p.tensor).to_vector<float>()) REQUIRE(std::isfinite(v));

@@ -12,26 +12,26 @@
 #include <set>
 #include <sstream>
 
-#include "cuda/runtime.h"
 #include "autograd/attention.h"
 #include "autograd/grad_mode.h"
+#include "cuda/runtime.h"
 #include "helpers.h"
 #include "program_helpers.h"
 #include "tensor/storage.h"
-#include "train/checkpoint.h"
-#include "train/cli.h"
-#include "train/commands.h"
-#include "train/evaluate.h"
-#include "train/generate.h"
-#include "train/grad_clip.h"
-#include "train/model.h"
-#include "train/progress.h"
-#include "train/safetensors.h"
-#include "train/schedule.h"
-#include "train/svg.h"
-#include "train/tasks.h"
-#include "train/text_data.h"
-#include "train/utf8.h"
+#include "train/cli/cli.h"
+#include "train/cli/commands.h"
+#include "train/cli/progress.h"
+#include "train/data/tasks.h"
+#include "train/data/text_data.h"
+#include "train/data/utf8.h"
+#include "train/model/evaluate.h"
+#include "train/model/generate.h"
+#include "train/model/gpt.h"
+#include "train/optim/grad_clip.h"
+#include "train/optim/schedule.h"
+#include "train/output/checkpoint.h"
+#include "train/output/safetensors.h"
+#include "train/output/svg.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -40,13 +40,13 @@ namespace fs = std::filesystem;
 namespace {
 
 // A tiny run: one layer, width 16, a few steps, quiet, into `dir`.
-TrainOptions tiny(const std::string& dir, const std::string& task = "sort") {
-  TrainOptions o;
+train::TrainOptions tiny(const std::string& dir, const std::string& task = "sort") {
+  train::TrainOptions o;
   o.task = task;
   o.task_size = task == "add" ? 2 : 4;
   o.heldout = 50;
   o.layers = 1, o.heads = 2, o.width = 16;
-  o.block = task_sequence_length(parse_task(task), o.task_size) - 1;
+  o.block = train::data::task_sequence_length(train::data::parse_task(task), o.task_size) - 1;
   o.batch = 8, o.steps = 6, o.warmup = 2, o.lr = 1e-2;
   o.eval_interval = 3;
   o.out = dir;
@@ -101,22 +101,22 @@ TEST_CASE("help shows every command and the defaults", "[train]") {
 }
 
 TEST_CASE("presets: the task chooses the defaults, the block fits one problem", "[train]") {
-  TrainOptions o;
-  CHECK(preset_for(o, false).block == 16);  // sort 8: 17 tokens, the model sees 16
+  train::TrainOptions o;
+  CHECK(train::preset_for(o, false).block == 16);  // sort 8: 17 tokens, the model sees 16
   o.task = "add";
-  const TrainOptions add = preset_for(o, false);
+  const train::TrainOptions add = train::preset_for(o, false);
   CHECK(add.task_size == 2);
   CHECK(add.block == 8);
   CHECK(add.layers == 3);
   o.task_size = 3;
-  CHECK(preset_for(o, true).block == 11);
+  CHECK(train::preset_for(o, true).block == 11);
   o.task = "sort";
   o.data = "book.txt";
-  CHECK(preset_for(o, false).block == 64);
-  CHECK(preset_for(o, false).dropout > 0);
-  TrainOptions bad;
+  CHECK(train::preset_for(o, false).block == 64);
+  CHECK(train::preset_for(o, false).dropout > 0);
+  train::TrainOptions bad;
   bad.block = 10;
-  REQUIRE_THROWS_WITH(validate(bad), Catch::Contains("[--block] sort with --task-size 8 needs a block of at least 16"));
+  REQUIRE_THROWS_WITH(train::validate(bad), Catch::Contains("[--block] sort with --task-size 8 needs a block of at least 16"));
 }
 
 TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero exit, no run directory",
@@ -209,36 +209,36 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
 // backward (their bytes are checked against the allocation in
 // test_attention.cpp): on heads of 64 values or more, within 64 MiB a layer.
 TEST_CASE("the memory estimate counts the probabilities each layer's attention keeps", "[train]") {
-  TrainOptions o;
+  train::TrainOptions o;
   o.block = 4096;
   o.width = 64;
   o.heads = 1;
   o.layers = 3;
   const double tile = (64 * 64 + 64) * sizeof(float);
-  CHECK(backward_memory(o, 65, 1).probs_bytes == 3 * 2080 * tile);  // 64 x 65 / 2 causal tiles a head
-  CHECK(backward_memory(o, 65, 2).probs_bytes == 3 * 2080 * tile);  // 69 MB a layer: one head's fits
-  CHECK(backward_memory(o, 65, 4).probs_bytes == 3 * 2080 * tile);
+  CHECK(train::model::backward_memory(o, 65, 1).probs_bytes == 3 * 2080 * tile);  // 64 x 65 / 2 causal tiles a head
+  CHECK(train::model::backward_memory(o, 65, 2).probs_bytes == 3 * 2080 * tile);  // 69 MB a layer: one head's fits
+  CHECK(train::model::backward_memory(o, 65, 4).probs_bytes == 3 * 2080 * tile);
   o.block = 100;
-  CHECK(backward_memory(o, 65, 5).probs_bytes == 3 * 5 * 3 * tile);
-  const double activations = backward_memory(o, 65, 5).activation_bytes;
+  CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 3 * 5 * 3 * tile);
+  const double activations = train::model::backward_memory(o, 65, 5).activation_bytes;
   CHECK(activations == 5 * 100 * (20.0 * 3 * 64 + 4 * 65) * sizeof(float));
   o.heads = 2;  // heads of 32 values keep none
-  CHECK(backward_memory(o, 65, 5).probs_bytes == 0);
-  CHECK(backward_memory(o, 65, 5).activation_bytes == activations);
+  CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 0);
+  CHECK(train::model::backward_memory(o, 65, 5).activation_bytes == activations);
   o.attention_memory = 1;  // unless --attention-memory is given: 1 MiB holds the 10 heads' 3 tiles
-  CHECK(backward_memory(o, 65, 5).probs_bytes == 3 * 10 * 3 * tile);
+  CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 3 * 10 * 3 * tile);
   o.heads = 1;
   o.block = 4096;
   o.attention_memory = 100;  // 3 of 4 heads' 34.6 MB
-  CHECK(backward_memory(o, 65, 4).probs_bytes == 3 * 3 * 2080 * tile);
+  CHECK(train::model::backward_memory(o, 65, 4).probs_bytes == 3 * 3 * 2080 * tile);
   o.attention_memory = 0;
-  CHECK(backward_memory(o, 65, 4).probs_bytes == 0);
+  CHECK(train::model::backward_memory(o, 65, 4).probs_bytes == 0);
 }
 
 // --attention-memory reaches every layer's attention, and the estimate is what
 // a training forward holds.
 TEST_CASE("the attention memory flag sets what the model's attention keeps, as the estimate says", "[train]") {
-  TrainOptions o;
+  train::TrainOptions o;
   o.block = 100;  // 3 causal tiles a head
   o.width = 64;
   o.heads = 1;
@@ -250,15 +250,15 @@ TEST_CASE("the attention memory flag sets what the model's attention keeps, as t
                                       DType::i64);
   const auto held = [&](std::int64_t mib) {
     o.attention_memory = mib;
-    CHECK(gpt_config(o, 65).saved_probs_limit == (mib < 0 ? kAutoSavedProbsLimit : mib << 20));
-    const auto model = build_model(o, 65);
+    CHECK(train::model::gpt_config(o, 65).saved_probs_limit == (mib < 0 ? kAutoSavedProbsLimit : mib << 20));
+    const auto model = train::model::build_model(o, 65);
     const std::size_t before = cpu_alloc_stats().bytes_in_use;
     const Tensor loss = model->loss(tokens, tokens);
     return static_cast<double>(cpu_alloc_stats().bytes_in_use - before);
   };
   const double none = held(0);
   o.attention_memory = 1;
-  const double tiles = backward_memory(o, 65, batch).probs_bytes;
+  const double tiles = train::model::backward_memory(o, 65, batch).probs_bytes;
   CHECK(tiles == 2 * 2 * 3 * (64 * 64 + 64) * sizeof(float));
   CHECK(held(1) == none + tiles);
   CHECK(held(-1) == none + tiles);  // automatic: heads of 64 values
@@ -293,13 +293,13 @@ TEST_CASE("a command-line error is reported by rank 0 of a launch, and by a proc
 // ---- tasks -------------------------------------------------------------------------
 
 TEST_CASE("task generators give correct answers", "[train]") {
-  Task sort({TaskKind::sort, 8, 1, 10});
-  Problem p = sort.make({3, 1, 4, 1, 5, 9, 2, 6});
+  train::data::Task sort({train::data::TaskKind::sort, 8, 1, 10});
+  train::data::Problem p = sort.make({3, 1, 4, 1, 5, 9, 2, 6});
   CHECK(p.prompt == "31415926=");
   CHECK(p.answer == "11234569");
-  CHECK(Task({TaskKind::reverse, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "62951413");
-  CHECK(Task({TaskKind::copy, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "31415926");
-  Task add({TaskKind::add, 2, 1, 10});
+  CHECK(train::data::Task({train::data::TaskKind::reverse, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "62951413");
+  CHECK(train::data::Task({train::data::TaskKind::copy, 8, 1, 10}).make({3, 1, 4, 1, 5, 9, 2, 6}).answer == "31415926");
+  train::data::Task add({train::data::TaskKind::add, 2, 1, 10});
   p = add.make({0, 7, 4, 5});
   CHECK(p.prompt == "07+45=");
   CHECK(p.answer == "250");  // 52, least significant digit first, 3 digits
@@ -309,22 +309,22 @@ TEST_CASE("task generators give correct answers", "[train]") {
 
   // Every training draw is a valid problem: check the answers independently.
   for (std::uint64_t i = 0; i < 200; ++i) {
-    const Problem a = add.train_problem(i);
+    const train::data::Problem a = add.train_problem(i);
     const int x = std::stoi(a.prompt.substr(0, 2)), y = std::stoi(a.prompt.substr(3, 2));
     std::string want = fmt::format("{:03}", x + y);
     std::reverse(want.begin(), want.end());
     CHECK(a.answer == want);
-    const Problem s = sort.train_problem(i);
+    const train::data::Problem s = sort.train_problem(i);
     std::string digits = s.prompt.substr(0, 8);
     std::sort(digits.begin(), digits.end());
     CHECK(s.answer == digits);
   }
-  REQUIRE_THROWS_WITH(parse_task("mul"), Catch::Contains("[--task] unknown task 'mul'"));
+  REQUIRE_THROWS_WITH(train::data::parse_task("mul"), Catch::Contains("[--task] unknown task 'mul'"));
 }
 
 TEST_CASE("held-out problems never appear in training, and about one in ten is held out", "[train]") {
   // add with 2-digit operands: all 10,000 problems enumerated.
-  Task add({TaskKind::add, 2, 42, 100000});
+  train::data::Task add({train::data::TaskKind::add, 2, 42, 100000});
   std::set<std::string> heldout;
   for (const auto& p : add.heldout()) heldout.insert(p.prompt);
   CHECK(heldout.size() == add.heldout().size());  // distinct
@@ -337,30 +337,30 @@ TEST_CASE("held-out problems never appear in training, and about one in ten is h
   CHECK(trained.size() + heldout.size() == 10000);
 
   // sort with 8 digits: sampled held-out set, disjoint from 20,000 training draws.
-  Task sort({TaskKind::sort, 8, 42, 2000});
+  train::data::Task sort({train::data::TaskKind::sort, 8, 42, 2000});
   REQUIRE(sort.heldout().size() == 2000);
   std::set<std::string> sort_heldout;
   for (const auto& p : sort.heldout()) sort_heldout.insert(p.prompt);
   CHECK(sort_heldout.size() == 2000);
   for (std::uint64_t i = 0; i < 20000; ++i) CHECK(sort_heldout.count(sort.train_problem(i).prompt) == 0);
   // A different seed splits differently.
-  Task other({TaskKind::add, 2, 43, 100000});
+  train::data::Task other({train::data::TaskKind::add, 2, 43, 100000});
   std::set<std::string> other_heldout;
   for (const auto& p : other.heldout()) other_heldout.insert(p.prompt);
   CHECK(other_heldout != heldout);
 }
 
 TEST_CASE("task batches: loss only on answer positions, a pure function of the step", "[train]") {
-  Task sort({TaskKind::sort, 4, 7, 10});
-  const Batch b = sort.train_batch(3, 5, 8);
+  train::data::Task sort({train::data::TaskKind::sort, 4, 7, 10});
+  const train::data::Batch b = sort.train_batch(3, 5, 8);
   REQUIRE(b.tokens.sizes() == Shape{5, 8});
   const auto tokens = b.tokens.to_vector<std::int64_t>(), targets = b.targets.to_vector<std::int64_t>();
   for (int r = 0; r < 5; ++r) {
-    const Problem p = sort.train_problem(3 * 5 + r);
+    const train::data::Problem p = sort.train_problem(3 * 5 + r);
     CHECK(sort.tokenizer().decode({tokens.begin() + r * 8, tokens.begin() + r * 8 + 8}) == (p.prompt + p.answer).substr(0, 8));
     for (int t = 0; t < 8; ++t) {
       // Positions 0..3 predict prompt tokens 1..4 ("=" is the 5th): ignored; 4..7 predict the answer.
-      if (t < 4) CHECK(targets[r * 8 + t] == kIgnoreIndex);
+      if (t < 4) CHECK(targets[r * 8 + t] == train::data::kIgnoreIndex);
       else CHECK(sort.tokenizer().symbol(targets[r * 8 + t]) == static_cast<char32_t>(p.answer[t - 4]));
     }
   }
@@ -372,28 +372,28 @@ TEST_CASE("task batches: loss only on answer positions, a pure function of the s
 // ---- text ----------------------------------------------------------------------------
 
 TEST_CASE("UTF-8 decoding reports invalid bytes with their offset", "[train]") {
-  CHECK(utf8::decode("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80") == std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600});
-  CHECK(utf8::encode(std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600}) == "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");
-  REQUIRE_THROWS_WITH(utf8::decode("abc\xFF"), Catch::Contains("invalid UTF-8 at byte 3"));
-  REQUIRE_THROWS_WITH(utf8::decode("ab\xC3"), Catch::Contains("at byte 2") && Catch::Contains("truncated"));
-  REQUIRE_THROWS_WITH(utf8::decode("\xC0\xAF"), Catch::Contains("overlong"));
-  REQUIRE_THROWS_WITH(utf8::decode("x\xED\xA0\x80"), Catch::Contains("at byte 1") && Catch::Contains("surrogate"));
-  REQUIRE_THROWS_WITH(utf8::decode("\x80"), Catch::Contains("at byte 0"));
+  CHECK(train::data::decode_utf8("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80") == std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600});
+  CHECK(train::data::encode_utf8(std::vector<char32_t>{'a', 0xE9, 0x20AC, 0x1F600}) == "a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80");
+  REQUIRE_THROWS_WITH(train::data::decode_utf8("abc\xFF"), Catch::Contains("invalid UTF-8 at byte 3"));
+  REQUIRE_THROWS_WITH(train::data::decode_utf8("ab\xC3"), Catch::Contains("at byte 2") && Catch::Contains("truncated"));
+  REQUIRE_THROWS_WITH(train::data::decode_utf8("\xC0\xAF"), Catch::Contains("overlong"));
+  REQUIRE_THROWS_WITH(train::data::decode_utf8("x\xED\xA0\x80"), Catch::Contains("at byte 1") && Catch::Contains("surrogate"));
+  REQUIRE_THROWS_WITH(train::data::decode_utf8("\x80"), Catch::Contains("at byte 0"));
 }
 
 TEST_CASE("text data: vocabulary by code point, disjoint split, contiguous windows", "[train]") {
   const std::string text = "h\xC3\xA9llo w\xC3\xB6rld, " + long_english_text();
-  TextData data(text, "mem.txt", 5);
-  const Tokenizer& tok = data.tokenizer();
+  train::data::TextData data(text, "mem.txt", 5);
+  const train::data::Tokenizer& tok = data.tokenizer();
   CHECK(tok.contains(0xE9));
   CHECK(tok.contains(0xF6));
   CHECK(tok.decode(tok.encode(text)) == text);
-  const auto n = static_cast<std::int64_t>(utf8::decode(text).size());
+  const auto n = static_cast<std::int64_t>(train::data::decode_utf8(text).size());
   CHECK(data.train_tokens() + data.validation_tokens() == n);
   CHECK(std::abs(data.validation_tokens() - n / 10) <= 1);
   CHECK(data.unigram_entropy() > 1.0);
 
-  const Batch b = data.train_batch(2, 4, 16);
+  const train::data::Batch b = data.train_batch(2, 4, 16);
   REQUIRE(b.tokens.sizes() == Shape{4, 16});
   const auto x = b.tokens.to_vector<std::int64_t>(), y = b.targets.to_vector<std::int64_t>();
   const std::string train_text = tok.decode(tok.encode(text)).substr(0);  // same text
@@ -406,27 +406,27 @@ TEST_CASE("text data: vocabulary by code point, disjoint split, contiguous windo
       found = std::equal(x.begin() + r * 16, x.begin() + r * 16 + 16, ids.begin() + s) && ids[s + 16] == y[r * 16 + 15];
     CHECK(found);
   }
-  const Batch eval = data.eval_batch(0, 3, 16);
+  const train::data::Batch eval = data.eval_batch(0, 3, 16);
   CHECK(eval.tokens.to_vector<std::int64_t>()[0] == ids[data.train_tokens()]);  // validation starts after training
   REQUIRE_THROWS_WITH(data.train_batch(0, 1, 100000), Catch::Contains("[--data]") && Catch::Contains("too short"));
   // A checkpoint's vocabulary must cover a new file.
-  REQUIRE_THROWS_WITH(TextData("xyz!", "new.txt", 1, Tokenizer::from_text("xyz")),
+  REQUIRE_THROWS_WITH(train::data::TextData("xyz!", "new.txt", 1, train::data::Tokenizer::from_text("xyz")),
                       Catch::Contains("'!' is not in the model's vocabulary"));
-  REQUIRE(Tokenizer::from_json(tok.to_json()).size() == tok.size());
+  REQUIRE(train::data::Tokenizer::from_json(tok.to_json()).size() == tok.size());
 }
 
 // ---- schedule, clipping ---------------------------------------------------------------
 
 TEST_CASE("learning rate: linear warm-up then cosine to min_lr", "[train]") {
-  TrainOptions o;
+  train::TrainOptions o;
   o.lr = 1.0, o.warmup = 10, o.steps = 110, o.min_lr_ratio = 0.1;
-  CHECK(learning_rate(o, 1) == Approx(0.1));
-  CHECK(learning_rate(o, 10) == Approx(1.0));
-  CHECK(learning_rate(o, 60) == Approx(0.55));  // halfway through the cosine
-  CHECK(learning_rate(o, 110) == Approx(0.1));
+  CHECK(train::optim::learning_rate(o, 1) == Approx(0.1));
+  CHECK(train::optim::learning_rate(o, 10) == Approx(1.0));
+  CHECK(train::optim::learning_rate(o, 60) == Approx(0.55));  // halfway through the cosine
+  CHECK(train::optim::learning_rate(o, 110) == Approx(0.1));
   o.warmup = 0;
-  CHECK(learning_rate(o, 1) < 1.0);
-  CHECK(learning_rate(o, 1) > 0.99);
+  CHECK(train::optim::learning_rate(o, 1) < 1.0);
+  CHECK(train::optim::learning_rate(o, 1) > 0.99);
 }
 
 TEST_CASE("gradient clipping by global norm", "[train]") {
@@ -435,9 +435,9 @@ TEST_CASE("gradient clipping by global norm", "[train]") {
   a.set_grad(from({3, 0}, {2}));
   b.set_grad(from({4}, {1}));
   const std::vector<nn::NamedParameter> params = {{"a", a, true}, {"b", b, false}};
-  CHECK(clip_grad_norm(params, 10) == Approx(5));  // under the limit: unchanged
+  CHECK(train::optim::clip_grad_norm(params, 10) == Approx(5));  // under the limit: unchanged
   CHECK(a.grad().to_vector<float>() == std::vector<float>{3, 0});
-  CHECK(clip_grad_norm(params, 1) == Approx(5));
+  CHECK(train::optim::clip_grad_norm(params, 1) == Approx(5));
   CHECK(a.grad().to_vector<float>()[0] == Approx(0.6).epsilon(1e-5));
   CHECK(b.grad().to_vector<float>()[0] == Approx(0.8).epsilon(1e-5));
 }
@@ -449,7 +449,7 @@ TEST_CASE("safetensors round trip and layout", "[train]") {
   const Tensor d = from<double>({1e-300, 2.5}, {2});
   const Tensor i = from_vector(std::vector<std::int64_t>{-1, 2, 1LL << 40}, {3});
   const Tensor s = scalar_tensor(4.0);
-  const std::string bytes = serialize_safetensors({{"w", f}, {"d", d}, {"i", i}, {"s", s}, {"empty", zeros({0, 3})}},
+  const std::string bytes = train::output::serialize_safetensors({{"w", f}, {"d", d}, {"i", i}, {"s", s}, {"empty", zeros({0, 3})}},
                                                   {{"note", "héllo"}, {"json", "{\"a\": 1}"}});
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
@@ -463,7 +463,7 @@ TEST_CASE("safetensors round trip and layout", "[train]") {
   CHECK(header["__metadata__"]["note"] == "héllo");
   CHECK(bytes.size() == 8 + n + 24 + 16 + 24 + 4);
 
-  const Safetensors back = parse_safetensors(bytes);
+  const train::output::Safetensors back = train::output::parse_safetensors(bytes);
   CHECK(same_bits(back.tensors.at("w"), f));
   CHECK(same_bits(back.tensors.at("d"), d));
   CHECK(same_bits(back.tensors.at("i"), i));
@@ -473,19 +473,19 @@ TEST_CASE("safetensors round trip and layout", "[train]") {
 
   // A non-contiguous view is written as its values.
   const Tensor t = transpose(f, 0, 1);
-  CHECK(same_bits(parse_safetensors(serialize_safetensors({{"t", t}})).tensors.at("t"), contiguous(t)));
-  REQUIRE_THROWS_WITH(serialize_safetensors({{"m", zeros({2}, {DType::b8})}}), Catch::Contains("'m'"));
+  CHECK(same_bits(train::output::parse_safetensors(train::output::serialize_safetensors({{"t", t}})).tensors.at("t"), contiguous(t)));
+  REQUIRE_THROWS_WITH(train::output::serialize_safetensors({{"m", zeros({2}, {DType::b8})}}), Catch::Contains("'m'"));
 
   TempDir tmp;
-  save_safetensors(tmp / "x.safetensors", {{"w", f}}, {{"k", "v"}});
-  CHECK(same_bits(load_safetensors(tmp / "x.safetensors").tensors.at("w"), f));
+  train::output::save_safetensors(tmp / "x.safetensors", {{"w", f}}, {{"k", "v"}});
+  CHECK(same_bits(train::output::load_safetensors(tmp / "x.safetensors").tensors.at("w"), f));
   for (const auto& entry : fs::directory_iterator(tmp.path))  // no temporary left behind
     CHECK(entry.path().filename() == "x.safetensors");
-  REQUIRE_THROWS_WITH(save_safetensors(tmp / "no/such/dir/x.safetensors", {{"w", f}}), Catch::Contains("cannot write"));
+  REQUIRE_THROWS_WITH(train::output::save_safetensors(tmp / "no/such/dir/x.safetensors", {{"w", f}}), Catch::Contains("cannot write"));
 }
 
 TEST_CASE("malformed safetensors files give clear errors", "[train]") {
-  const std::string good = serialize_safetensors({{"a", from({1, 2}, {2})}, {"b", from({3, 4, 5}, {3})}});
+  const std::string good = train::output::serialize_safetensors({{"a", from({1, 2}, {2})}, {"b", from({3, 4, 5}, {3})}});
   std::uint64_t n;
   std::memcpy(&n, good.data(), 8);
   const std::string data = good.substr(8 + n);
@@ -509,7 +509,7 @@ TEST_CASE("malformed safetensors files give clear errors", "[train]") {
       {good.substr(0, 8 + n - 3), "truncated"},
       {good.substr(0, good.size() - 4), "out of range: the data section holds 16 bytes"},
       {good + "xx", "the data section holds 22 bytes but the tensors cover 20"},
-      {with_length(kMaxSafetensorsHeader + 1), "exceeds the limit"},
+      {with_length(train::output::kMaxSafetensorsHeader + 1), "exceeds the limit"},
       {with_length(~std::uint64_t{0}), "exceeds the limit"},
       {with_header("{not json", ""), "not valid JSON"},
       {with_header("[1, 2]", ""), "must be a JSON object"},
@@ -535,10 +535,10 @@ TEST_CASE("malformed safetensors files give clear errors", "[train]") {
   };
   for (const Case& c : cases) {
     INFO(c.expect);
-    REQUIRE_THROWS_WITH(parse_safetensors(c.bytes, "f.safetensors"),
+    REQUIRE_THROWS_WITH(train::output::parse_safetensors(c.bytes, "f.safetensors"),
                         Catch::Contains("[f.safetensors]") && Catch::Contains(c.expect));
   }
-  CHECK(parse_safetensors(with_header(R"({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", data.substr(0, 8)))
+  CHECK(train::output::parse_safetensors(with_header(R"({"a": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", data.substr(0, 8)))
             .tensors.size() == 1);
 }
 
@@ -546,8 +546,8 @@ TEST_CASE("malformed safetensors files give clear errors", "[train]") {
 
 TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]") {
   TempDir tmp;
-  TrainOptions o = tiny(tmp / "run");
-  const TrainSummary s = train_command(o, null_out());
+  train::TrainOptions o = tiny(tmp / "run");
+  const train::cli::TrainSummary s = train::cli::train_command(o, null_out());
   CHECK(s.steps_done == 6);
   REQUIRE(s.accuracy.has_value());
   CHECK(std::isfinite(s.val_loss));
@@ -588,7 +588,7 @@ TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]
   for (std::size_t p = svg.find("/>"); p != std::string::npos; p = svg.find("/>", p + 1)) ++self_closed;
   CHECK(opened == closed + self_closed);
 
-  const LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
+  const train::output::LoadedCheckpoint ck = train::output::load_checkpoint(tmp / "run/ckpt.safetensors");
   CHECK(ck.info.step == 6);
   CHECK(ck.info.config.task == "sort");
   CHECK(ck.info.config.width == 16);
@@ -600,36 +600,36 @@ TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]
 
 TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary, bad checkpoints refused", "[train]") {
   TempDir tmp;
-  TrainOptions o = tiny(tmp / "run");
+  train::TrainOptions o = tiny(tmp / "run");
   o.dropout = 0.1;
-  train_command(o, null_out());
+  train::cli::train_command(o, null_out());
   const std::string path = tmp / "run/ckpt.safetensors";
-  const LoadedCheckpoint a = load_checkpoint(path);
+  const train::output::LoadedCheckpoint a = train::output::load_checkpoint(path);
   // Save what was loaded and load it again: every tensor and the metadata survive.
-  save_checkpoint(tmp / "again.safetensors", *a.model, nullptr, a.info);
-  const LoadedCheckpoint b = load_checkpoint(tmp / "again.safetensors");
+  train::output::save_checkpoint(tmp / "again.safetensors", *a.model, nullptr, a.info);
+  const train::output::LoadedCheckpoint b = train::output::load_checkpoint(tmp / "again.safetensors");
   const auto pa = a.model->named_parameters(), pb = b.model->named_parameters();
   REQUIRE(pa.size() == pb.size());
   for (std::size_t k = 0; k < pa.size(); ++k) {
     CHECK(pa[k].name == pb[k].name);
     CHECK(same_bits(pa[k].tensor, pb[k].tensor));
   }
-  CHECK(config_to_json(a.info.config) == config_to_json(b.info.config));
+  CHECK(train::config_to_json(a.info.config) == train::config_to_json(b.info.config));
   CHECK(a.info.tokenizer.to_json() == b.info.tokenizer.to_json());
   CHECK(a.model->drop.generator->offset() == b.model->drop.generator->offset());
   CHECK(a.model->drop.generator->offset() > 0);  // dropout drew numbers
 
   // Not a checkpoint, a wrong shape, a truncated file.
-  save_safetensors(tmp / "plain.safetensors", {{"w", zeros({2})}});
-  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "plain.safetensors"), Catch::Contains("not an attograd checkpoint"));
-  Safetensors raw = load_safetensors(path);
+  train::output::save_safetensors(tmp / "plain.safetensors", {{"w", zeros({2})}});
+  REQUIRE_THROWS_WITH(train::output::load_checkpoint(tmp / "plain.safetensors"), Catch::Contains("not an attograd checkpoint"));
+  train::output::Safetensors raw = train::output::load_safetensors(path);
   raw.tensors["wpe.weight"] = zeros({3, 16});
-  NamedTensors named(raw.tensors.begin(), raw.tensors.end());
-  save_safetensors(tmp / "shape.safetensors", named, raw.metadata);
-  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "shape.safetensors"), Catch::Contains("wpe.weight"));
+  train::output::NamedTensors named(raw.tensors.begin(), raw.tensors.end());
+  train::output::save_safetensors(tmp / "shape.safetensors", named, raw.metadata);
+  REQUIRE_THROWS_WITH(train::output::load_checkpoint(tmp / "shape.safetensors"), Catch::Contains("wpe.weight"));
   const std::string bytes = file_text(path);
   write_text(tmp / "cut.safetensors", bytes.substr(0, bytes.size() / 2));
-  REQUIRE_THROWS_WITH(load_checkpoint(tmp / "cut.safetensors"), Catch::Contains("cut.safetensors"));
+  REQUIRE_THROWS_WITH(train::output::load_checkpoint(tmp / "cut.safetensors"), Catch::Contains("cut.safetensors"));
   const CliResult r = cli({"sample", "--ckpt", tmp / "cut.safetensors"});
   CHECK(r.code != 0);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
@@ -638,25 +638,25 @@ TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary, bad ch
 TEST_CASE("resume: N steps + N resumed steps give bitwise the parameters of 2N steps", "[train]") {
   for (const std::string optimizer : {"adamw", "sgd"}) {
     TempDir tmp;
-    TrainOptions whole = tiny(tmp / "whole");
+    train::TrainOptions whole = tiny(tmp / "whole");
     whole.dropout = 0.2;  // the dropout generator's state must be restored too
     whole.optimizer = optimizer;
     whole.steps = 8;
-    train_command(whole, null_out());
+    train::cli::train_command(whole, null_out());
 
-    TrainOptions first = whole;
+    train::TrainOptions first = whole;
     first.out = tmp / "split";
     first.stop_at = 4;
-    CHECK(train_command(first, null_out()).steps_done == 4);
-    TrainOptions rest;
+    CHECK(train::cli::train_command(first, null_out()).steps_done == 4);
+    train::TrainOptions rest;
     rest.resume = tmp / "split/ckpt.safetensors";
     rest.quiet = true;
     rest.steps = 0;          // the checkpoint's
     rest.eval_interval = 3;  // the run's own setting, as the whole run's
-    CHECK(train_command(rest, null_out()).steps_done == 8);
+    CHECK(train::cli::train_command(rest, null_out()).steps_done == 8);
 
-    const Safetensors a = load_safetensors(tmp / "whole/ckpt.safetensors");
-    const Safetensors b = load_safetensors(tmp / "split/ckpt.safetensors");
+    const train::output::Safetensors a = train::output::load_safetensors(tmp / "whole/ckpt.safetensors");
+    const train::output::Safetensors b = train::output::load_safetensors(tmp / "split/ckpt.safetensors");
     REQUIRE(a.tensors.size() == b.tensors.size());
     INFO(optimizer);
     for (const auto& [name, t] : a.tensors) {
@@ -673,7 +673,7 @@ TEST_CASE("resume: N steps + N resumed steps give bitwise the parameters of 2N s
   }
   // Model flags cannot change on resume.
   TempDir tmp;
-  train_command(tiny(tmp / "r"), null_out());
+  train::cli::train_command(tiny(tmp / "r"), null_out());
   const CliResult r = cli({"train", "--resume", tmp / "r/ckpt.safetensors", "--width", "32"});
   CHECK(r.code != 0);
   CHECK_THAT(r.err, Catch::Contains("[--resume] --width cannot be changed"));
@@ -682,10 +682,10 @@ TEST_CASE("resume: N steps + N resumed steps give bitwise the parameters of 2N s
 TEST_CASE("same seed and threads give the same loss curve, another seed does not", "[train]") {
   TempDir tmp;
   const auto losses = [&](const std::string& dir, std::uint64_t seed) {
-    TrainOptions o = tiny(tmp / dir, "add");
+    train::TrainOptions o = tiny(tmp / dir, "add");
     o.seed = seed;
     o.dropout = 0.1;
-    train_command(o, null_out());
+    train::cli::train_command(o, null_out());
     std::vector<double> out;
     std::ifstream in(tmp / dir + "/metrics.jsonl");
     std::string line;
@@ -710,12 +710,12 @@ TEST_CASE("text runs: train, eval and sample on a small file", "[train]") {
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Catch::Contains("unigram entropy"));
   const std::string ckpt = tmp / "run/ckpt.safetensors";
-  const EvalSummary e = eval_command({.ckpt = ckpt}, null_out());
+  const train::cli::EvalSummary e = train::cli::eval_command({.ckpt = ckpt}, null_out());
   CHECK(e.loss > 0);
   CHECK_FALSE(e.accuracy.has_value());
-  const std::string text = sample_command({.ckpt = ckpt, .prompt = "The ", .tokens = 20, .seed = 3}, null_out());
+  const std::string text = train::cli::sample_command({.ckpt = ckpt, .prompt = "The ", .tokens = 20, .seed = 3}, null_out());
   CHECK(text.rfind("The ", 0) == 0);
-  CHECK(utf8::decode(text).size() == 24);
+  CHECK(train::data::decode_utf8(text).size() == 24);
   const CliResult bad = cli({"sample", "--ckpt", ckpt, "--prompt", "Zebra"});
   CHECK(bad.code != 0);
   CHECK_THAT(bad.err, Catch::Contains("[--prompt] 'Z' is not in the model's vocabulary"));
@@ -738,7 +738,7 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
 
   // The windows, worked out here from the file: the last 10% of its characters, tiled from the start
   // by non-overlapping windows of block inputs and block shifted targets.
-  LoadedCheckpoint ck = load_checkpoint(ckpt);
+  train::output::LoadedCheckpoint ck = train::output::load_checkpoint(ckpt);
   const std::vector<std::int64_t> ids = ck.info.tokenizer.encode(text);
   const auto n = static_cast<std::int64_t>(ids.size());
   const std::int64_t split = std::llround(static_cast<double>(n) * 0.9);
@@ -779,8 +779,8 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
   REQUIRE(all.code == 0);
   CHECK_THAT(all.out, Catch::Contains(fmt::format("over the whole validation split: all {} windows of 4 characters "
                                                   "({} tokens)",
-                                                  windows, thousands(windows * block))));
-  const EvalSummary e = eval_command({.ckpt = ckpt}, null_out());
+                                                  windows, train::model::thousands(windows * block))));
+  const train::cli::EvalSummary e = train::cli::eval_command({.ckpt = ckpt}, null_out());
   CHECK(e.examples == windows);
   CHECK(e.heldout == windows);
   CHECK(e.targets == windows * block);
@@ -793,12 +793,12 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
   CHECK_THAT(capped.out, Catch::Contains(fmt::format("over the first 500 of {} windows of 4 characters of the "
                                                      "validation split (2,000 tokens; --max-batches 1 of 2 batches)",
                                                      windows)));
-  const EvalSummary first = eval_command({.ckpt = ckpt, .max_batches = 1}, null_out());
+  const train::cli::EvalSummary first = train::cli::eval_command({.ckpt = ckpt, .max_batches = 1}, null_out());
   CHECK(first.examples == 500);
   CHECK(first.heldout == windows);
   CHECK(first.loss == Approx(mean_loss(500)).margin(1e-5));
   for (const std::int64_t n_batches : {2, 3, 1000000})
-    CHECK(eval_command({.ckpt = ckpt, .max_batches = n_batches}, null_out()).examples == windows);
+    CHECK(train::cli::eval_command({.ckpt = ckpt, .max_batches = n_batches}, null_out()).examples == windows);
 
   // Bad values: one line naming the flag and the value, a non-zero exit.
   for (const std::string bad : {"0", "-1", "two", "99999999999999999999"}) {
@@ -813,7 +813,7 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
 
 TEST_CASE("a long pass shows its progress after a delay: in place on a terminal, every tenth otherwise", "[train]") {
   std::FILE* plain = std::tmpfile();
-  CountProgress lines(plain, "eval", "windows", {.interactive = false, .delay_s = 0});
+  train::cli::CountProgress lines(plain, "eval", "windows", {.interactive = false, .delay_s = 0});
   for (int done = 1; done <= 20; ++done) lines.update(done, 20);
   lines.finish();
   // 2, 4, ..., 18 of 20: nine lines; the end is the caller's own line.
@@ -824,13 +824,13 @@ TEST_CASE("a long pass shows its progress after a delay: in place on a terminal,
   CHECK(text.find('\r') == std::string::npos);
 
   std::FILE* terminal = std::tmpfile();
-  CountProgress live(terminal, "eval", "windows", {.interactive = true, .delay_s = 0});
+  train::cli::CountProgress live(terminal, "eval", "windows", {.interactive = true, .delay_s = 0});
   live.update(3, 10);
   live.finish();
   CHECK(read_all(terminal) == "\r\033[Keval: 3/10 windows (30%)  ETA 0:00\r\033[K");
 
   std::FILE* quiet = std::tmpfile();
-  CountProgress short_pass(quiet, "eval", "windows", {.interactive = false, .delay_s = 60});
+  train::cli::CountProgress short_pass(quiet, "eval", "windows", {.interactive = false, .delay_s = 60});
   for (int done = 1; done <= 10; ++done) short_pass.update(done, 10);
   short_pass.finish();
   CHECK(read_all(quiet).empty());
@@ -839,45 +839,45 @@ TEST_CASE("a long pass shows its progress after a delay: in place on a terminal,
 // ---- generation, evaluation, attention ----------------------------------------------------
 
 TEST_CASE("generation with the KV cache gives the tokens of generation without it", "[train]") {
-  TrainOptions o = tiny("unused");
+  train::TrainOptions o = tiny("unused");
   o.block = 12;
-  auto model = build_model(o, 12);
+  auto model = train::model::build_model(o, 12);
   const std::vector<std::int64_t> prompt = {1, 2, 3, 4, 5};
   for (const double temperature : {0.0, 1.0, 0.7}) {
-    GenerateOptions g{.tokens = 30, .temperature = temperature, .top_k = temperature == 0.7 ? 3 : 0, .seed = 9};
+    train::model::GenerateOptions g{.tokens = 30, .temperature = temperature, .top_k = temperature == 0.7 ? 3 : 0, .seed = 9};
     // 30 tokens past a 12-token block: the context restarts (and the cache refills) several times.
     g.use_cache = true;
-    const auto cached = generate(*model, prompt, g);
+    const auto cached = train::model::generate(*model, prompt, g);
     g.use_cache = false;
-    const auto uncached = generate(*model, prompt, g);
+    const auto uncached = train::model::generate(*model, prompt, g);
     INFO("temperature " << temperature);
     CHECK(cached.size() == 35);
     CHECK(cached == uncached);
   }
   // A prompt longer than the block is cropped, not refused.
   const std::vector<std::int64_t> long_prompt(20, 3);
-  CHECK(generate(*model, long_prompt, {.tokens = 2}).size() == 22);
-  REQUIRE_THROWS_WITH(generate(*model, {}, {}), Catch::Contains("prompt"));
+  CHECK(train::model::generate(*model, long_prompt, {.tokens = 2}).size() == 22);
+  REQUIRE_THROWS_WITH(train::model::generate(*model, {}, {}), Catch::Contains("prompt"));
   // pick_token: greedy is argmax, top-1 is argmax at any temperature.
   const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
-  CHECK(pick_token(logits, {.temperature = 0}, 0.99) == 1);
-  CHECK(pick_token(logits, {.temperature = 5, .top_k = 1}, 0.99) == 1);
-  CHECK(pick_token(logits, {.temperature = 1, .top_k = 2}, 0.999) == 3);
-  CHECK(pick_token(logits, {.temperature = 1}, 0.0) == 0);
+  CHECK(train::model::pick_token(logits, {.temperature = 0}, 0.99) == 1);
+  CHECK(train::model::pick_token(logits, {.temperature = 5, .top_k = 1}, 0.99) == 1);
+  CHECK(train::model::pick_token(logits, {.temperature = 1, .top_k = 2}, 0.999) == 3);
+  CHECK(train::model::pick_token(logits, {.temperature = 1}, 0.0) == 0);
 }
 
 TEST_CASE("exact match from one forward pass equals greedy decoding of every answer", "[train]") {
   TempDir tmp;
-  TrainOptions o = tiny(tmp / "run", "add");
+  train::TrainOptions o = tiny(tmp / "run", "add");
   o.layers = 2, o.width = 32, o.batch = 32, o.steps = 200, o.warmup = 10, o.eval_interval = 200, o.heldout = 120;
-  train_command(o, null_out());
-  LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
-  Task task({TaskKind::add, 2, o.seed, o.heldout});
-  const EvalResult fast = evaluate(*ck.model, task);
+  train::cli::train_command(o, null_out());
+  train::output::LoadedCheckpoint ck = train::output::load_checkpoint(tmp / "run/ckpt.safetensors");
+  train::data::Task task({train::data::TaskKind::add, 2, o.seed, o.heldout});
+  const train::model::EvalResult fast = train::model::evaluate(*ck.model, task);
   std::int64_t exact = 0;
-  const Tokenizer& tok = task.tokenizer();
-  for (const Problem& p : task.heldout()) {
-    const auto seq = generate(*ck.model, tok.encode(p.prompt),
+  const train::data::Tokenizer& tok = task.tokenizer();
+  for (const train::data::Problem& p : task.heldout()) {
+    const auto seq = train::model::generate(*ck.model, tok.encode(p.prompt),
                               {.tokens = static_cast<std::int64_t>(p.answer.size()), .temperature = 0});
     exact += tok.decode({seq.begin() + static_cast<std::ptrdiff_t>(p.prompt.size()), seq.end()}) == p.answer;
   }
@@ -888,7 +888,7 @@ TEST_CASE("exact match from one forward pass equals greedy decoding of every ans
   CHECK(exact > 0);
   CHECK(exact < static_cast<std::int64_t>(task.heldout().size()));
   // `eval` on a task reads every held-out problem, as training's evaluations do.
-  const EvalSummary e = eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
+  const train::cli::EvalSummary e = train::cli::eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
   CHECK(e.accuracy == fast.accuracy);
   CHECK(e.examples == static_cast<std::int64_t>(task.heldout().size()));
   CHECK(e.heldout == e.examples);
@@ -900,10 +900,10 @@ TEST_CASE("exact match from one forward pass equals greedy decoding of every ans
 
 TEST_CASE("attention command draws every head as a causal heat map", "[train]") {
   TempDir tmp;
-  train_command(tiny(tmp / "run"), null_out());
-  LoadedCheckpoint ck = load_checkpoint(tmp / "run/ckpt.safetensors");
+  train::cli::train_command(tiny(tmp / "run"), null_out());
+  train::output::LoadedCheckpoint ck = train::output::load_checkpoint(tmp / "run/ckpt.safetensors");
   const Tensor tokens = from_vector(ck.info.tokenizer.encode("3141="), {1, 5});
-  const auto maps = attention_weights(*ck.model, tokens);
+  const auto maps = train::model::attention_weights(*ck.model, tokens);
   REQUIRE(maps.size() == 1);     // layers
   REQUIRE(maps[0].size() == 2);  // heads
   for (const auto& head : maps[0]) {
@@ -942,7 +942,7 @@ TEST_CASE("the default run and the add preset reach 99% held-out exact match", "
     const CliResult r = cli(args);
     INFO(r.out << r.err);
     REQUIRE(r.code == 0);
-    const EvalSummary e = eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
+    const train::cli::EvalSummary e = train::cli::eval_command({.ckpt = tmp / "run/ckpt.safetensors"}, null_out());
     REQUIRE(e.accuracy.has_value());
     CHECK(*e.accuracy >= 0.99);
     CHECK(e.examples >= 900);

@@ -9,9 +9,9 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
-#include "train/tasks.h"
+#include "train/data/tasks.h"
 
-namespace attograd {
+namespace attograd::train {
 
 TrainOptions preset_for(const TrainOptions& options, bool task_size_given) {
   TrainOptions p;  // the sort preset: the struct's defaults
@@ -19,10 +19,10 @@ TrainOptions preset_for(const TrainOptions& options, bool task_size_given) {
   p.data = options.data;
   if (options.data.empty()) {
     // The context is exactly one problem; an unknown task is left for validate() to report.
-    for (TaskKind kind : {TaskKind::sort, TaskKind::reverse, TaskKind::copy, TaskKind::add})
-      if (options.task == task_name(kind)) {
-        p.task_size = task_size_given ? options.task_size : default_task_size(kind);
-        if (p.task_size >= 1 && p.task_size <= Task::kMaxSize) p.block = task_sequence_length(kind, p.task_size) - 1;
+    for (data::TaskKind kind : {data::TaskKind::sort, data::TaskKind::reverse, data::TaskKind::copy, data::TaskKind::add})
+      if (options.task == data::task_name(kind)) {
+        p.task_size = task_size_given ? options.task_size : data::default_task_size(kind);
+        if (p.task_size >= 1 && p.task_size <= data::Task::kMaxSize) p.block = data::task_sequence_length(kind, p.task_size) - 1;
       }
   }
   if (!options.data.empty()) {
@@ -41,11 +41,11 @@ TrainOptions preset_for(const TrainOptions& options, bool task_size_given) {
 
 void validate(const TrainOptions& o) {
   if (o.data.empty()) {
-    parse_task(o.task);  // "[--task] unknown task 'x' (sort, reverse, copy, add)"
-    AG_CHECK(o.task_size >= 1 && o.task_size <= Task::kMaxSize, "--task-size", "must be in [1, {}], got {}",
-             Task::kMaxSize, o.task_size);
+    data::parse_task(o.task);  // "[--task] unknown task 'x' (sort, reverse, copy, add)"
+    AG_CHECK(o.task_size >= 1 && o.task_size <= data::Task::kMaxSize, "--task-size", "must be in [1, {}], got {}",
+             data::Task::kMaxSize, o.task_size);
     AG_CHECK(o.heldout >= 1 && o.heldout <= 100000, "--heldout", "must be in [1, 100000], got {}", o.heldout);
-    const std::int64_t needed = task_sequence_length(parse_task(o.task), o.task_size) - 1;
+    const std::int64_t needed = data::task_sequence_length(data::parse_task(o.task), o.task_size) - 1;
     AG_CHECK(o.block >= needed, "--block", "{} with --task-size {} needs a block of at least {}, got {}", o.task,
              o.task_size, needed, o.block);
   }
@@ -209,4 +209,8 @@ TrainOptions config_from_json(const std::string& json) {
   return o;
 }
 
-}  // namespace attograd
+data::DatasetSpec dataset_spec(const TrainOptions& o) {
+  return {.text_file = o.data, .task = o.task, .task_size = o.task_size, .heldout = o.heldout, .seed = o.seed};
+}
+
+}  // namespace attograd::train

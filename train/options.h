@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace attograd {
+#include "train/data/dataset.h"
+
+namespace attograd::train {
 
 struct TrainOptions {
   // ---- data: a synthetic task, or character-level text when `data` is set
@@ -49,7 +51,7 @@ struct TrainOptions {
   // ---- data parallelism (mpirun -np N attograd train ...): how, not what, is computed
   std::int64_t grad_accum = 1;      // micro-batches per process and step (their gradients add up)
   bool shard_optimizer = false;     // ZeRO-1: each process keeps 1/N of the optimizer state
-  // Pieces of every step's batch summed in one fixed order (train/fixed_split.h): the same bits
+  // Pieces of every step's batch summed in one fixed order (train/distributed/fixed_split.h): the same bits
   // on any process count dividing it. 0: off (the buckets' all-reduce, overlapping backward).
   std::int64_t fixed_split = 0;
 };
@@ -68,8 +70,11 @@ void validate(const TrainOptions& options);
 // for telling which flag differs between the processes of one run.
 std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions& options);
 
+// The data the options name (--data, or --task with its size, held-out count and seed).
+data::DatasetSpec dataset_spec(const TrainOptions& options);
+
 // The JSON saved in checkpoints (data, model and optimisation fields) and back.
 std::string config_to_json(const TrainOptions& options);
 TrainOptions config_from_json(const std::string& json);  // run fields keep their defaults
 
-}  // namespace attograd
+}  // namespace attograd::train

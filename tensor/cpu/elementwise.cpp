@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/device_kernels.h"
 
 namespace attograd::cpu {
 namespace {

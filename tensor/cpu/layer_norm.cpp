@@ -21,9 +21,10 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cpu/rows.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {
@@ -194,9 +195,7 @@ void backward_rows_of(const BackwardRows<double>& io, std::int64_t r0, std::int6
 
 kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                             double eps) {
-  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
-  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
-                               empty(row_sizes, x.options())};
+  const kernels::LayerNormResult out = layer_norm_outputs(x);
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {

@@ -10,29 +10,11 @@
 #include <cblas.h>
 
 #include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {
 namespace {
-
-struct BlasOperand {
-  Tensor t;          // a view BLAS can read
-  bool transposed;   // column-major in its last two dims
-  std::int64_t ld;   // leading dimension
-};
-
-BlasOperand as_blas_operand(const Tensor& x) {
-  const std::int64_t nd = x.dim(), rows = x.sizes()[nd - 2], cols = x.sizes()[nd - 1];
-  const std::int64_t rs = x.strides()[nd - 2], cs = x.strides()[nd - 1];
-  // A size-1 dim's stride is arbitrary; BLAS only needs ld >= the other extent.
-  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= std::max<std::int64_t>(cols, 1)))
-    return {x, false, std::max<std::int64_t>({rows == 1 ? cols : rs, cols, 1})};
-  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= std::max<std::int64_t>(rows, 1)))
-    return {x, true, std::max<std::int64_t>({cols == 1 ? rows : cs, rows, 1})};
-  Tensor packed = empty(x.sizes(), x.options());
-  copy_(packed, x);
-  return {packed, false, std::max<std::int64_t>(cols, 1)};
-}
 
 // C = op(A) op(B), plus bias[j] in every row when bias is given: the bias is
 // written into C first and the product accumulated onto it (beta = 1), which
@@ -59,17 +41,14 @@ constexpr std::int64_t kMinParallelFlops = 4 << 20;
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
-  Shape out_shape = batch_shape;
-  out_shape.push_back(m);
-  out_shape.push_back(n);
-  Tensor out = empty(out_shape, a_in.options());
+  Tensor out = matmul_output(a_in, b_in, batch_shape);
   if (out.numel() == 0) return out;
   if (k == 0) {
     fill_(out, 0);
     if (bias.defined()) add_(out, bias, 1.0);
     return out;
   }
-  const BlasOperand a = as_blas_operand(a_in), b = as_blas_operand(b_in);
+  const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
   // Per-batch element offsets, with broadcast batch dims stepping by 0.
   auto batch_strides = [&](const Tensor& t) {
     Shape sizes(t.sizes().begin(), t.sizes().end() - 2), strides(t.strides().begin(), t.strides().end() - 2);

@@ -1,8 +1,8 @@
 // Random masks on the CPU, drawn from the counter-based Philox stream of
 // base/philox.h so that any device reproduces them from (seed, offset).
-#include "tensor/device_kernels.h"
 #include "tensor/cpu/philox_block.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/device_kernels.h"
 #include "tensor/parallel.h"
 #include "tensor/rng.h"
 

@@ -5,8 +5,9 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cpu/loops.h"
+#include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 
 namespace attograd::cpu {
 
@@ -90,13 +91,6 @@ bool as_matrix_reduction(const Tensor& x, const std::vector<int>& dims, std::int
     rows = 1;
   }
   return true;
-}
-
-Tensor squeeze_dims(const Tensor& kept_result, const Shape& kept, const std::vector<int>& dims) {
-  Shape squeezed;
-  for (std::size_t d = 0; d < kept.size(); ++d)
-    if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) == dims.end()) squeezed.push_back(kept[d]);
-  return make_view(kept_result, squeezed, contiguous_strides(squeezed), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "tensor/cpu/vec_math.h"
 #include "tensor/parallel.h"
+#include "tensor/kernel_common.h"
 #include "tensor/tensor.h"
 
 namespace attograd::cpu {
@@ -32,17 +33,6 @@ AG_ALWAYS_INLINE double lane_sum(std::int64_t n, Term term) {
 // Rows per thread chunk: enough that a chunk is worth a thread.
 inline std::int64_t row_grain(std::int64_t n) {
   return std::max<std::int64_t>(1, kParallelGrain / std::max<std::int64_t>(n, 1));
-}
-
-// (rows, n) of a tensor whose last dim is n; no rows when it holds no elements.
-struct RowShape {
-  std::int64_t rows, n;
-};
-// Callers copy the fields into locals, not a structured binding: clang 14 (Debian 12's,
-// used by the sanitizer and fuzzing build) cannot capture those in lambdas.
-inline RowShape row_shape(const Tensor& x) {
-  const std::int64_t n = x.size(-1);
-  return {n == 0 ? 0 : x.numel() / n, n};
 }
 
 }  // namespace attograd::cpu

@@ -8,9 +8,10 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cpu/rows.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu {

@@ -1,7 +1,7 @@
 // Elementwise ops on CUDA tensors: each builds the strided layout of its loop
 // (tensor/cuda/launch.h) and calls its launcher in cuda/elementwise.cu.
-#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
 Tensor unary(kernels::Unary op, const Tensor& x, double s) {

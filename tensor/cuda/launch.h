@@ -9,6 +9,7 @@
 
 #include "cuda/launchers.h"
 #include "cuda/stream.h"
+#include "tensor/kernel_common.h"
 #include "tensor/tensor.h"
 
 namespace attograd::gpu {
@@ -73,15 +74,6 @@ inline cuda::ReduceLayout reduce_layout_of(const char* op, const Tensor& x, cons
     (is_reduced ? reduced_strides : kept_strides).push_back(x.strides()[d]);
   }
   return {collapse<1>(op, kept_sizes, {kept_strides}), collapse<1>(op, reduced_sizes, {reduced_strides})};
-}
-
-// (rows, n) of a tensor reduced over its last dim of n; no rows when it holds no elements.
-struct RowShape {
-  std::int64_t rows, n;
-};
-inline RowShape row_shape(const Tensor& x) {
-  const std::int64_t n = x.size(-1);
-  return {n == 0 ? 0 : x.numel() / n, n};
 }
 
 }  // namespace attograd::gpu

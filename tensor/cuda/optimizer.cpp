@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
 

@@ -1,7 +1,7 @@
 // Dropout masks on CUDA, drawn from the same Philox stream as the CPU's
 // (tensor/cpu/random.cpp): same seed and offset, same mask.
-#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
 

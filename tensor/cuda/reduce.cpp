@@ -3,19 +3,12 @@
 // them. Results have the CPU's shapes: the reduced dims kept as 1 or dropped.
 #include <algorithm>
 
-#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 
 namespace attograd::gpu {
 namespace {
-
-// A contiguous `t` of shape `kept` seen without the dims in `dims` (keepdim = false).
-Tensor squeeze_dims(const Tensor& t, const Shape& kept, const std::vector<int>& dims) {
-  Shape squeezed;
-  for (std::size_t d = 0; d < kept.size(); ++d)
-    if (std::find(dims.begin(), dims.end(), static_cast<int>(d)) == dims.end()) squeezed.push_back(kept[d]);
-  return make_view(t, squeezed, contiguous_strides(squeezed), 0);
-}
 
 }  // namespace
 

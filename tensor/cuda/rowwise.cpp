@@ -1,7 +1,8 @@
 // Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
 // Inputs arrive contiguous (tensor/dispatch.cpp) and are read as (rows, n), as on the CPU.
-#include "tensor/device_kernels.h"
 #include "tensor/cuda/launch.h"
+#include "tensor/device_kernels.h"
+#include "tensor/kernel_common.h"
 
 namespace attograd::gpu {
 namespace {
@@ -34,37 +35,28 @@ const T* data_or_null(const Tensor& t) {
 
 // ---- softmax ---------------------------------------------------------------------------
 
+// The launchers take (out, inputs..., rows, n, stream), as row_op and row_op_backward pass them.
 Tensor softmax_forward(const Tensor& x) {
-  return row_op("softmax", x, [](auto* y, const auto* xs, std::int64_t rows, std::int64_t n, cudaStream_t s) {
-    cuda::softmax_forward(y, xs, rows, n, s);
-  });
+  return row_op("softmax", x, [](auto... args) { cuda::softmax_forward(args...); });
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
-  return row_op_backward("softmax backward", y, dy,
-                         [](auto* dx, const auto* ys, const auto* dys, std::int64_t rows, std::int64_t n,
-                            cudaStream_t s) { cuda::softmax_backward(dx, ys, dys, rows, n, s); });
+  return row_op_backward("softmax backward", y, dy, [](auto... args) { cuda::softmax_backward(args...); });
 }
 
 Tensor log_softmax_forward(const Tensor& x) {
-  return row_op("log_softmax", x, [](auto* y, const auto* xs, std::int64_t rows, std::int64_t n, cudaStream_t s) {
-    cuda::log_softmax_forward(y, xs, rows, n, s);
-  });
+  return row_op("log_softmax", x, [](auto... args) { cuda::log_softmax_forward(args...); });
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
-  return row_op_backward("log_softmax backward", y, dy,
-                         [](auto* dx, const auto* ys, const auto* dys, std::int64_t rows, std::int64_t n,
-                            cudaStream_t s) { cuda::log_softmax_backward(dx, ys, dys, rows, n, s); });
+  return row_op_backward("log_softmax backward", y, dy, [](auto... args) { cuda::log_softmax_backward(args...); });
 }
 
 // ---- layer_norm ------------------------------------------------------------------------
 
 kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                             double eps) {
-  const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
-  kernels::LayerNormResult out{empty(x.sizes(), x.options()), empty(row_sizes, x.options()),
-                               empty(row_sizes, x.options())};
+  const kernels::LayerNormResult out = layer_norm_outputs(x);
   const RowShape shape = row_shape(x);
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
     cuda::layer_norm_forward(out.y.data<scalar_t>(), out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(),

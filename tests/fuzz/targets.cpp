@@ -7,16 +7,16 @@
 #include <vector>
 
 #include "base/error.h"
-#include "train/checkpoint.h"
-#include "train/text_data.h"
-#include "train/tokenizer.h"
+#include "train/data/text_data.h"
+#include "train/data/tokenizer.h"
+#include "train/output/checkpoint.h"
 
 namespace attograd::fuzz {
 
 int checkpoint(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   try {
-    const LoadedCheckpoint ckpt = parse_checkpoint(bytes, "fuzz.safetensors");
+    const train::output::LoadedCheckpoint ckpt = train::output::parse_checkpoint(bytes, "fuzz.safetensors");
     // A checkpoint that loads is used: its vocabulary decodes every id.
     std::vector<std::int64_t> ids(static_cast<std::size_t>(ckpt.info.tokenizer.size()));
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>(i);
@@ -29,17 +29,17 @@ int checkpoint(const std::uint8_t* data, std::size_t size) {
 int text(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
   std::string_view text = input;
-  std::optional<Tokenizer> vocabulary;
+  std::optional<train::data::Tokenizer> vocabulary;
   try {
     if (const auto nul = input.find('\0'); nul != std::string_view::npos) {
-      vocabulary = Tokenizer::from_json(std::string(input.substr(0, nul)));
+      vocabulary = train::data::Tokenizer::from_json(std::string(input.substr(0, nul)));
       text = input.substr(nul + 1);
     }
-    const TextData loaded(std::string(text), "fuzz.txt", 1, vocabulary);
+    const train::data::TextData loaded(std::string(text), "fuzz.txt", 1, vocabulary);
     // Whatever loads round-trips: the text through its ids, the vocabulary through its JSON.
-    const Tokenizer& tok = loaded.tokenizer();
+    const train::data::Tokenizer& tok = loaded.tokenizer();
     if (tok.decode(tok.encode(text)) != text) __builtin_trap();
-    if (Tokenizer::from_json(tok.to_json()).to_json() != tok.to_json()) __builtin_trap();
+    if (train::data::Tokenizer::from_json(tok.to_json()).to_json() != tok.to_json()) __builtin_trap();
     (void)loaded.default_prompt();
     (void)loaded.unigram_entropy();
     for (const std::int64_t block : {1, 2, 5}) {

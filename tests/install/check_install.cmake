@@ -19,9 +19,10 @@ set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
 run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
-# What a user gets: the layout the README promises, and no private header.
-foreach(file include/attograd/tensor/tensor.h include/attograd/autograd/ops.h include/attograd/nn/gpt.h
-             include/attograd/train/optimizer.h include/attograd/cuda/runtime.h
+# What a user gets: the layout docs/library.md promises, and no private header.
+foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h include/attograd/autograd/ops.h
+             include/attograd/nn/gpt.h include/attograd/train/options.h include/attograd/train/optim/optim.h
+             include/attograd/train/optim/optimizer.h include/attograd/cuda/runtime.h
              lib/libattograd.a lib/libattograd_train.a bin/attograd
              lib/cmake/attograd/attogradConfig.cmake lib/cmake/attograd/attogradConfigVersion.cmake)
   if(NOT EXISTS ${prefix}/${file})
@@ -29,6 +30,7 @@ foreach(file include/attograd/tensor/tensor.h include/attograd/autograd/ops.h in
   endif()
 endforeach()
 foreach(private include/attograd/tensor/cpu include/attograd/tensor/cuda include/attograd/autograd/ops
+                include/attograd/tensor/device_kernels.h include/attograd/tensor/attention_call.h
                 include/attograd/cuda/launchers.h)
   if(EXISTS ${prefix}/${private})
     message(FATAL_ERROR "install: a private file was installed: ${prefix}/${private}")

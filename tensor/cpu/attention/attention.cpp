@@ -72,47 +72,32 @@
 namespace attograd::cpu::attention_detail {
 
 // ---- entry points per instruction set ---------------------------------------------------
+// One forward and one backward per instruction set, each compiled for its
+// target with the tiles of isa.h; everything they call is forced inline.
+#define AG_ATTENTION_ENTRY_POINTS(isa, target, Tile)                                                  \
+  template <typename T>                                                                               \
+  target void forward_tasks_##isa(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) { \
+    forward_tasks<T, Tile>(P, O, tasks);                                                              \
+  }                                                                                                   \
+  template <typename T>                                                                               \
+  target void backward_heads_##isa(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {   \
+    backward_heads<T, Tile>(P, io, heads);                                                            \
+  }
+AG_ATTENTION_ENTRY_POINTS(avx512, AG_TARGET_AVX512, TileAvx512)
+AG_ATTENTION_ENTRY_POINTS(avx2, AG_TARGET_AVX2, TileAvx2)
+AG_ATTENTION_ENTRY_POINTS(baseline, /* the build's own target */, TileBaseline)
+#undef AG_ATTENTION_ENTRY_POINTS
 
-template <typename T>
-AG_TARGET_AVX512 void forward_tasks_avx512(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
-  forward_tasks<T, TileAvx512>(P, O, tasks);
-}
-template <typename T>
-AG_TARGET_AVX2 void forward_tasks_avx2(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
-  forward_tasks<T, TileAvx2>(P, O, tasks);
-}
-template <typename T>
-void forward_tasks_baseline(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
-  forward_tasks<T, TileBaseline>(P, O, tasks);
-}
 template <typename T>
 void forward_tasks_any(Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
-  switch (isa) {
-    case Isa::avx512: return forward_tasks_avx512(P, O, tasks);
-    case Isa::avx2: return forward_tasks_avx2(P, O, tasks);
-    case Isa::baseline: return forward_tasks_baseline(P, O, tasks);
-  }
+  (isa == Isa::avx512 ? forward_tasks_avx512<T> : isa == Isa::avx2 ? forward_tasks_avx2<T> : forward_tasks_baseline<T>)(
+      P, O, tasks);
 }
 
 template <typename T>
-AG_TARGET_AVX512 void backward_heads_avx512(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  backward_heads<T, TileAvx512>(P, io, heads);
-}
-template <typename T>
-AG_TARGET_AVX2 void backward_heads_avx2(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  backward_heads<T, TileAvx2>(P, io, heads);
-}
-template <typename T>
-void backward_heads_baseline(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  backward_heads<T, TileBaseline>(P, io, heads);
-}
-template <typename T>
 void backward_heads_any(Isa isa, const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
-  switch (isa) {
-    case Isa::avx512: return backward_heads_avx512(P, io, heads);
-    case Isa::avx2: return backward_heads_avx2(P, io, heads);
-    case Isa::baseline: return backward_heads_baseline(P, io, heads);
-  }
+  (isa == Isa::avx512 ? backward_heads_avx512<T> : isa == Isa::avx2 ? backward_heads_avx2<T> : backward_heads_baseline<T>)(
+      P, io, heads);
 }
 
 }  // namespace attograd::cpu::attention_detail

@@ -1,5 +1,5 @@
 // Built against an installed attograd only: a small GPT learns a periodic
-// sequence through the library's API (nn::GPT, train::AdamW, backward), and its
+// sequence through the library's API (nn::GPT, train::optim::AdamW, backward), and its
 // weights go through a safetensors file and back. Exits non-zero when it does not learn.
 #include <algorithm>
 #include <cmath>
@@ -9,10 +9,10 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
+#include "base/version.h"
 #include "nn/gpt.h"
-#include "train/optimizer.h"
-#include "train/safetensors.h"
-#include "train/version.h"
+#include "train/optim/optim.h"
+#include "train/output/output.h"
 
 using namespace attograd;
 
@@ -20,7 +20,7 @@ int main() try {
   std::printf("attograd %s\n", version());
   const nn::GPTConfig config{.vocab_size = 5, .block_size = 16, .n_layer = 1, .n_head = 2, .n_embd = 16};
   nn::GPT model(config);
-  train::AdamW optimizer(model.named_parameters(), {.lr = 1e-2});
+  train::optim::AdamW optimizer(model.named_parameters(), {.lr = 1e-2});
 
   // Rows of 0 1 2 3 4 0 1 ..., each starting elsewhere: the next token is always (t + 1) % 5.
   std::vector<std::int64_t> tokens, targets;
@@ -49,11 +49,11 @@ int main() try {
 
   // Weights out to a safetensors file and into a second model: the same logits.
   const auto path = std::filesystem::temp_directory_path() / "attograd_consumer.safetensors";
-  NamedTensors named;
+  train::output::NamedTensors named;
   for (const auto& [name, tensor] : model.state_dict()) named.emplace_back(name, tensor);
-  save_safetensors(path.string(), named);
+  train::output::save_safetensors(path.string(), named);
   nn::GPT reloaded(config);
-  reloaded.load_state_dict(load_safetensors(path.string()).tensors);
+  reloaded.load_state_dict(train::output::load_safetensors(path.string()).tensors);
   std::filesystem::remove(path);
   NoGradGuard no_grad;
   const auto a = model(x).to_vector<float>(), b = reloaded(x).to_vector<float>();

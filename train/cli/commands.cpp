@@ -1,0 +1,153 @@
+// `attograd sample`, `eval` and `attention`: each loads a checkpoint and asks
+// one thing of the model. (`train` is in train/cli/trainer.cpp.)
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "base/error.h"
+#include "cuda/runtime.h"
+#include "tensor/parallel.h"
+#include "train/cli/commands.h"
+#include "train/cli/progress.h"
+#include "train/data/tasks.h"
+#include "train/data/utf8.h"
+#include "train/files.h"
+#include "train/model/evaluate.h"
+#include "train/model/generate.h"
+#include "train/model/gpt.h"
+#include "train/output/checkpoint.h"
+#include "train/output/safetensors.h"
+#include "train/output/svg.h"
+
+namespace attograd::train::cli {
+
+namespace {
+
+Device checked_device(const std::string& name) {
+  TrainOptions probe;  // validate() owns the device checks and their messages
+  probe.device = name;
+  AG_CHECK(name == "cpu" || name == "cuda", "--device", "unknown device '{}' (cpu, cuda)", name);
+  if (name == "cuda") validate(probe);
+  return name == "cuda" ? Device::cuda() : Device::cpu();
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+void set_threads(int threads) {
+  AG_CHECK(threads >= 0 && threads <= 1024, "--threads", "must be in [1, 1024] (0: every core), got {}", threads);
+  if (threads > 0) set_num_threads(threads);
+}
+
+}  // namespace
+
+std::string sample_command(const SampleOptions& o, std::FILE* out) {
+  if (o.tokens)
+    AG_CHECK(*o.tokens >= 0 && *o.tokens <= 1'000'000, "--tokens", "must be in [0, 1000000], got {}", *o.tokens);
+  AG_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "--temperature", "must be finite and >= 0, got {}",
+           o.temperature);
+  AG_CHECK(o.top_k >= 0, "--top-k", "must be >= 0 (0: all), got {}", o.top_k);
+  const Device device = checked_device(o.device);
+  set_threads(o.threads);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const data::Tokenizer& tok = ckpt.info.tokenizer;
+
+  std::string prompt;
+  if (o.prompt) {
+    prompt = *o.prompt;
+  } else {
+    // The run's own default context; a text file that has gone away still leaves its vocabulary.
+    try {
+      prompt = data::make_dataset(dataset_spec(ckpt.info.config), &tok)->default_prompt();
+    } catch (const Error&) {
+      prompt = data::encode_utf8(tok.symbol(0));
+    }
+  }
+  AG_CHECK(!prompt.empty(), "--prompt", "must hold at least one character");
+  const std::vector<std::int64_t> ids = tok.encode(prompt, "--prompt");
+  const TrainOptions& config = ckpt.info.config;
+  const std::int64_t tokens = o.tokens                ? *o.tokens
+                              : config.data.empty() ? data::task_answer_length(data::parse_task(config.task), config.task_size)
+                                                    : 200;
+  if (!device.is_cpu()) ckpt.model->to(device);
+  const std::vector<std::int64_t> seq = model::generate(
+      *ckpt.model, ids,
+      {.tokens = tokens, .temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .use_cache = o.use_cache},
+      device);
+  const std::string text = tok.decode(seq);
+  std::fprintf(out, "%s\n", text.c_str());
+  std::fflush(out);
+  return text;
+}
+
+EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progress) {
+  if (o.max_batches)
+    AG_CHECK(*o.max_batches >= 1, "--max-batches", "must be >= 1 (leave it out to read every batch), got {}",
+             *o.max_batches);
+  const Device device = checked_device(o.device);
+  set_threads(o.threads);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  TrainOptions config = ckpt.info.config;
+  if (!o.data.empty()) {
+    AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text", o.ckpt, config.task);
+    config.data = o.data;
+  }
+  const auto data = data::make_dataset(dataset_spec(config), &ckpt.info.tokenizer);
+  if (!device.is_cpu()) ckpt.model->to(device);
+
+  const std::int64_t block = ckpt.model->config().block_size;
+  model::EvaluateOptions options{.batch = model::eval_batch_rows(ckpt.model->config()), .device = device};
+  const std::int64_t batches = ceil_div(data->eval_sequences(block), options.batch);
+  if (o.max_batches && *o.max_batches < batches) options.max_sequences = *o.max_batches * options.batch;
+  CountProgress shown(progress, "eval", config.data.empty() ? "problems" : "windows",
+                      {.interactive = progress != nullptr && ::isatty(::fileno(progress)) == 1});
+  options.after_batch = [&](std::int64_t done, std::int64_t total) { shown.update(done, total); };
+  const model::EvalResult r = model::evaluate(*ckpt.model, *data, options);
+  shown.finish();
+
+  // "over the whole validation split: all 4,120 windows of 64 characters (263,680 tokens)", or
+  // "over the first 1,000 of 4,120 windows of 64 characters of the validation split (64,000 tokens;
+  // --max-batches 2 of 9 batches)"; a task's held-out problems likewise.
+  const std::string capped =
+      r.whole() ? "" : fmt::format("; --max-batches {} of {} batches", r.batches, r.total_batches);
+  const std::string covered = r.whole() ? model::coverage(r) : "the first " + model::coverage(r);
+  std::string line = fmt::format("{} (step {}): held-out loss {:.4f} over ", o.ckpt, ckpt.info.step, r.loss);
+  if (config.data.empty())
+    line += fmt::format("{} held-out problems ({} answer tokens{})", covered, model::thousands(r.targets), capped);
+  else if (r.whole())
+    line += fmt::format("the whole validation split: {} windows of {} characters ({} tokens)", covered, block,
+                        model::thousands(r.targets));
+  else
+    line += fmt::format("{} windows of {} characters of the validation split ({} tokens{})", covered, block,
+                        model::thousands(r.targets), capped);
+  if (r.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *r.accuracy);
+  std::fprintf(out, "%s\n", line.c_str());
+  std::fflush(out);
+  return {.loss = r.loss, .accuracy = r.accuracy, .examples = r.examples, .heldout = r.heldout, .targets = r.targets};
+}
+
+void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
+  set_threads(o.threads);
+  AG_CHECK(!o.out.empty(), "--out", "must name a file");
+  const std::filesystem::path parent = std::filesystem::absolute(o.out).parent_path();
+  AG_CHECK(std::filesystem::is_directory(parent), "--out", "cannot write '{}': '{}' is not a directory", o.out,
+           parent.string());
+  check_replaceable("--out", o.out);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const data::Tokenizer& tok = ckpt.info.tokenizer;
+  const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");
+  const std::int64_t T = static_cast<std::int64_t>(ids.size()), block = ckpt.info.config.block;
+  AG_CHECK(T >= 1 && T <= block, "--text", "must be 1 to {} characters (the block size), got {}", block, T);
+  output::AttentionMaps maps;
+  for (std::int64_t id : ids) maps.tokens.push_back(data::encode_utf8(tok.symbol(id)));
+  maps.weights = model::attention_weights(*ckpt.model, from_vector(ids, {1, T}));
+  const std::filesystem::path path(o.out);
+  const std::string svg = output::attention_svg(maps, fmt::format("attention of {} on \"{}\"", o.ckpt, o.text));
+  write_file_atomically("--out", path.string(), svg);
+  std::fprintf(out, "wrote %s: %zu layers x %zu heads, %lld x %lld weights each\n", o.out.c_str(), maps.weights.size(),
+               maps.weights.empty() ? size_t{0} : maps.weights[0].size(), static_cast<long long>(T),
+               static_cast<long long>(T));
+  std::fflush(out);
+}
+
+}  // namespace attograd::train::cli

@@ -1,0 +1,409 @@
+// `attograd train`: options -> data, model, optimizer -> the training loop,
+// with periodic evaluation, checkpoints, metrics.jsonl and loss.svg. A
+// TrainingRun goes through its phases in order (run() at the bottom says
+// which); what is checked and built before the first step is in run_setup.h.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "base/error.h"
+#include "cuda/runtime.h"
+#include "tensor/parallel.h"
+#include "train/cli/commands.h"
+#include "train/cli/progress.h"
+#include "train/cli/run_setup.h"
+#include "train/cli/signals.h"
+#include "train/data/text_data.h"
+#include "train/distributed/communicator.h"
+#include "train/distributed/data_parallel.h"
+#include "train/distributed/fixed_split.h"
+#include "train/distributed/sharded_optimizer.h"
+#include "train/distributed/step.h"
+#include "train/files.h"
+#include "train/model/evaluate.h"
+#include "train/model/gpt.h"
+#include "train/optim/grad_clip.h"
+#include "train/optim/schedule.h"
+#include "train/output/checkpoint.h"
+#include "train/output/metrics.h"
+#include "train/output/run_directory.h"
+#include "train/output/svg.h"
+
+namespace attograd::train::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A text run's evaluations read the first this many windows of the validation
+// split, not all of it: a 25 MB file holds about 39,000 windows of 64 characters,
+// and reading them all at every --eval-interval could cost more than the steps
+// between two evaluations.
+// The eval line says so; `attograd eval` reads the whole split. A task's
+// held-out set is --heldout problems (2000 by default), always read whole.
+constexpr std::int64_t kTrainEvalWindows = 256;
+
+// "eval step 250: val loss 1.8412 over the first 256 of 4,120 validation windows", or, read whole,
+// "eval step 100: val loss 0.0123, exact match 99.10% of 2000".
+std::string eval_line(std::int64_t step, const model::EvalResult& r) {
+  std::string line = fmt::format("eval step {}: val loss {:.4f}", step, r.loss);
+  if (!r.whole()) line += fmt::format(" over the first {} validation windows", model::coverage(r));
+  if (r.accuracy) line += fmt::format(", exact match {:.2f}% of {}", 100 * *r.accuracy, r.examples);
+  return line;
+}
+
+std::string megabytes(std::size_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
+// One step's figures, for the metrics, the progress line and the NaN check.
+struct StepResult {
+  double loss, grad_norm, lr;
+  double seconds, tokens, comm_seconds;
+  int signal;  // a stop signal any process received by the end of the step, else 0
+};
+
+class TrainingRun {
+ public:
+  TrainingRun(TrainOptions options, std::FILE* out)
+      : o_(std::move(options)), comm_(distributed::world()), reporter_(comm_.rank() == 0), out_(out) {
+    if (!reporter_) {  // rank 0 alone prints, evaluates and writes
+      silent_.reset(std::fopen("/dev/null", "w"));
+      AG_CHECK(silent_ != nullptr, "train", "cannot open /dev/null");
+      out_ = silent_.get();
+    }
+  }
+
+  TrainSummary run() {
+    check_same_flags(o_, comm_);
+    on_every_process(comm_, [&] { build(); });
+    connect_processes();
+    open_run_directory();
+    print_header();
+    progress_.emplace(out_, first_step_, last_step_,
+                      ProgressOptions{.interactive = reporter_ && ::isatty(::fileno(out_)) == 1,
+                                      .quiet = o_.quiet || !reporter_});
+    const StopSignalGuard stop_signal_guard;  // from the first step to the summary
+    train_steps();
+    return summarize();
+  }
+
+ private:
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+  // ---- 1. options: from a checkpoint when resuming, then every one validated;
+  //         data, model and optimizer built (on every process: each reads the data itself)
+  void build() {
+    if (!o_.resume.empty()) {
+      resumed_ = output::load_checkpoint(o_.resume, "--resume");
+      o_ = resumed_options(o_, resumed_);
+    }
+    validate(o_);
+    check_process_split(o_, comm_);
+    if (o_.out.empty())
+      o_.out = output::first_free_run_dir(fs::path("runs") / (o_.data.empty() ? o_.task : fs::path(o_.data).stem().string()))
+                   .string();
+    data_ = o_.resume.empty() ? data::make_dataset(dataset_spec(o_))
+                              : data::make_dataset(dataset_spec(o_), &resumed_.info.tokenizer,
+                                                   resumed_.info.data_fingerprint);
+    if (const auto* text = dynamic_cast<const data::TextData*>(data_.get())) text->check_block(o_.block);
+    if (reporter_) output::check_output_dir(o_.out, o_.resume);
+    check_memory(o_, data_->tokenizer().size(), comm_.local_size(), comm_.size());
+    model_ = o_.resume.empty() ? model::build_model(o_, data_->tokenizer().size()) : std::move(resumed_.model);
+
+    if (o_.threads > 0)
+      set_num_threads(o_.threads);
+    else if (comm_.size() > 1)
+      set_num_threads(default_threads(comm_));
+    device_ = o_.device == "cuda" ? Device::cuda(comm_.local_rank() % cuda::device_count()) : Device::cpu();
+    if (!device_.is_cpu()) model_->to(device_);
+    if (o_.shard_optimizer) {
+      auto shard = std::make_unique<distributed::ShardedOptimizer>(
+          model_->named_parameters(), comm_,
+          [&](std::vector<nn::NamedParameter> mine) { return make_optimizer(o_, mine); });
+      sharded_ = shard.get();
+      optimizer_ = std::move(shard);
+    } else {
+      optimizer_ = make_optimizer(o_, model_->named_parameters());
+    }
+    if (!o_.resume.empty()) {
+      try {
+        optimizer_->load_state(resumed_.optimizer_state, resumed_.optimizer_steps);
+      } catch (const Error& e) {
+        fail(o_.resume, "{}", e.what());  // name the file the state came from
+      }
+    }
+    first_step_ = o_.resume.empty() ? 0 : resumed_.info.step;
+    last_step_ = o_.stop_at > 0 ? std::min(o_.stop_at, o_.steps) : o_.steps;
+    params_ = model_->named_parameters();
+  }
+
+  // Every process starts from rank 0's weights (a resumed run's too: each read
+  // its own copy of the file); the buckets' all-reduce unless --fixed-split.
+  void connect_processes() {
+    if (comm_.size() > 1)
+      on_every_process(comm_, [&] { device_reduction_ = distributed::choose_device_reduction(comm_, device_); });
+    try {
+      fail_for_tests(comm_);
+      distributed::broadcast_parameters(params_, comm_, 0, device_reduction_.comm.get());
+      if (sharded_) sharded_->use_device_communicator(device_reduction_.comm.get());
+      if (comm_.size() > 1 && o_.fixed_split == 0)
+        reducer_ = std::make_unique<distributed::GradientReducer>(params_, comm_, distributed::kDefaultBucketBytes,
+                                                                  device_reduction_.comm.get());
+    } catch (const std::exception& e) {
+      distributed::stop_every_process(comm_, e);
+      throw;
+    }
+  }
+
+  // ---- 2. everything is valid: only now does the run directory appear (rank 0's)
+  void open_run_directory() {
+    const fs::path run_dir(o_.out);
+    ckpt_path_ = (run_dir / output::kCheckpointName).string();
+    on_every_process(comm_, [&] {
+      if (!reporter_) return;
+      run_directory_.emplace(o_.out, o_.resume);
+      for (const char* name : output::kRunFiles) remove_stale_temporaries(o_.out, name);
+      metrics_.emplace((run_dir / "metrics.jsonl").string(), first_step_);
+    });
+    info_ = output::CheckpointInfo{o_, data_->tokenizer(), 0};
+    if (const auto* text = dynamic_cast<const data::TextData*>(data_.get())) {
+      // Absolute: a resumed run, eval or sample then finds the text from any directory.
+      info_.config.data = fs::absolute(o_.data).lexically_normal().string();
+      info_.data_fingerprint = text->fingerprint();
+    }
+    // The last checkpoint known to be good: the one resumed from until this run writes its own.
+    good_checkpoint_ = o_.resume;
+    good_step_ = first_step_;
+  }
+
+  // ---- 3. the header: the data, the model, the processes
+  void print_header() {
+    std::fprintf(out_, "attograd train: %s\n", describe_data(o_, *data_).c_str());
+    std::fprintf(out_,
+                 "model: %lld layers, %lld heads, width %lld, block %lld, %lld parameters; %s lr %g, batch %lld, "
+                 "%lld steps; %d threads, %s; run dir %s\n",
+                 static_cast<long long>(o_.layers), static_cast<long long>(o_.heads), static_cast<long long>(o_.width),
+                 static_cast<long long>(o_.block), static_cast<long long>(model_->num_parameters()),
+                 o_.optimizer.c_str(), o_.lr, static_cast<long long>(o_.batch), static_cast<long long>(o_.steps),
+                 get_num_threads(), device_.str().c_str(), o_.out.c_str());
+    optimizer_bytes_ = sharded_ ? sharded_->state_bytes() : distributed::optimizer_state_bytes(*optimizer_);
+    if (o_.fixed_split > 0 || comm_.size() > 1 || o_.grad_accum > 1) {
+      const std::string split =
+          o_.fixed_split > 0
+              ? fmt::format(
+                    "{} of {} pieces each per step, summed in one fixed order (--fixed-split: the same bits on "
+                    "any process count dividing it) through host memory",
+                    o_.fixed_split / comm_.size(), o_.fixed_split)
+              : fmt::format("{} sequences each per step in {} micro-batches; gradients all-reduced in {} buckets{}{}",
+                            o_.batch / comm_.size(), o_.grad_accum, reducer_ ? reducer_->bucket_count() : 0,
+                            device_reduction_.how.empty() ? "" : " ", device_reduction_.how);
+      std::fprintf(out_, "data parallel: %d processes (%s), %s; optimizer state %s per process%s\n", comm_.size(),
+                   comm_.engine().c_str(), split.c_str(), megabytes(optimizer_bytes_).c_str(),
+                   sharded_ ? " (sharded, ZeRO-1)" : "");
+    }
+    if (device_.is_cpu())  // OpenBLAS multiplies only on the CPU
+      if (const std::string note = blas_kernels_note(); !note.empty()) std::fprintf(out_, "%s\n", note.c_str());
+    if (first_step_ > 0)
+      std::fprintf(out_, "resuming from %s at step %lld\n", o_.resume.c_str(), static_cast<long long>(first_step_));
+    std::fflush(out_);
+  }
+
+  // ---- 4. the steps, each followed by a checkpoint and an evaluation at every
+  //         --eval-interval, at the last step, and when a signal stops the run
+  void train_steps() {
+    stopped_at_ = last_step_;
+    try {
+      for (std::int64_t step = first_step_ + 1; step <= last_step_; ++step) {
+        const StepResult r = train_step(step);
+        report_step(step, r);
+        const bool stop_now = r.signal != 0;
+        if (stop_now) {
+          stopped_at_ = step;
+          stopped_by_ = r.signal;
+          progress_->message(fmt::format("{}: saving step {}; continue with --resume {}", signal_name(r.signal), step,
+                                         ckpt_path_));
+        }
+        if (step % o_.eval_interval == 0 || step == last_step_ || stop_now) checkpoint_and_evaluate(step);
+        if (stop_now) break;
+      }
+    } catch (const std::exception& e) {
+      distributed::stop_every_process(comm_, e);
+      throw;
+    }
+    progress_->finish();
+    if (last_step_ <= first_step_ && reporter_) {  // resumed at or past the end: report where the checkpoint stands
+      last_eval_ = model::evaluate(*model_, *data_, eval_options());
+      progress_->message(eval_line(first_step_, last_eval_));
+    }
+  }
+
+  // One optimizer step on this step's batch: gradients (all-reduced or summed
+  // in the fixed split), clipping, the NaN stop, the update.
+  StepResult train_step(std::int64_t step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = optim::learning_rate(o_, step);
+    optimizer_->set_lr(lr);
+    const data::Batch batch = data_->train_batch(static_cast<std::uint64_t>(step - 1), o_.batch, o_.block);
+    model_->train();
+    const distributed::StepGradients grads =
+        o_.fixed_split > 0 ? distributed::fixed_split_gradients(*model_, batch, device_, o_.fixed_split, comm_)
+                           : distributed::compute_gradients(*model_, batch, device_, o_.grad_accum, comm_, reducer_.get());
+    const double grad_norm = optim::clip_grad_norm(params_, o_.grad_clip);
+    stop_unless_finite(step, grads.loss, grad_norm);
+    optimizer_->step();
+    optimizer_->zero_grad();
+    if (step == first_step_ + 3) drift_for_tests(comm_, params_);
+    // A signal may reach some processes and not others (or a step apart): all stop
+    // at the first step any of them saw one.
+    double signal = StopSignalGuard::received();
+    const auto c0 = std::chrono::steady_clock::now();
+    comm_.max(&signal, 1);
+    const auto t1 = std::chrono::steady_clock::now();
+    return {grads.loss,
+            grad_norm,
+            lr,
+            std::chrono::duration<double>(t1 - t0).count(),
+            static_cast<double>(batch.tokens.numel()),
+            grads.comm_seconds + std::chrono::duration<double>(t1 - c0).count(),
+            static_cast<int>(signal)};
+  }
+
+  // A non-finite loss or gradient would poison every weight: stop before the update,
+  // and before any checkpoint of this step replaces the last good one. After the
+  // all-reduce every process sees the same values, so all stop here together.
+  void stop_unless_finite(std::int64_t step, double loss, double grad_norm) const {
+    if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
+    const std::string kept = good_checkpoint_.empty()
+                                 ? std::string("no checkpoint was saved")
+                                 : fmt::format("the last good checkpoint is {} (step {})", good_checkpoint_, good_step_);
+    const double bad = std::isfinite(loss) ? grad_norm : loss;
+    distributed::fail_on_every_process(
+        comm_, fmt::format("[train] the {} became {} at step {} (try a lower --lr or --grad-clip); {}",
+                           std::isfinite(loss) ? "gradient norm" : "loss",
+                           std::isnan(bad) ? "NaN" : bad > 0 ? "+inf" : "-inf", step, kept));
+  }
+
+  void report_step(std::int64_t step, const StepResult& r) {
+    comm_seconds_ += r.comm_seconds;
+    train_seconds_ += r.seconds;
+    train_tokens_ += r.tokens;
+    if (metrics_) metrics_->log(output::TrainRecord{step, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds, elapsed()});
+    if (comm_.size() > 1)
+      progress_->set_detail(fmt::format("comm {:.0f}%  optimizer {}/process", 100 * comm_seconds_ / train_seconds_,
+                                        megabytes(optimizer_bytes_)));
+    progress_->update(step, r.loss, r.lr, train_tokens_ / train_seconds_);  // the run's average: a steadier figure
+  }
+
+  void checkpoint_and_evaluate(std::int64_t step) {
+    // Processes that drifted apart (they never should) would make a checkpoint
+    // that is nobody's model: compare every parameter's bits first.
+    const std::vector<std::string> checksums = comm_.all_gather(distributed::parameter_checksum(params_));
+    for (int r = 1; r < comm_.size(); ++r)
+      if (checksums[static_cast<std::size_t>(r)] != checksums[0])
+        distributed::fail_on_every_process(
+            comm_, fmt::format("[train] the processes' parameters differ at step {}: rank {} has checksum {}, "
+                               "rank 0 {}; the last good checkpoint is {}",
+                               step, r, checksums[static_cast<std::size_t>(r)], checksums[0],
+                               good_checkpoint_.empty() ? "none" : good_checkpoint_));
+    const output::OptimizerState state = sharded_ ? sharded_->gather_state() : output::optimizer_state(optimizer_.get());
+    if (reporter_) {
+      // The checkpoint first: after a stop signal the time left may be short (mpirun
+      // sends SIGKILL a second after its SIGTERM), and evaluating can take longer.
+      output::CheckpointInfo at = info_;
+      at.step = step;
+      output::save_checkpoint(ckpt_path_, *model_, state, at);
+      run_directory_->keep();
+      last_eval_ = model::evaluate(*model_, *data_, eval_options());
+      metrics_->log(output::EvalRecord{step, last_eval_.loss, last_eval_.accuracy, elapsed()});
+      progress_->message(eval_line(step, last_eval_));
+      write_file_atomically("loss.svg", (fs::path(o_.out) / "loss.svg").string(),
+                            output::loss_plot_svg(metrics_->train(), metrics_->eval(), plot_title()));
+    }
+    good_checkpoint_ = ckpt_path_, good_step_ = step;
+  }
+
+  model::EvaluateOptions eval_options() const {
+    return {.max_sequences = o_.data.empty() ? 0 : kTrainEvalWindows, .device = device_};
+  }
+
+  std::string plot_title() const {
+    return o_.data.empty() ? fmt::format("attograd: {} {}", o_.task, o_.task_size)
+                           : fmt::format("attograd: {}", fs::path(o_.data).filename().string());
+  }
+
+  // ---- 5. the summary: the last line, and what train_command returns
+  TrainSummary summarize() const {
+    TrainSummary summary;
+    summary.rank = comm_.rank(), summary.processes = comm_.size();
+    summary.run_dir = o_.out;
+    summary.checkpoint = ckpt_path_;
+    summary.steps_done = std::max(first_step_, stopped_at_);
+    summary.final_train_loss = progress_->smoothed_loss();
+    summary.val_loss = last_eval_.loss;
+    summary.accuracy = last_eval_.accuracy;
+    if (!o_.data.empty()) summary.unigram_entropy = dynamic_cast<const data::TextData&>(*data_).unigram_entropy();
+    summary.seconds = elapsed();
+    summary.stop_signal = stopped_at_ < last_step_ ? stopped_by_ : 0;
+    std::string line = fmt::format("done: step {} in {:.1f} s ({:.1f} s training); held-out loss {:.4f}",
+                                   summary.steps_done, summary.seconds, train_seconds_, summary.val_loss);
+    if (!last_eval_.whole()) line += fmt::format(" over the first {} validation windows", model::coverage(last_eval_));
+    if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
+    if (!o_.data.empty()) line += fmt::format(" (unigram entropy {:.4f})", summary.unigram_entropy);
+    if (comm_.size() > 1)
+      line += fmt::format("; {} processes, {:.0f}% of the steps' time in communication", comm_.size(),
+                          train_seconds_ > 0 ? 100 * comm_seconds_ / train_seconds_ : 0.0);
+    line += fmt::format("; checkpoint {}", ckpt_path_);
+    std::fprintf(out_, "%s\n", line.c_str());
+    std::fflush(out_);
+    return summary;
+  }
+
+  TrainOptions o_;
+  distributed::Communicator& comm_;
+  const bool reporter_;
+  std::FILE* out_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> silent_{nullptr, std::fclose};
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+
+  // Built before the first step (build, connect_processes). device_reduction_
+  // (NCCL on GPUs) is declared before the optimizer and the reducer that use it,
+  // so it outlives them.
+  output::LoadedCheckpoint resumed_;
+  std::unique_ptr<data::Dataset> data_;
+  std::unique_ptr<nn::GPT> model_;
+  distributed::DeviceReduction device_reduction_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  distributed::ShardedOptimizer* sharded_ = nullptr;  // optimizer_ itself, with --shard-optimizer
+  std::unique_ptr<distributed::GradientReducer> reducer_;
+  Device device_ = Device::cpu();
+  std::vector<nn::NamedParameter> params_;
+  std::int64_t first_step_ = 0, last_step_ = 0;
+
+  // The run directory and what is written there (rank 0's).
+  std::string ckpt_path_;
+  std::optional<output::RunDirectory> run_directory_;
+  std::optional<output::MetricsLog> metrics_;
+  output::CheckpointInfo info_;
+  std::size_t optimizer_bytes_ = 0;
+
+  // The steps so far.
+  std::optional<Progress> progress_;
+  model::EvalResult last_eval_;
+  double train_seconds_ = 0, train_tokens_ = 0, comm_seconds_ = 0;  // the steps alone, for tokens per second
+  std::string good_checkpoint_;  // the last checkpoint known to be good ("": none yet)
+  std::int64_t good_step_ = 0;
+  std::int64_t stopped_at_ = 0;
+  int stopped_by_ = 0;
+};
+
+}  // namespace
+
+TrainSummary train_command(TrainOptions options, std::FILE* out) { return TrainingRun(std::move(options), out).run(); }
+
+}  // namespace attograd::train::cli

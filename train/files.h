@@ -1,0 +1,36 @@
+#pragma once
+// Whole files in and out, for every room of train/: the text and checkpoints
+// a run reads, and every file it writes (checkpoints, metrics.jsonl, the SVG
+// plots), each replaced atomically so a crash never leaves half of one.
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace attograd::train {
+
+// The file's bytes; "[--data] cannot read 'f': No such file or directory", "... is empty",
+// or "... holds more than N bytes" (read no further: /dev/zero or a pipe is no endless read).
+// A FIFO waits for its writer at most `fifo_wait_ms` ("... nothing wrote to it"). `flag`
+// names where the path came from in errors.
+std::string read_file(const std::string& path, const char* flag, std::uint64_t max_bytes, int fifo_wait_ms = 30000);
+
+// Writes a temporary file in the same directory (".name.tmpXXXXXX"), fsyncs
+// it, renames it over `path` and fsyncs the directory: a crash leaves the old
+// file or the new one, never half of one. `what` names it in errors
+// ("[loss.svg] cannot write ..."). An existing `path` that is not a regular
+// file is refused (check_replaceable).
+void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes);
+
+// Fails ("[what] cannot write 'p': it exists and is not a regular file") when
+// `path` exists and is not a regular file (a directory, a device such as
+// /dev/null, a FIFO), which a rename would replace. Callers check early too, so
+// a bad path fails before the work whose result it would hold.
+void check_replaceable(std::string_view what, const std::string& path);
+
+// Deletes the temporary files ".<name>.tmpXXXXXX" that a write of `name` cut
+// short by a crash or kill -9 leaves next to it (the file itself is intact:
+// writes go to a temporary and are renamed over it).
+void remove_stale_temporaries(const std::filesystem::path& dir, const std::string& name);
+
+}  // namespace attograd::train

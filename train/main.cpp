@@ -1,9 +1,0 @@
-// The attograd program: `attograd train | sample | eval | attention`, see train/cli.cpp.
-#include <string>
-#include <vector>
-
-#include "train/cli.h"
-
-int main(int argc, char** argv) {
-  return attograd::run_cli(std::vector<std::string>(argv + 1, argv + argc));
-}

@@ -1,0 +1,69 @@
+#pragma once
+// A run's checkpoint, one safetensors file (train/output/safetensors.h):
+//   tensors   every parameter under its model name ("blocks.0.attn.qkv.weight",
+//             float32, loadable by safetensors/torch as a state dict), and the
+//             optimizer's buffers as "optim.<buffer>.<parameter>"
+//             ("optim.exp_avg.wte.weight")
+//   metadata  format, step, config (the run's options), vocab (the
+//             tokenizer), rng (data seed, dropout generator seed and offset)
+//             and optimizer (its name and step count), each a JSON string
+// Together they continue a run bit for bit: batches are a function of
+// (seed, step) and dropout masks of the generator's (seed, offset).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "nn/gpt.h"
+#include "train/data/tokenizer.h"
+#include "train/optim/optimizer.h"
+#include "train/options.h"
+
+namespace attograd::train::output {
+
+inline constexpr const char* kCheckpointFormat = "attograd.checkpoint.v1";
+
+struct CheckpointInfo {
+  TrainOptions config;  // data, model and optimisation fields
+  data::Tokenizer tokenizer;
+  std::int64_t step = 0;  // optimizer steps taken
+  // A text run's file as TextData::fingerprint() gives it, checked by --resume;
+  // empty for tasks (and in checkpoints from before it was kept).
+  std::string data_fingerprint;
+};
+
+// What a checkpoint keeps of an optimizer. A sharded optimizer's state is
+// gathered from every process into one of these first (train/distributed/sharded_optimizer.h).
+struct OptimizerState {
+  std::string name;  // "adamw", "sgd"; empty: no optimizer
+  std::int64_t step_count = 0;
+  std::map<std::string, Tensor> buffers;  // "exp_avg.<parameter name>", ...
+};
+OptimizerState optimizer_state(const optim::Optimizer* optimizer);  // empty for null
+
+void save_checkpoint(const std::string& path, const nn::GPT& model, const OptimizerState& optimizer,
+                     const CheckpointInfo& info);
+inline void save_checkpoint(const std::string& path, const nn::GPT& model, const optim::Optimizer* optimizer,
+                            const CheckpointInfo& info) {
+  save_checkpoint(path, model, optimizer_state(optimizer), info);
+}
+
+struct LoadedCheckpoint {
+  CheckpointInfo info;
+  std::unique_ptr<nn::GPT> model;  // parameters loaded, dropout generator restored, on the CPU
+  std::map<std::string, Tensor> optimizer_state;  // "exp_avg.<name>", ... (empty when none was saved)
+  std::string optimizer_name;                     // "adamw", "sgd" or empty
+  std::int64_t optimizer_steps = 0;
+};
+
+// A checkpoint is untrusted input: every field is checked, and a malformed
+// file gives "[path] ..." naming what is wrong. Nothing is allocated beyond the
+// file's own size before its tensors are known to fit the model its config
+// describes (dtype, vocabulary rows, parameter count, then names and shapes).
+// `flag` names the option the path came from when the file cannot be read.
+LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt");
+// The same from the file's bytes; `what` names it in errors.
+LoadedCheckpoint parse_checkpoint(std::string_view bytes, const std::string& what);
+
+}  // namespace attograd::train::output

@@ -1,0 +1,177 @@
+#include "train/output/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+#include "tensor/kernels.h"
+#include "train/files.h"
+
+namespace attograd::train::output {
+
+// Tensor bytes are copied as they lie in memory; the format is little-endian.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+namespace {
+
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i64: return "I64";
+    case DType::b8: return nullptr;
+  }
+  return nullptr;
+}
+
+bool parse_dtype(const std::string& name, DType* t) {
+  for (DType d : {DType::f32, DType::f64, DType::i64})
+    if (name == safetensors_dtype(d)) return *t = d, true;
+  return false;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+}  // namespace
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;  // contiguous CPU copies, in order
+  std::uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    AG_CHECK(name != "__metadata__" && !header.contains(name), "safetensors", "duplicate or reserved name '{}'", name);
+    const char* dtype = safetensors_dtype(t.dtype());
+    AG_CHECK(dtype, "safetensors", "'{}' has dtype {}, which is not saved", name, dtype_name(t.dtype()));
+    Tensor c = kernels::contiguous(t.device().is_cpu() ? t : kernels::to_device(t, Device::cpu()));
+    const std::uint64_t nbytes = c.numel() * dtype_size(c.dtype());
+    header[name] = {{"dtype", dtype}, {"shape", c.sizes()}, {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+    host.push_back(c);
+  }
+  std::string json = header.dump();
+  // Pad the header with spaces so the data starts 8-byte aligned, as the reference writer does.
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  const std::uint64_t n = json.size();
+  std::memcpy(out.data(), &n, 8);
+  out += json;
+  out.reserve(out.size() + offset);
+  for (const Tensor& c : host)
+    out.append(static_cast<const char*>(c.raw_data()), c.numel() * dtype_size(c.dtype()));
+  return out;
+}
+
+Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
+  AG_CHECK(bytes.size() >= 8, what, "truncated: {} bytes, too short for the 8-byte header length", bytes.size());
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  AG_CHECK(n <= kMaxSafetensorsHeader, what, "header length {} exceeds the limit of {} bytes (not a safetensors file?)",
+           n, kMaxSafetensorsHeader);
+  AG_CHECK(n <= bytes.size() - 8, what, "truncated: the header claims {} bytes but only {} follow", n,
+           bytes.size() - 8);
+  const std::string_view data = bytes.substr(8 + n);
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(8, n));
+  } catch (const nlohmann::json::exception& e) {
+    fail(what, "header is not valid JSON: {}", e.what());
+  }
+  AG_CHECK(header.is_object(), what, "header must be a JSON object");
+
+  Safetensors out;
+  std::vector<Entry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      AG_CHECK(info.is_object(), what, "__metadata__ must be an object of strings");
+      for (const auto& [key, value] : info.items()) {
+        AG_CHECK(value.is_string(), what, "__metadata__ '{}' is not a string", key);
+        out.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    AG_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
+             what, "'{}' needs dtype, shape and data_offsets", name);
+    Entry e{name, DType::f32, {}, 0, 0};
+    AG_CHECK(info["dtype"].is_string() && parse_dtype(info["dtype"].get<std::string>(), &e.dtype), what,
+             "'{}' has unknown dtype {} (F32, F64, I64)", name, info["dtype"].dump());
+    const auto& shape = info["shape"];
+    AG_CHECK(shape.is_array(), what, "'{}' shape must be an array", name);
+    // A saturating product: absurd shapes cannot overflow, and they then fail the size check below.
+    constexpr std::uint64_t kSaturated = std::uint64_t{1} << 56;
+    std::uint64_t numel = 1;
+    for (const auto& d : shape) {
+      AG_CHECK(d.is_number_unsigned() && d.get<std::uint64_t>() < kSaturated, what,
+               "'{}' shape {} must hold non-negative integers below 2^56", name, shape.dump());
+      const std::uint64_t size = d.get<std::uint64_t>();
+      numel = static_cast<std::uint64_t>(
+          std::min<unsigned __int128>(static_cast<unsigned __int128>(numel) * size, kSaturated));
+      e.shape.push_back(static_cast<std::int64_t>(size));
+    }
+    const auto& offsets = info["data_offsets"];
+    AG_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                 offsets[1].is_number_unsigned(),
+             what, "'{}' data_offsets {} must be [begin, end]", name, offsets.dump());
+    e.begin = offsets[0].get<std::uint64_t>(), e.end = offsets[1].get<std::uint64_t>();
+    AG_CHECK(e.begin <= e.end && e.end <= data.size(), what,
+             "'{}' data_offsets [{}, {}] are out of range: the data section holds {} bytes", name, e.begin, e.end,
+             data.size());
+    AG_CHECK(numel < kSaturated && e.end - e.begin == numel * dtype_size(e.dtype), what,
+             "'{}' data_offsets [{}, {}] hold {} bytes, but {} of shape {} needs {}", name, e.begin, e.end,
+             e.end - e.begin, info["dtype"].get<std::string>(), shape.dump(), numel * dtype_size(e.dtype));
+    entries.push_back(std::move(e));
+  }
+
+  // Like the reference reader: tensors tile the data section exactly, in
+  // offset order, with no overlap and no gap.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  std::uint64_t expected = 0;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    AG_CHECK(e.begin >= expected, what, "'{}' data [{}, {}) overlaps '{}' which ends at {}", e.name, e.begin, e.end,
+             entries[i - 1].name, expected);
+    AG_CHECK(e.begin == expected, what, "gap in the data section: '{}' starts at {}, expected {}", e.name, e.begin,
+             expected);
+    expected = e.end;
+  }
+  AG_CHECK(expected == data.size(), what, "the data section holds {} bytes but the tensors cover {}", data.size(),
+           expected);
+
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, {e.dtype});
+    if (e.end > e.begin) std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
+    out.tensors.emplace(e.name, t);
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
+  write_file_atomically("checkpoint", path, serialize_safetensors(tensors, metadata));
+}
+
+Safetensors load_safetensors(const std::string& path, const char* flag) {
+  // Checkpoints are files we wrote: a device or a pipe (/dev/zero) is refused, not read without end.
+  std::error_code ec;
+  AG_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), flag,
+           "'{}' is not a regular file", path);
+  return parse_safetensors(read_file(path, flag, std::numeric_limits<std::uint64_t>::max()), path);
+}
+
+}  // namespace attograd::train::output

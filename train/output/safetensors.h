@@ -1,0 +1,41 @@
+#pragma once
+// The safetensors file layout, so PyTorch and other tools can read our weights:
+//   8 bytes   N, the header length, little-endian uint64
+//   N bytes   JSON: name -> {"dtype": "F32"|"F64"|"I64", "shape": [...],
+//             "data_offsets": [begin, end]}, plus "__metadata__": {string: string}
+//   the rest  raw little-endian tensor data; offsets count from its start
+// The reader treats a file as untrusted: every length, offset and shape is
+// checked before a byte of data is touched.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace attograd::train::output {
+
+using Metadata = std::map<std::string, std::string>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+struct Safetensors {
+  std::map<std::string, Tensor> tensors;  // CPU, contiguous
+  Metadata metadata;
+};
+
+// Same limit as the reference implementation: larger headers are refused
+// before any allocation.
+inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+// The whole file's bytes; tensors are laid out in the given order.
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+// `what` names the file in errors: "[checkpoint.safetensors] data_offsets of 'w' ...".
+Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "safetensors");
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+// `flag` names the option the path came from in errors about the file itself ("[--resume] ...").
+Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt");
+
+}  // namespace attograd::train::output

@@ -1,5 +1,0 @@
-#include "train/version.h"
-
-namespace attograd {
-const char* version() { return ATTOGRAD_VERSION; }
-}  // namespace attograd
