@@ -4,7 +4,8 @@
 // side (namespace gpu, the bridges in tensor/cuda/ over cuda/'s launchers) and
 // the no-GPU stubs of a build without CUDA (tensor/no_gpu/gpu_kernels.cpp), so
 // the devices cannot drift apart: a kernel has one signature, and a definition
-// that does not match it leaves the declared one undefined at link time.
+// that does not match it is a compile error (the files that define kernels
+// are built with -Werror=missing-declarations, see CMakeLists.txt).
 //
 // tensor/dispatch.cpp is the only caller. It checks every user-facing
 // precondition first (dtypes, devices, shapes, options, what a device's
