@@ -54,29 +54,10 @@ const char* impl_name(AttentionImpl impl) { return impl == AttentionImpl::fused 
 
 // ---- core: attention(q, k, v) --------------------------------------------------
 
-struct CoreInputs {
-  Tensor q, k, v;  // (B, H, T, D), leaves requiring grad
-  Tensor dout;     // (B, H, T, D)
-};
-
 CoreInputs core_inputs(const AttentionShape& s) {
   const Shape sizes{s.B, s.H, s.T, s.D()};
   return {random_input(sizes, 11, 1.0, true), random_input(sizes, 12, 1.0, true), random_input(sizes, 13, 1.0, true),
           random_input(sizes, 14)};
-}
-
-Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
-  for (const Tensor& t : {in.q, in.k, in.v}) t.set_grad(Tensor());
-  AttentionOptions options;
-  options.causal = true;
-  options.impl = impl;
-  if (!backward_too) {
-    NoGradGuard no_grad;
-    return attention(in.q, in.k, in.v, options).out;
-  }
-  Tensor out = attention(in.q, in.k, in.v, options).out;  // (B, H, T, D)
-  backward(out, in.dout);
-  return out;
 }
 
 // The fused path against the composed one, on the same inputs.

@@ -2,10 +2,13 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "autograd/engine.h"
+#include "autograd/grad_mode.h"
 #include "tensor/cpu/attention/attention.h"
 #include "tensor/rng.h"
 
@@ -57,6 +60,29 @@ Tensor random_input(const Shape& sizes, std::uint64_t seed, double scale, bool r
   Tensor t = normal(sizes, 0.0, scale, {DType::f32}, gen);
   if (requires_grad) t.set_requires_grad(true);
   return t;
+}
+
+Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
+  Generator gen(seed);
+  const std::vector<float> u = rand({B, T}, {}, gen).to_vector<float>();
+  std::vector<std::int64_t> ids(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i)
+    ids[i] = std::min<std::int64_t>(vocab - 1, static_cast<std::int64_t>(u[i] * static_cast<float>(vocab)));
+  return from_vector(ids, {B, T});
+}
+
+Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
+  for (const Tensor& t : {in.q, in.k, in.v}) t.set_grad(Tensor());
+  AttentionOptions options;
+  options.causal = true;
+  options.impl = impl;
+  if (!backward_too) {
+    NoGradGuard no_grad;
+    return attention(in.q, in.k, in.v, options).out;
+  }
+  Tensor out = attention(in.q, in.k, in.v, options).out;  // (B, H, T, D)
+  backward(out, in.dout);
+  return out;
 }
 
 }  // namespace attograd::bench

@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "autograd/attention.h"
 #include "autograd/ops.h"
 #include "tensor/parallel.h"
 #include "tensor/tensor.h"
@@ -76,6 +77,17 @@ double closeness(const Tensor& a, const Tensor& b, double atol, double rtol);
 // Skips the case with a message naming what differed; returns false when it did.
 bool check_close(benchmark::State& state, const std::string& what, const Tensor& got, const Tensor& want,
                  double atol = 1e-4, double rtol = 1e-3);
+
+// Token ids in [0, vocab), (B, T) int64 on the CPU, from a fixed seed.
+Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed);
+
+// The core attention cases' operands (bench_attention.cpp on the CPU, bench_cuda.cpp on a GPU).
+struct CoreInputs {
+  Tensor q, k, v;  // (B, H, T, D), leaves requiring grad
+  Tensor dout;     // (B, H, T, D)
+};
+// Causal attention of impl on in's q, k, v, and with backward_too its backward from in.dout; the output.
+Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too);
 
 // A float32 N(0, 1) tensor from a fixed seed (optionally scaled), optionally a leaf requiring grad.
 Tensor random_input(const Shape& sizes, std::uint64_t seed, double scale = 1.0, bool requires_grad = false);

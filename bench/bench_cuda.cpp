@@ -111,29 +111,10 @@ std::string gemm_name(const std::string& prefix, const GemmShape& s) {
 
 double core_fwd_flops(const AttentionShape& s) { return 2.0 * s.B * s.H * s.D() * s.T * (s.T + 1); }
 
-struct CoreInputs {
-  Tensor q, k, v;  // (B, H, T, D), leaves requiring grad
-  Tensor dout;     // (B, H, T, D)
-};
-
 CoreInputs core_inputs(const AttentionShape& s, std::int64_t batch) {
   const Shape sizes{batch, s.H, s.T, s.D()};
   return {gpu_input(sizes, 11, 1.0, true), gpu_input(sizes, 12, 1.0, true), gpu_input(sizes, 13, 1.0, true),
           gpu_input(sizes, 14)};
-}
-
-Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
-  for (const Tensor& t : {in.q, in.k, in.v}) t.set_grad(Tensor());
-  AttentionOptions options;
-  options.causal = true;
-  options.impl = impl;
-  if (!backward_too) {
-    NoGradGuard no_grad;
-    return attention(in.q, in.k, in.v, options).out;
-  }
-  Tensor out = attention(in.q, in.k, in.v, options).out;
-  backward(out, in.dout);
-  return out;
 }
 
 // Fused against composed on the GPU, on the first batch entry (the (b, h)
@@ -236,13 +217,9 @@ void row_op_case(benchmark::State& state, const std::string& what, const Shape& 
 
 // ---- the toy GPT ---------------------------------------------------------------------------------
 
-Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
-  Generator gen(seed);
-  const std::vector<float> u = rand({B, T}, {}, gen).to_vector<float>();
-  std::vector<std::int64_t> ids(u.size());
-  for (std::size_t i = 0; i < u.size(); ++i)
-    ids[i] = std::min<std::int64_t>(vocab - 1, static_cast<std::int64_t>(u[i] * static_cast<float>(vocab)));
-  return kernels::to_device(from_vector(ids, {B, T}), kGpu);
+// Token ids as random_tokens draws them, on the GPU.
+Tensor gpu_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
+  return kernels::to_device(random_tokens(B, T, vocab, seed), kGpu);
 }
 
 double step_loss(nn::GPT& model, train::optim::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
@@ -262,7 +239,7 @@ void gpt_step_case(benchmark::State& state, cuda::KernelSet kernels_to_use) {
   nn::GPT model(config);
   model.to(kGpu);
   train::optim::AdamW optimizer(model.named_parameters(), train::optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
-  const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
+  const Tensor tokens = gpu_tokens(B, T, V, 31), targets = gpu_tokens(B, T, V, 32);
   const double first = step_loss(model, optimizer, tokens, targets);
   if (!(std::abs(first - std::log(static_cast<double>(V))) < 0.1)) {
     state.SkipWithError(("check failed: initial loss " + std::to_string(first) + " is not near ln(V)").c_str());

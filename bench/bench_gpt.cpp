@@ -45,15 +45,6 @@
 namespace attograd::bench {
 namespace {
 
-// Token ids in [0, vocab), (B, T) int64, from a fixed seed.
-Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
-  Generator gen(seed);
-  const std::vector<float> u = rand({B, T}, {}, gen).to_vector<float>();
-  std::vector<std::int64_t> ids(u.size());
-  for (std::size_t i = 0; i < u.size(); ++i)
-    ids[i] = std::min<std::int64_t>(vocab - 1, static_cast<std::int64_t>(u[i] * static_cast<float>(vocab)));
-  return from_vector(ids, {B, T});
-}
 
 // What a case trains and how.
 struct StepCase {
