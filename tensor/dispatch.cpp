@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "cuda/runtime.h"
@@ -49,6 +50,14 @@ void check_floating(const char* op, const Tensor& t) {
            shape_str(t.sizes()));
 }
 
+// bfloat16 through float32: an op whose kernels have no bfloat16 loop widens its
+// bfloat16 operands to float32 (exactly), computes there, and rounds its
+// floating results once to bfloat16, which is what a bfloat16 loop computing
+// in float32 gives too. Ops with a loop of their own skip this.
+bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16; }
+Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
+Tensor to_bf16(const Tensor& t) { return t.defined() ? cast(t, DType::bf16) : t; }
+
 // The float32-only kernels of the GPU refuse float64 with a message that says why.
 void check_cuda_float32(const char* op, const Tensor& t) {
   AG_CHECK(!t.device().is_cuda() || t.dtype() == DType::f32, op,
@@ -79,6 +88,7 @@ Tensor unary(Unary op, const Tensor& x, double s) {
   const char* name = unary_name(op);
   check_defined(name, x, "input");
   check_floating(name, x);
+  if (is_bf16(x)) return to_bf16(unary(op, widen(x), s));
   return AG_DEVICE_KERNEL(x, unary)(op, x, s);
 }
 
@@ -90,6 +100,10 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_same_dtype(name, a, b);
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
+  if (is_bf16(a)) {
+    const Tensor out = binary(op, widen(a), widen(b));
+    return is_comparison(op) ? out : to_bf16(out);
+  }
   const DType out_dtype = is_comparison(op) ? DType::b8 : a.dtype();
   return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }
@@ -148,6 +162,12 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   check_floating("add_", y);
   AG_CHECK(broadcast_shapes("add_", y.sizes(), x.sizes()) == y.sizes(), "add_", "cannot add {} into {}",
            shape_str(x.sizes()), shape_str(y.sizes()));
+  if (is_bf16(y)) {
+    const Tensor sum = widen(y);
+    add_(sum, widen(x), alpha);
+    copy_(y, sum);
+    return;
+  }
   AG_DEVICE_KERNEL(y, add_)(y, x, alpha);
   y.bump_version();
 }
@@ -184,6 +204,7 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   if (all.empty())
     for (int d = 0; d < x.dim(); ++d) all.push_back(d);
   for (int d : all) AG_CHECK(d >= 0 && d < x.dim(), "sum", "dim {} out of range for {}", d, shape_str(x.sizes()));
+  if (is_bf16(x)) return to_bf16(sum(widen(x), dims, keepdim));
   return AG_DEVICE_KERNEL(x, sum)(x, all, keepdim);
 }
 
@@ -191,6 +212,11 @@ MaxResult max(const Tensor& x, int dim, bool keepdim) {
   check_floating("max", x);
   AG_CHECK(dim >= 0 && dim < x.dim(), "max", "dim {} out of range for {}", dim, shape_str(x.sizes()));
   AG_CHECK(x.sizes()[dim] > 0, "max", "reducing an empty dim {} of {}", dim, shape_str(x.sizes()));
+  if (is_bf16(x)) {  // exact: the maximum of widened values is one of them
+    MaxResult r = max(widen(x), dim, keepdim);
+    r.values = to_bf16(r.values);
+    return r;
+  }
   return AG_DEVICE_KERNEL(x, max)(x, dim, keepdim);
 }
 
@@ -230,6 +256,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
   check_cuda_float32("matmul", a);
+  if (is_bf16(a)) return to_bf16(matmul(widen(a), widen(b), widen(bias)));
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 
@@ -291,21 +318,25 @@ void check_channel_param(const Tensor& x, const Tensor& p, const char* what) {
 
 Tensor softmax_forward(const Tensor& x) {
   check_rows("softmax", x, "input");
+  if (is_bf16(x)) return to_bf16(softmax_forward(widen(x)));
   return AG_DEVICE_KERNEL(x, softmax_forward)(dense(x));
 }
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   check_row_grad("softmax backward", y, dy);
+  if (is_bf16(y)) return to_bf16(softmax_backward(widen(y), widen(dy)));
   return AG_DEVICE_KERNEL(y, softmax_backward)(dense(y), dense(dy));
 }
 
 Tensor log_softmax_forward(const Tensor& x) {
   check_rows("log_softmax", x, "input");
+  if (is_bf16(x)) return to_bf16(log_softmax_forward(widen(x)));
   return AG_DEVICE_KERNEL(x, log_softmax_forward)(dense(x));
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   check_row_grad("log_softmax backward", y, dy);
+  if (is_bf16(y)) return to_bf16(log_softmax_backward(widen(y), widen(dy)));
   return AG_DEVICE_KERNEL(y, log_softmax_backward)(dense(y), dense(dy));
 }
 
@@ -315,6 +346,10 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const 
   check_channel_param(x, bias, "bias");
   AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
   AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
+  if (is_bf16(x)) {
+    const LayerNormResult r = layer_norm_forward(widen(x), widen(weight), widen(bias), eps);
+    return {to_bf16(r.y), to_bf16(r.mean), to_bf16(r.rstd)};
+  }
   return AG_DEVICE_KERNEL(x, layer_norm_forward)(dense(x), dense(weight), dense(bias), eps);
 }
 
@@ -332,6 +367,10 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
     AG_CHECK(stat->sizes() == rows, op, "saved statistic is {}, expected {}", shape_str(stat->sizes()),
              shape_str(rows));
   }
+  if (is_bf16(x)) {
+    const LayerNormGrads g = layer_norm_backward(widen(dy), widen(x), widen(weight), widen(mean), widen(rstd));
+    return {to_bf16(g.dx), to_bf16(g.dweight), to_bf16(g.dbias)};
+  }
   return AG_DEVICE_KERNEL(x, layer_norm_backward)(dense(dy), dense(x), dense(weight), dense(mean), dense(rstd));
 }
 
@@ -341,6 +380,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   check_int64("embedding", ids, "ids");
   check_same_device("embedding", weight, ids);
   check_indices("embedding", ids, weight.size(0), "id", "rows");
+  if (is_bf16(weight)) return to_bf16(embedding_forward(widen(weight), ids));
   return AG_DEVICE_KERNEL(weight, embedding_forward)(dense(weight), dense(ids));
 }
 
@@ -355,6 +395,7 @@ Tensor embedding_backward(const Tensor& dy, const Tensor& ids, std::int64_t num_
            shape_str(dy.sizes()), shape_str(expected));
   AG_CHECK(num_rows > 0, op, "num_rows must be positive, got {}", num_rows);
   check_indices(op, ids, num_rows, "id", "rows");
+  if (is_bf16(dy)) return to_bf16(embedding_backward(widen(dy), ids, num_rows));
   return AG_DEVICE_KERNEL(dy, embedding_backward)(dense(dy), dense(ids), num_rows);
 }
 
@@ -367,6 +408,12 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
            shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
   check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
+  if (is_bf16(logits)) {
+    CrossEntropyResult r = cross_entropy_forward(widen(logits), targets, ignore_index);
+    r.loss = to_bf16(r.loss);
+    r.lse = to_bf16(r.lse);
+    return r;
+  }
   return AG_DEVICE_KERNEL(logits, cross_entropy_forward)(dense(logits), dense(targets), ignore_index);
 }
 
@@ -386,6 +433,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
+  if (is_bf16(logits))
+    return to_bf16(cross_entropy_backward(widen(logits), targets, widen(lse), ignore_index, count, dloss));
   return AG_DEVICE_KERNEL(logits, cross_entropy_backward)(dense(logits), dense(targets), dense(lse), ignore_index,
                                                          count, dloss);
 }
@@ -394,6 +443,7 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
   AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // also rejects NaN
   AG_CHECK(is_floating(options.dtype), "dropout", "mask dtype must be floating, got {}", dtype_name(options.dtype));
   for (auto s : sizes) AG_CHECK(s >= 0, "dropout", "invalid mask shape {}", shape_str(sizes));
+  if (options.dtype == DType::bf16) return to_bf16(dropout_mask(sizes, p, seed, offset, {DType::f32, options.device}));
   return (options.device.is_cuda() ? gpu::dropout_mask : cpu::dropout_mask)(sizes, p, seed, offset, options);
 }
 
@@ -487,6 +537,12 @@ std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int
 
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options) {
+  if (is_bf16(q) && is_bf16(k) && is_bf16(v)) {  // the output rounded to bfloat16; lse and probs stay float32
+    AttentionForwardResult r = attention_forward(widen(q), widen(k), widen(v), mask, options);
+    r.out = to_bf16(r.out);
+    r.weights = to_bf16(r.weights);
+    return r;
+  }
   const AttentionCall call = attention_call("attention", q, k, v, mask, options);
   const std::int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   AttentionForwardResult r;
@@ -505,6 +561,17 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
+  if (is_bf16(q) && is_bf16(k) && is_bf16(v)) {  // float32 gradients, rounded into bfloat16 ones
+    const AttentionGrads g = attention_backward(widen(dout), widen(q), widen(k), widen(v), mask, widen(out),
+                                                widen(lse), probs, options);
+    AttentionGrads rounded;
+    for (auto [target, computed, result] : {std::tuple{&into.dq, &g.dq, &rounded.dq}, std::tuple{&into.dk, &g.dk, &rounded.dk},
+                                            std::tuple{&into.dv, &g.dv, &rounded.dv}}) {
+      *result = target->defined() ? *target : empty(computed->sizes(), {DType::bf16, computed->device()});
+      copy_(*result, *computed);
+    }
+    return rounded;
+  }
   const AttentionCall call = attention_call(op, q, k, v, mask, options);
   check_defined(op, dout, "dout");
   check_defined(op, out, "out");
@@ -570,6 +637,9 @@ void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& ste
              "param and state must be contiguous, got {} {} {}", p.param.str(), p.m.str(), p.v.str());
     check_same_device(op, params.front().param, p.param);  // one launch needs one device
     check_cuda_float32(op, p.param);
+    AG_CHECK(p.param.dtype() != DType::bf16, op,
+             "parameters and their state are float32 (mixed precision keeps float32 master weights), got {}",
+             p.param.str());
     dense_grads.push_back({p.param, contiguous(p.grad), p.m, p.v, p.decay});
   }
   if (params.empty()) return;

@@ -16,9 +16,15 @@
 namespace attograd::test {
 
 // Tolerances per dtype, written once: float32 results are compared at these,
-// float64 references tighter.
+// float64 references tighter. bfloat16 keeps 8 significant bits, so rounding
+// to nearest moves a value by at most 2^-8 of itself (half the 2^-7 relative
+// spacing): a bfloat16 result computed in float32 and rounded once is within
+// that of the exact value, plus float32's own error.
+inline constexpr double kBf16UnitRoundoff = 1.0 / 256;
 inline double atol_for(DType t) { return t == DType::f64 ? 1e-10 : 1e-5; }
-inline double rtol_for(DType t) { return t == DType::f64 ? 1e-9 : 1e-4; }
+inline double rtol_for(DType t) {
+  return t == DType::f64 ? 1e-9 : t == DType::bf16 ? kBf16UnitRoundoff + 1e-4 : 1e-4;
+}
 
 // A float64 leaf with values drawn from N(0, 1) by a fixed seed, requiring grad.
 inline Tensor leaf(const Shape& sizes, std::uint64_t seed = 1) {

@@ -336,7 +336,9 @@ TEST_CASE("hostile checkpoints: every malformed field is a clear error naming th
          h["ln_f.weight"]["data_offsets"] = {begin, begin + 32};
        }),
        "'ln_f.weight' data [3984, 4016) overlaps"},
-      {"unknown dtype", edit_header([](auto& h) { h["wte.weight"]["dtype"] = "BF16"; }), "unknown dtype"},
+      {"unknown dtype", edit_header([](auto& h) { h["wte.weight"]["dtype"] = "F16"; }), "unknown dtype"},
+      {"BF16 of the wrong byte size", edit_header([](auto& h) { h["wte.weight"]["dtype"] = "BF16"; }),
+       "BF16 of shape [12,8] needs 192"},
       {"shape disagrees with offsets", edit_header([](auto& h) { h["wte.weight"]["shape"] = {12, 9}; }), "needs"},
       {"shape of 2^40 x 2^40", edit_header([](auto& h) { h["wte.weight"]["shape"] = {1ull << 40, 1ull << 40}; }),
        "needs"},

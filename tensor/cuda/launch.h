@@ -64,6 +64,19 @@ cuda::StridedLayout<N> layout_of(const char* op, const Shape& shape, const std::
   return collapse<N>(op, shape, strides);
 }
 
+// visit_dtype over the dtypes CUDA tensors come in: every one but bfloat16, which
+// has no CUDA kernels yet (empty() refuses a bfloat16 CUDA tensor).
+template <typename Fn>
+void visit_cuda_dtype(const char* op, DType t, Fn fn) {
+  switch (t) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i64: return fn(std::int64_t{});
+    case DType::b8: return fn(bool{});
+    case DType::bf16: fail(op, "has no bfloat16 CUDA kernel");
+  }
+}
+
 // x's dims split into the kept ones (in order) and `reduced` ones, each a
 // one-operand layout of x's strides over them (cuda::ReduceLayout).
 inline cuda::ReduceLayout reduce_layout_of(const char* op, const Tensor& x, const std::vector<int>& reduced) {

@@ -29,13 +29,14 @@ const char* safetensors_dtype(DType t) {
     case DType::f32: return "F32";
     case DType::f64: return "F64";
     case DType::i64: return "I64";
+    case DType::bf16: return "BF16";
     case DType::b8: return nullptr;
   }
   return nullptr;
 }
 
 bool parse_dtype(const std::string& name, DType* t) {
-  for (DType d : {DType::f32, DType::f64, DType::i64})
+  for (DType d : {DType::f32, DType::f64, DType::i64, DType::bf16})
     if (name == safetensors_dtype(d)) return *t = d, true;
   return false;
 }
@@ -110,7 +111,7 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
              what, "'{}' needs dtype, shape and data_offsets", name);
     Entry e{name, DType::f32, {}, 0, 0};
     AG_CHECK(info["dtype"].is_string() && parse_dtype(info["dtype"].get<std::string>(), &e.dtype), what,
-             "'{}' has unknown dtype {} (F32, F64, I64)", name, info["dtype"].dump());
+             "'{}' has unknown dtype {} (F32, F64, I64, BF16)", name, info["dtype"].dump());
     const auto& shape = info["shape"];
     AG_CHECK(shape.is_array(), what, "'{}' shape must be an array", name);
     // A saturating product: absurd shapes cannot overflow, and they then fail the size check below.

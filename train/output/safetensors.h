@@ -1,7 +1,7 @@
 #pragma once
 // The safetensors file layout, so PyTorch and other tools can read our weights:
 //   8 bytes   N, the header length, little-endian uint64
-//   N bytes   JSON: name -> {"dtype": "F32"|"F64"|"I64", "shape": [...],
+//   N bytes   JSON: name -> {"dtype": "F32"|"F64"|"I64"|"BF16", "shape": [...],
 //             "data_offsets": [begin, end]}, plus "__metadata__": {string: string}
 //   the rest  raw little-endian tensor data; offsets count from its start
 // The reader treats a file as untrusted: every length, offset and shape is

@@ -1,0 +1,178 @@
+// The bfloat16 dtype (base/bfloat16.h, tensor/dtype.h): its rounding against
+// an independent reference, casts, printing, checkpoints, and the ops
+// computed in float32 against float64 within bfloat16's bound (tests/helpers.h).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "base/bfloat16.h"
+#include "helpers.h"
+#include "train/output/safetensors.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// Round to nearest, ties to even, by comparing distances in float64 rather
+// than by bit arithmetic: the two bfloat16 neighbours of x (x's bits cut to
+// the top 16, and one ulp up), the nearer one, the even one on a tie.
+std::uint16_t reference_bits(float x) {
+  if (std::isnan(x)) return 0x7fc0;
+  const std::uint16_t down = static_cast<std::uint16_t>(bits_of(x) >> 16);
+  const std::uint16_t up = static_cast<std::uint16_t>(down + 1);
+  // Past the largest finite value, `up` is the infinity IEEE rounds to: it
+  // stands for 2^128, the next value the format would have with more exponent.
+  const bool up_overflows = (up & 0x7fff) == 0x7f80;
+  const double dx = x, ddown = bfloat16_to_float(down);
+  const double dup = up_overflows ? std::copysign(0x1p128, dx) : bfloat16_to_float(up);
+  if (dx == ddown) return down;
+  const double to_down = std::abs(dx - ddown), to_up = std::abs(dup - dx);
+  if (to_down != to_up) return to_down < to_up ? down : up;
+  return (down & 1) == 0 ? down : up;
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 rounds to nearest even, keeps NaN, infinities and signed zero", "[bf16]") {
+  CHECK(bfloat16(1.0f).bits == 0x3f80);
+  CHECK(bfloat16(1.0f + 0x1p-8f).bits == 0x3f80);        // a tie: to the even 1.0
+  CHECK(bfloat16(1.0f + 3 * 0x1p-8f).bits == 0x3f82);    // a tie: to the even 1 + 2^-6
+  CHECK(bfloat16(1.0f + 0x1p-8f + 0x1p-20f).bits == 0x3f81);  // past the tie: up
+  CHECK(bfloat16(-0.0f).bits == 0x8000);
+  CHECK(bfloat16(std::numeric_limits<float>::infinity()).bits == 0x7f80);
+  CHECK(bfloat16(-std::numeric_limits<float>::infinity()).bits == 0xff80);
+  CHECK(bfloat16(std::numeric_limits<float>::max()).bits == 0x7f80);  // rounds past the largest bfloat16
+  // A NaN whose payload lies only in the low bits would become an infinity if cut.
+  float nan_low;
+  const std::uint32_t nan_low_bits = 0x7f800001u;
+  std::memcpy(&nan_low, &nan_low_bits, sizeof nan_low);
+  CHECK(std::isnan(static_cast<float>(bfloat16(nan_low))));
+  CHECK(std::isnan(static_cast<float>(bfloat16(-std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(static_cast<float>(bfloat16(0x1p-130f)) == 0x1p-130f);  // subnormals keep their top 7 bits
+
+  // Every pattern of the high half with a spread of low halves, ties and
+  // their neighbours among them, against the float64 reference.
+  std::int64_t checked = 0;
+  for (std::uint32_t high = 0; high < 0x10000u; ++high)
+    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xbeefu, 0xffffu}) {
+      const std::uint32_t u = high << 16 | low;
+      float x;
+      std::memcpy(&x, &u, sizeof x);
+      const std::uint16_t got = bfloat16(x).bits, want = reference_bits(x);
+      if (std::isnan(x)) {
+        REQUIRE(std::isnan(bfloat16_to_float(got)));
+      } else if (got != want) {
+        INFO("x bits 0x" << std::hex << u << ": got 0x" << got << ", want 0x" << want);
+        REQUIRE(got == want);
+      }
+      ++checked;
+    }
+  CHECK(checked == 7 * 65536);
+}
+
+TEST_CASE("bfloat16 tensors: casts round once and widen exactly, print, and stay on the CPU", "[bf16]") {
+  const Tensor x = randn({5, 7}, {DType::f32});
+  const Tensor b = kernels::cast(x, DType::bf16);
+  CHECK(b.dtype() == DType::bf16);
+  CHECK(b.str() == "[5,7] bfloat16 cpu");
+  const std::vector<float> xs = x.to_vector<float>();
+  const std::vector<double> widened = b.to_vector<double>();  // bfloat16 -> float64 is exact
+  for (std::size_t i = 0; i < xs.size(); ++i) REQUIRE(widened[i] == bfloat16_to_float(reference_bits(xs[i])));
+  // Back and forth changes nothing once rounded; a transposed view casts element for element.
+  CHECK(max_abs_diff(kernels::cast(kernels::cast(b, DType::f32), DType::bf16), b) == 0);
+  const Tensor bt = kernels::cast(transpose(x, 0, 1), DType::bf16);
+  CHECK(max_abs_diff(bt, transpose(b, 0, 1)) == 0);
+
+  std::ostringstream printed;
+  printed << kernels::cast(from_vector(std::vector<float>{1.0f, 1.00390625f}, {2}), DType::bf16);
+  CHECK(printed.str() == "tensor([1.0000, 1.0000], shape=[2], dtype=bfloat16)");
+
+  CHECK_THROWS_WITH(empty({2, 3}, {DType::bf16, Device::cuda(0)}),
+                    Catch::StartsWith("[bfloat16] tensors are CPU-only in this build"));
+}
+
+TEST_CASE("bfloat16: the cast is differentiable, its gradient cast back", "[bf16][autograd]") {
+  // forward: y = bf16(x); so dx = dy in x's dtype (rounding is a step function:
+  // finite differences cannot see its slope, so the chain rule is checked exactly).
+  const Tensor x = leaf({3, 4});
+  const Tensor w = kernels::cast(kernels::cast(randn({3, 4}, {DType::f64}), DType::bf16), DType::f64);
+  const Tensor y = to(x, DType::bf16);
+  CHECK(y.dtype() == DType::bf16);
+  backward(sum(mul(to(y, DType::f64), w)));
+  REQUIRE(x.grad().dtype() == DType::f64);
+  CHECK(max_abs_diff(x.grad(), w) == 0);
+}
+
+TEST_CASE("bfloat16 ops compute in float32 and round once, within bfloat16's bound of float64", "[bf16]") {
+  const DType bf = DType::bf16;
+  const auto bf16_of = [&](const Tensor& t) { return kernels::cast(t, bf); };
+  const auto exact = [](const Tensor& t) { return kernels::cast(t, DType::f64); };  // the bfloat16 inputs, exactly
+  const Tensor a = bf16_of(randn({6, 9}, {DType::f32}));
+  const Tensor b = bf16_of(randn({6, 9}, {DType::f32}));
+  const Tensor p = bf16_of(uniform({6, 9}, 0.5, 2.0, {DType::f32}));
+  const auto check = [&](const char* what, const Tensor& got, const Tensor& want) {
+    INFO(what);
+    REQUIRE(got.dtype() == bf);
+    CHECK(all_close(got, want, atol_for(bf), rtol_for(bf)));
+  };
+  for (auto op : {kernels::Unary::neg, kernels::Unary::exp, kernels::Unary::tanh, kernels::Unary::gelu,
+                  kernels::Unary::gelu_grad, kernels::Unary::relu})
+    check(kernels::unary_name(op), kernels::unary(op, a), kernels::unary(op, exact(a)));
+  check("log", kernels::unary(kernels::Unary::log, p), kernels::unary(kernels::Unary::log, exact(p)));
+  for (auto op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::sub, kernels::Binary::gelu_backward})
+    check(kernels::binary_name(op), kernels::binary(op, a, b), kernels::binary(op, exact(a), exact(b)));
+  check("div", kernels::binary(kernels::Binary::div, a, p), kernels::binary(kernels::Binary::div, exact(a), exact(p)));
+  // A sum of n terms rounded once at the end: its bound is bfloat16's of the result,
+  // which needs an absolute part where terms cancel (2^-8 of the sum of |terms|).
+  const Tensor row_sums = kernels::sum(a, {1}, false);
+  const Tensor abs_sums = kernels::sum(kernels::unary(kernels::Unary::abs, exact(a)), {1}, false);
+  const auto got = row_sums.to_vector<double>(), want = kernels::sum(exact(a), {1}, false).to_vector<double>(),
+             scale = abs_sums.to_vector<double>();
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= kBf16UnitRoundoff * scale[i] + 1e-6);
+  check("softmax", kernels::softmax_forward(a), kernels::softmax_forward(exact(a)));
+  check("log_softmax", kernels::log_softmax_forward(a), kernels::log_softmax_forward(exact(a)));
+  check("max", kernels::max(a, 1, false).values, kernels::max(exact(a), 1, false).values);
+  CHECK(kernels::max(a, 1, false).indices.to_vector<std::int64_t>() ==
+        kernels::max(exact(a), 1, false).indices.to_vector<std::int64_t>());
+  check("transposed add", kernels::binary(kernels::Binary::add, transpose(a, 0, 1), transpose(b, 0, 1)),
+        kernels::binary(kernels::Binary::add, transpose(exact(a), 0, 1), transpose(exact(b), 0, 1)));
+  const Tensor row = bf16_of(randn({9}, {DType::f32}));
+  check("broadcast mul", kernels::binary(kernels::Binary::mul, a, row),
+        kernels::binary(kernels::Binary::mul, exact(a), exact(row)));
+}
+
+TEST_CASE("bfloat16: an op without bfloat16 support refuses it by name", "[bf16]") {
+  const Tensor p = kernels::cast(zeros({4}), DType::bf16);
+  CHECK_THROWS_WITH(kernels::adamw_step_(p, p, p, p, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8,
+                                                      .weight_decay = 0, .step = 1}),
+                    Catch::StartsWith("[adamw] parameters and their state are float32"));
+  CHECK_THROWS_WITH(kernels::binary(kernels::Binary::add, p, zeros({4})), Catch::Contains("dtypes differ"));
+}
+
+TEST_CASE("bfloat16 tensors go through safetensors as BF16, bit for bit, and damaged ones are refused", "[bf16]") {
+  const Tensor b = kernels::cast(randn({3, 5}, {DType::f32}), DType::bf16);
+  const std::string bytes = train::output::serialize_safetensors({{"w", b}});
+  CHECK(bytes.find("\"dtype\":\"BF16\"") != std::string::npos);
+  const train::output::Safetensors back = train::output::parse_safetensors(bytes, "w.safetensors");
+  const Tensor w = back.tensors.at("w");
+  REQUIRE(w.dtype() == DType::bf16);
+  REQUIRE(w.sizes() == b.sizes());
+  CHECK(std::memcmp(w.raw_data(), b.raw_data(), 15 * 2) == 0);
+  // The header promises 15 values of 2 bytes; a data section one byte short is refused.
+  std::string short_data = bytes;
+  short_data.pop_back();
+  CHECK_THROWS_WITH(train::output::parse_safetensors(short_data, "w.safetensors"),
+                    Catch::StartsWith("[w.safetensors]"));
+}
