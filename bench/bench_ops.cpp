@@ -29,6 +29,7 @@
 #include "autograd/ops.h"
 #include "autograd/ops/reference.h"
 #include "bench_common.h"
+#include "tensor/kernels.h"
 #include "tensor/rng.h"
 
 namespace attograd::bench {
@@ -66,6 +67,39 @@ void matmul_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::i
     benchmark::DoNotOptimize(out.raw_data());
   }
   set_counters(state, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N));
+}
+
+// out = a @ b in bfloat16 (float32 sums), the kernel of tensor/cpu/matmul_bf16/
+// (its name in the JSON context, bf16_kernel), checked on its top-left corner
+// against float64 sums of the same bfloat16 operands: within bfloat16's
+// rounding of the result (2^-8) and K float32 additions of terms under 16.
+void matmul_bf16_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N) {
+  const Tensor a = kernels::cast(random_input({M, K}, 1), DType::bf16);  // (M, K)
+  const Tensor b = kernels::cast(random_input({K, N}, 2), DType::bf16);  // (K, N)
+  {
+    const Tensor out = kernels::cast(matmul(a, b), DType::f64);
+    const Tensor a64 = kernels::cast(a, DType::f64), b64 = kernels::cast(b, DType::f64);
+    const double *pa = a64.data<double>(), *pb = b64.data<double>(), *po = out.data<double>();
+    for (std::int64_t i = 0; i < std::min<std::int64_t>(M, 16); ++i)
+      for (std::int64_t j = 0; j < std::min<std::int64_t>(N, 16); ++j) {
+        double want = 0, scale = 0;
+        for (std::int64_t k = 0; k < K; ++k) {
+          want += pa[i * K + k] * pb[k * N + j];
+          scale += std::abs(pa[i * K + k] * pb[k * N + j]);
+        }
+        if (std::abs(po[i * N + j] - want) > std::abs(want) / 256 + K * 0x1p-24 * scale) {
+          state.SkipWithError(("check failed: bfloat16 matmul differs from float64 sums at (" + std::to_string(i) +
+                               ", " + std::to_string(j) + ")")
+                                  .c_str());
+          return;
+        }
+      }
+  }
+  for (auto _ : state) {
+    Tensor out = matmul(a, b);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  set_counters(state, 2.0 * M * K * N, 2.0 * (M * K + K * N + M * N));
 }
 
 // ---- softmax ---------------------------------------------------------------------
@@ -202,13 +236,15 @@ void sum_rows_case(benchmark::State& state, std::int64_t N, std::int64_t C) {
   set_counters(state, static_cast<double>(N * C), 4.0 * static_cast<double>(N * C + C));
 }
 
-// Case names: matmul/<n> (square), matmul/proj/<shape> ((B*T, C) @ (C, C)),
+// Case names: matmul/<n> (square), matmul_bf16/<n>, matmul/proj/<shape> ((B*T, C) @ (C, C)),
 // softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
 // cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
 const bool registered = [] {
   for (std::int64_t n : {256, 512, 1024, 2048}) {
     register_case("matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
   }
+  for (std::int64_t n : {768, 2048})
+    register_case("matmul_bf16/" + std::to_string(n), [n](benchmark::State& st) { matmul_bf16_case(st, n, n, n); });
   for (const AttentionShape& s : kAttentionShapes) {
     register_case(std::string("matmul/proj/") + s.name,
                   [s](benchmark::State& st) { matmul_case(st, s.B * s.T, s.C, s.C); });

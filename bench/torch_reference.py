@@ -337,6 +337,18 @@ def matmul_case(M, K, N, a_transposed=False):
     return step, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N), None
 
 
+def matmul_bf16_case(n):
+    """bfloat16 operands and result (oneDNN's kernels: AMX or AVX512_BF16 where the CPU has them)."""
+    a, b = randn(n, n, seed=1).bfloat16(), randn(n, n, seed=2).bfloat16()
+    check_close("matmul_bf16", (a @ b)[:16, :16].double(), a[:16].double() @ b[:, :16].double(),
+                1e-3 * math.sqrt(n), 1.0 / 128)
+
+    def step():
+        return a @ b
+
+    return step, 2.0 * n * n * n, 2.0 * 3 * n * n, None
+
+
 def softmax_case(shape_name, backward_too):
     B, T, C, H = SHAPES[shape_name]
     x = randn(B, H, T, T, seed=3, requires_grad=backward_too)
@@ -431,6 +443,8 @@ def all_cases():
     cases.append(("charlm_step", charlm_step_case))
     for n in (256, 512, 1024, 2048):
         cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
+    for n in (768, 2048):
+        cases.append((f"matmul_bf16/{n}", lambda n=n: matmul_bf16_case(n)))
     for s, (B, T, C, H) in SHAPES.items():
         cases.append((f"matmul/proj/{s}", lambda B=B, T=T, C=C: matmul_case(B * T, C, C)))
     for bwd in (False, True):

@@ -256,7 +256,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
   check_cuda_float32("matmul", a);
-  if (is_bf16(a)) return to_bf16(matmul(widen(a), widen(b), widen(bias)));
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 

@@ -40,6 +40,30 @@ inline MatrixOperand matrix_operand(const Tensor& x) {
   return {kernels::clone(x), false, std::max<std::int64_t>(cols, 1)};
 }
 
+// The batches of a batched matmul: a's and b's element strides over the
+// broadcast batch shape (0 on a broadcast dim), and where batch i of each starts.
+struct MatmulBatches {
+  Shape shape, a_strides, b_strides;
+  MatmulBatches(const Tensor& a, const Tensor& b, const Shape& batch_shape)
+      : shape(batch_shape), a_strides(strides_of(a, batch_shape)), b_strides(strides_of(b, batch_shape)) {}
+  std::int64_t count() const { return numel_of(shape); }
+  void offsets(std::int64_t i, std::int64_t& a_offset, std::int64_t& b_offset) const {
+    a_offset = b_offset = 0;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      const std::int64_t index = i % shape[d];
+      i /= shape[d];
+      a_offset += index * a_strides[d];
+      b_offset += index * b_strides[d];
+    }
+  }
+
+ private:
+  static Shape strides_of(const Tensor& t, const Shape& batch_shape) {
+    const Shape sizes(t.sizes().begin(), t.sizes().end() - 2), strides(t.strides().begin(), t.strides().end() - 2);
+    return broadcast_strides(sizes, strides, batch_shape);
+  }
+};
+
 // C (batch_shape..., M, N) of a (..., M, K) @ b (..., K, N), contiguous.
 inline Tensor matmul_output(const Tensor& a, const Tensor& b, const Shape& batch_shape) {
   Shape out_shape = batch_shape;

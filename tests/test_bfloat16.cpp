@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "base/bfloat16.h"
 #include "helpers.h"
+#include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "train/output/safetensors.h"
 
 using namespace attograd;
@@ -175,4 +177,91 @@ TEST_CASE("bfloat16 tensors go through safetensors as BF16, bit for bit, and dam
   short_data.pop_back();
   CHECK_THROWS_WITH(train::output::parse_safetensors(short_data, "w.safetensors"),
                     Catch::StartsWith("[w.safetensors]"));
+}
+
+// ---- matrix products (tensor/cpu/matmul_bf16/) --------------------------------------------
+
+namespace {
+
+// A float32 matrix of values already bfloat16 (so the kernels' inputs are exact).
+Tensor bf16_values(const Shape& sizes, std::uint64_t seed) {
+  Generator gen(seed);
+  return kernels::cast(kernels::cast(randn(sizes, {DType::f32}, gen), DType::bf16), DType::f32);
+}
+
+// The bound on a bfloat16 product C = A B computed from bfloat16 operands with
+// float32 products (exact) and sums: K float32 additions, each off by at most
+// 2^-24 of its partial sum, so k 2^-24 sum_i |a_i b_i| (a loose gamma_k), then
+// one rounding to bfloat16 of the result, 2^-8 of it.
+bool within_product_bound(const Tensor& got, const Tensor& a, const Tensor& b, std::string& where) {
+  const Tensor want = kernels::matmul(kernels::cast(a, DType::f64), kernels::cast(b, DType::f64));
+  const Tensor scale = kernels::matmul(kernels::unary(kernels::Unary::abs, kernels::cast(a, DType::f64)),
+                                       kernels::unary(kernels::Unary::abs, kernels::cast(b, DType::f64)));
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>(), s = scale.to_vector<double>();
+  const double k = static_cast<double>(a.size(-1));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double bound = kBf16UnitRoundoff * std::abs(w[i]) + k * 0x1p-24 * s[i] + 1e-30;
+    if (!(std::abs(g[i] - w[i]) <= bound)) {
+      where = fmt::format("element {}: got {}, want {} (bound {})", i, g[i], w[i], bound);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar models, within the bound", "[bf16][matmul]") {
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::widen,
+                                 cpu::Bf16Kernel::amx_model, cpu::Bf16Kernel::avx512_bf16_model}) {
+    if (!cpu::bf16_kernel_runs_here(kernel)) {
+      WARN("skipped: this CPU has no " << cpu::bf16_kernel_name(kernel));
+      continue;
+    }
+    // (70, 45, 64): a row-major A read in place (K whole steps, rows 128 bytes apart) but for its last 6 rows.
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {31, 33, 32}, {33, 17, 65}, {64, 64, 64}, {70, 45, 64}, {70, 45, 100}})
+      for (bool a_transposed : {false, true})
+        for (bool b_transposed : {false, true})
+          for (bool with_bias : {false, true}) {
+            INFO(cpu::bf16_kernel_name(kernel) << " " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "")
+                                              << (b_transposed ? " B^T" : "") << (with_bias ? " +bias" : ""));
+            const Tensor a32 = a_transposed ? transpose(bf16_values({k, m}, 1), 0, 1) : bf16_values({m, k}, 1);
+            const Tensor b32 = b_transposed ? transpose(bf16_values({n, k}, 2), 0, 1) : bf16_values({k, n}, 2);
+            const Tensor bias32 = bf16_values({n}, 3);
+            const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);
+            const Tensor bias = kernels::cast(bias32, DType::bf16);
+            Tensor c = empty({m, n}, {DType::bf16});
+            cpu::gemm_bf16({{a.data<bfloat16>(), a.stride(0), a.stride(1)},
+                            {b.data<bfloat16>(), b.stride(0), b.stride(1)},
+                            c.data<bfloat16>(),
+                            n,
+                            with_bias ? bias.data<bfloat16>() : nullptr,
+                            m,
+                            n,
+                            k},
+                           kernel);
+            // The bias as one more term of every dot product: a column of ones times the bias row.
+            const Tensor a_ext = with_bias ? kernels::cat({a32, ones({m, 1})}, 1) : a32;
+            const Tensor b_ext = with_bias ? kernels::cat({b32, view(bias32, {1, n})}, 0) : b32;
+            std::string where;
+            CHECK(within_product_bound(c, a_ext, b_ext, where));
+            INFO(where);
+          }
+  }
+}
+
+TEST_CASE("bfloat16 matmul: batches broadcast, transposed views and a bias, as float32's", "[bf16][matmul]") {
+  const Tensor a32 = bf16_values({3, 1, 20, 40}, 4), b32 = bf16_values({2, 40, 24}, 5), bias32 = bf16_values({24}, 6);
+  const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);
+  const Tensor b_t = transpose(kernels::contiguous(transpose(b, 1, 2)), 1, 2);  // column-major
+  const Tensor c = kernels::matmul(a, b_t, kernels::cast(bias32, DType::bf16));
+  REQUIRE(c.dtype() == DType::bf16);
+  REQUIRE(c.sizes() == Shape{3, 2, 20, 24});
+  const Tensor want = kernels::matmul(kernels::cast(a32, DType::f64), kernels::cast(b32, DType::f64),
+                                      kernels::cast(bias32, DType::f64));
+  const double sum_abs_bound = 40 * 0x1p-24 * 40 * 16 + 1e-6;  // |a|, |b| < 4: each product under 16
+  const auto g = c.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i)
+    REQUIRE(std::abs(g[i] - w[i]) <= kBf16UnitRoundoff * std::abs(w[i]) + sum_abs_bound);
+  CHECK_THROWS_WITH(kernels::matmul(a, b32), Catch::Contains("dtypes differ"));
 }

@@ -9,6 +9,7 @@
 // wide and short), one single-threaded GEMM each.
 #include <cblas.h>
 
+#include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
@@ -40,6 +41,7 @@ constexpr std::int64_t kMinParallelFlops = 4 << 20;
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
+  if (a_in.dtype() == DType::bf16) return matmul_bf16(a_in, b_in, batch_shape, bias);
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Tensor out = matmul_output(a_in, b_in, batch_shape);
   if (out.numel() == 0) return out;
@@ -49,28 +51,15 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
     return out;
   }
   const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
-  // Per-batch element offsets, with broadcast batch dims stepping by 0.
-  auto batch_strides = [&](const Tensor& t) {
-    Shape sizes(t.sizes().begin(), t.sizes().end() - 2), strides(t.strides().begin(), t.strides().end() - 2);
-    return broadcast_strides(sizes, strides, batch_shape);
-  };
-  const Shape sa = batch_strides(a.t), sb = batch_strides(b.t);
-  const std::int64_t batches = numel_of(batch_shape);
+  const MatmulBatches batch(a.t, b.t, batch_shape);
+  const std::int64_t batches = batch.count();
   ensure_blas_single_threaded();
   AG_DISPATCH_FLOAT(out.dtype(), "matmul", [&] {
     const auto* pa = a.t.data<scalar_t>();
     const auto* pb = b.t.data<scalar_t>();
     auto* pc = out.data<scalar_t>();
     const scalar_t* pbias = bias.defined() ? bias.data<scalar_t>() : nullptr;
-    auto batch_offsets = [&](std::int64_t i, std::int64_t& oa, std::int64_t& ob) {
-      oa = ob = 0;
-      for (std::size_t d = batch_shape.size(); d-- > 0;) {
-        const std::int64_t idx = i % batch_shape[d];
-        i /= batch_shape[d];
-        oa += idx * sa[d];
-        ob += idx * sb[d];
-      }
-    };
+    auto batch_offsets = [&](std::int64_t i, std::int64_t& oa, std::int64_t& ob) { batch.offsets(i, oa, ob); };
     // Row r of op(A) starts at r * lda (or r when A is read transposed); column j of op(B) likewise.
     const std::int64_t a_row_step = a.transposed ? 1 : a.ld, b_col_step = b.transposed ? b.ld : 1;
     const std::int64_t flops_per_batch = 2 * m * n * k;

@@ -1,0 +1,98 @@
+#include "tensor/cpu/matmul_bf16/isa.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+
+#include "base/error.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace attograd::cpu {
+namespace {
+
+constexpr const char* kNames[] = {"amx", "avx512_bf16", "widen", "amx_model", "avx512_bf16_model"};
+
+#if defined(__x86_64__)
+std::uint64_t xcr0() {
+  std::uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return static_cast<std::uint64_t>(hi) << 32 | lo;
+}
+
+struct Features {
+  bool avx512_bf16 = false;  // and the AVX-512 state saved by the OS
+  bool amx_bf16 = false;     // and the tile state saved by the OS
+};
+
+Features cpu_features() {
+  Features f;
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return f;  // OSXSAVE: xgetbv is there
+  const std::uint64_t xcr = xcr0();
+  const bool zmm_state = (xcr & 0xe6) == 0xe6;            // SSE, AVX, opmask, ZMM upper halves, ZMM16-31
+  const bool tile_state = (xcr & (3ull << 17)) == (3ull << 17);  // XTILECFG, XTILEDATA
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx512f = b & (1u << 16), avx512bw = b & (1u << 30);
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+  unsigned a1 = 0, b1, c1, d1;
+  __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+  const bool avx512bf16 = a1 & (1u << 5);
+  f.avx512_bf16 = zmm_state && avx512f && avx512bw && avx512bf16;
+  f.amx_bf16 = zmm_state && tile_state && amx_tile && amx_bf16 && f.avx512_bf16;
+  return f;
+}
+
+// Linux hands out the AMX tile data state (8 KiB more per thread to save) only
+// to a process that asks: once, for all its threads.
+bool amx_permitted() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+Bf16Kernel widest() {
+  static const Bf16Kernel kernel = [] {
+    const Features f = cpu_features();
+    if (f.amx_bf16 && amx_permitted()) return Bf16Kernel::amx;
+    if (f.avx512_bf16) return Bf16Kernel::avx512_bf16;
+    return Bf16Kernel::widen;
+  }();
+  return kernel;
+}
+#else
+Bf16Kernel widest() { return Bf16Kernel::widen; }
+#endif
+
+}  // namespace
+
+const char* bf16_kernel_name(Bf16Kernel kernel) { return kNames[static_cast<int>(kernel)]; }
+
+bool bf16_kernel_runs_here(Bf16Kernel kernel) {
+  switch (kernel) {
+    case Bf16Kernel::amx: return widest() == Bf16Kernel::amx;
+    case Bf16Kernel::avx512_bf16: return widest() != Bf16Kernel::widen;
+    default: return true;
+  }
+}
+
+Bf16Kernel bf16_kernel() {
+  static const Bf16Kernel kernel = [] {
+    const char* env = std::getenv("ATTOGRAD_BF16_ISA");
+    if (env == nullptr || *env == '\0') return widest();
+    for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
+      if (std::strcmp(env, kNames[i]) != 0) continue;
+      const auto chosen = static_cast<Bf16Kernel>(i);
+      AG_CHECK(bf16_kernel_runs_here(chosen), "matmul", "ATTOGRAD_BF16_ISA={} is wider than this CPU's {}", env,
+               bf16_kernel_name(widest()));
+      return chosen;
+    }
+    fail("matmul", "ATTOGRAD_BF16_ISA={} is not one of amx, avx512_bf16, widen, amx_model, avx512_bf16_model", env);
+  }();
+  return kernel;
+}
+
+}  // namespace attograd::cpu

@@ -1,0 +1,30 @@
+#pragma once
+// Which bfloat16 matrix-product kernel this CPU runs:
+//   amx          AMX tiles, TDPBF16PS: 16 x 16 x 32 multiply-adds an instruction
+//                (Sapphire Rapids and later), after Linux has granted the process
+//                the tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM))
+//   avx512_bf16  VDPBF16PS on 512-bit vectors: 16 x 2 multiply-adds an instruction
+//                (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)
+//   widen        anything else: the operands widened to float32, exactly, and
+//                OpenBLAS's sgemm (correct, not faster than float32)
+// The widest the CPU has, or a narrower one named by ATTOGRAD_BF16_ISA (so the
+// others can be tested and timed on an AMX machine); a wider one is refused.
+// The *_model kernels run the first two's instructions as scalar C++ on the
+// same packed buffers (tests: a packing mistake then fails on every machine).
+#include <cstdint>
+
+namespace attograd::cpu {
+
+enum class Bf16Kernel { amx, avx512_bf16, widen, amx_model, avx512_bf16_model };
+
+// "amx", "avx512_bf16", "widen", "amx_model", "avx512_bf16_model".
+const char* bf16_kernel_name(Bf16Kernel kernel);
+
+// The kernel bfloat16 products run on here (read once; a bad
+// ATTOGRAD_BF16_ISA throws "[matmul] ATTOGRAD_BF16_ISA=... ").
+Bf16Kernel bf16_kernel();
+
+// Whether this CPU (and OS) can run `kernel`: the models and widen always can.
+bool bf16_kernel_runs_here(Bf16Kernel kernel);
+
+}  // namespace attograd::cpu

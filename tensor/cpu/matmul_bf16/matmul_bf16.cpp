@@ -1,0 +1,256 @@
+// bfloat16 matrix products: both operands packed once per product (packing.h),
+// then the 32 x 32 blocks of C handed out to the pool's threads, each computed
+// over the whole of K by the chosen kernel into float32 and rounded once into
+// C, the bias added first.
+#include "tensor/cpu/matmul_bf16/matmul_bf16.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "tensor/cpu/matmul_bf16/amx.h"
+#include "tensor/cpu/matmul_bf16/dpbf16.h"
+#include "tensor/cpu/scratch.h"
+#include "tensor/kernel_common.h"
+#include "tensor/parallel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AG_BF16_HARDWARE 1
+#define AG_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#else
+#define AG_BF16_HARDWARE 0
+#define AG_TARGET_AVX512_BF16
+#endif
+
+namespace attograd::cpu {
+namespace {
+
+using namespace bf16_gemm;
+
+// A product with its operands packed, cut into macro blocks of C: mc x nc,
+// computed kc values of K at a time. A block's float32 sums stay in a
+// per-thread buffer (256 KiB at 256 x 256) across its K chunks, in L2; a
+// 32 x kc panel of B stays in L1 while the block's row blocks stream past it.
+struct Packed {
+  const Bf16Gemm& g;
+  std::int64_t kp, mp, np;   // K, M and N rounded up to whole steps and blocks
+  // A row-major A whose K is a whole number of steps is read where it lies, but
+  // for the rows of its last, partial, block: rows from a_packed_from on are in
+  // the packed buffer `a` (tiles of 16 x 32, packed_a_index, rows counted from it).
+  std::int64_t a_packed_from;
+  const bfloat16* a;
+  const bfloat16* b;         // np / 16 panels of (kp / 2, 16, 2)
+  std::int64_t mc, nc, kc;   // a macro block and a K chunk: multiples of 32
+  std::int64_t row_macros() const { return (mp + mc - 1) / mc; }
+  std::int64_t macros() const { return row_macros() * ((np + nc - 1) / nc); }
+  const bfloat16* panel(std::int64_t col, std::int64_t k) const { return b + (col / kPanel) * kp * kPanel + k * kPanel; }
+  // The 32-row block of A from row r, from K value k on.
+  ATiles a_tiles(std::int64_t r, std::int64_t k) const {
+    if (r < a_packed_from) {
+      const bfloat16* row = g.a.data + r * g.a.row_stride + k;
+      return {row, row + 16 * g.a.row_stride, kKStep, g.a.row_stride};
+    }
+    r -= a_packed_from;
+    return {a + packed_a_index(r, k, kp), a + packed_a_index(r + 16, k, kp), 16 * kKStep, kKStep};
+  }
+};
+
+// Whether a tile's 16 rows, `row_stride` values apart, fall into at least 8
+// of L1's 64 sets (so a tile pair takes at most 4 lines of a 12-way set): then
+// A is read where it lies. At K = 2048 (4 KiB apart) all 16 shared one set, and
+// the product ran 15% slower than from the packed copy; K = 768 spreads them.
+bool rows_spread_over_l1(std::int64_t row_stride) {
+  const std::int64_t bytes = row_stride * 2;
+  if (bytes % 64 != 0) return true;  // rows straddle lines: they spread
+  return std::gcd(bytes / 64 % 64, std::int64_t{64}) <= 8;
+}
+
+// Macro blocks per thread: enough that a few spare ones even out the threads'
+// shares, yet blocks big enough to reuse what L2 holds.
+void choose_blocking(Packed& p, int threads) {
+  p.kc = std::min<std::int64_t>(p.kp, 256);
+  p.mc = std::min<std::int64_t>(p.mp, 256);
+  p.nc = std::min<std::int64_t>(p.np, 256);
+  while (p.macros() < 4 * threads && (p.mc > kBlock || p.nc > kBlock)) {
+    if (p.mc >= p.nc)
+      p.mc = std::max<std::int64_t>(kBlock, p.mc / 2 / kBlock * kBlock);
+    else
+      p.nc = std::max<std::int64_t>(kBlock, p.nc / 2 / kBlock * kBlock);
+  }
+}
+
+// C's rows [r0, r0 + rows) and columns [c0, c0 + cols) = the float32 sums (rows
+// ld apart) plus the bias, rounded once.
+AG_ALWAYS_INLINE void round_into_c(const Bf16Gemm& g, std::int64_t r0, std::int64_t rows, std::int64_t c0,
+                                   std::int64_t cols, const float* sums, std::int64_t ld) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    bfloat16* out = g.c + (r0 + r) * g.ldc + c0;
+    const float* in = sums + r * ld;
+    if (g.bias) {
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = bfloat16(in[j] + static_cast<float>(g.bias[c0 + j]));
+    } else {
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = bfloat16(in[j]);
+    }
+  }
+}
+
+// Macro blocks [lo, hi), each over the whole of K, with `block` computing one
+// 32 x 32 block of a K chunk as amx_block does.
+template <typename Block>
+AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums, Block block) {
+  for (std::int64_t t = lo; t < hi; ++t) {
+    const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
+    const std::int64_t rows = std::min(p.mc, p.mp - r0), cols = std::min(p.nc, p.np - c0);
+    for (std::int64_t k0 = 0; k0 < p.kp; k0 += p.kc) {
+      const std::int64_t steps = std::min(p.kc, p.kp - k0) / kKStep;
+      for (std::int64_t j = 0; j < cols; j += kBlock)
+        for (std::int64_t i = 0; i < rows; i += kBlock)
+          block(p.a_tiles(r0 + i, k0), p.panel(c0 + j, k0), p.panel(c0 + j + kPanel, k0), steps, sums + i * p.nc + j,
+                p.nc, k0 > 0);
+    }
+    round_into_c(p.g, r0, std::min(rows, p.g.m - r0), c0, std::min(cols, p.g.n - c0), sums, p.nc);
+  }
+}
+
+// The two kernels as macro_blocks calls them. Functors with force-inlined
+// calls, not lambdas: a lambda's body is compiled for the build's baseline,
+// not for the target of the entry point that calls it.
+template <typename Tiles>
+struct AmxBlock {
+  Tiles& tiles;
+  AG_ALWAYS_INLINE void operator()(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
+                                   float* c, std::int64_t ldc, bool accumulate) const {
+    amx_block(tiles, a, b0, b1, steps, c, ldc, accumulate);
+  }
+};
+template <typename Vectors>
+struct Dpbf16Block {
+  AG_ALWAYS_INLINE void operator()(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
+                                   float* c, std::int64_t ldc, bool accumulate) const {
+    dpbf16_block<Vectors>(a, b0, b1, steps, c, ldc, accumulate);
+  }
+};
+
+template <typename Tiles>
+AG_ALWAYS_INLINE void amx_macro_blocks(Tiles& tiles, const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  tiles.configure(kernel_tile_config());
+  macro_blocks(p, lo, hi, sums, AmxBlock<Tiles>{tiles});
+  tiles.release();
+}
+
+template <typename Vectors>
+AG_ALWAYS_INLINE void dpbf16_macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  macro_blocks(p, lo, hi, sums, Dpbf16Block<Vectors>{});
+}
+
+// The entry points: the hardware ones only where bf16_kernel() found their instructions.
+#if AG_BF16_HARDWARE
+void blocks_amx(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  AmxTiles tiles;
+  amx_macro_blocks(tiles, p, lo, hi, sums);
+}
+AG_TARGET_AVX512_BF16 void blocks_avx512_bf16(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  dpbf16_macro_blocks<Dpbf16Vectors>(p, lo, hi, sums);
+}
+#endif
+void blocks_amx_model(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  AmxModel tiles;
+  amx_macro_blocks(tiles, p, lo, hi, sums);
+}
+void blocks_avx512_bf16_model(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
+  dpbf16_macro_blocks<Dpbf16Model>(p, lo, hi, sums);
+}
+
+using Blocks = void (*)(const Packed&, std::int64_t, std::int64_t, float*);
+Blocks blocks_of(Bf16Kernel kernel) {
+  switch (kernel) {
+#if AG_BF16_HARDWARE
+    case Bf16Kernel::amx: return blocks_amx;
+    case Bf16Kernel::avx512_bf16: return blocks_avx512_bf16;
+#endif
+    case Bf16Kernel::amx_model: return blocks_amx_model;
+    case Bf16Kernel::avx512_bf16_model: return blocks_avx512_bf16_model;
+    default: break;
+  }
+  fail("matmul", "the {} bfloat16 kernel does not run here", bf16_kernel_name(kernel));
+}
+
+// Scratch kept between products (its pages already mapped), 64-byte aligned
+// as tile and vector loads like.
+template <typename T>
+T* scratch(Scratch<T>& buffer, std::int64_t n) {
+  if (static_cast<std::int64_t>(buffer.size()) < n) buffer.resize(n);
+  return buffer.data();
+}
+
+// Without bfloat16 instructions: the operands widened to float32 (exactly), OpenBLAS's sgemm.
+void gemm_widened(const Bf16Gemm& g) {
+  std::vector<float> a(g.m * g.k), b(g.k * g.n), c(g.m * g.n);
+  for (std::int64_t r = 0; r < g.m; ++r)
+    for (std::int64_t kk = 0; kk < g.k; ++kk) a[r * g.k + kk] = g.a.at(r, kk);
+  for (std::int64_t kk = 0; kk < g.k; ++kk)
+    for (std::int64_t j = 0; j < g.n; ++j) b[kk * g.n + j] = g.b.at(kk, j);
+  ensure_blas_single_threaded();
+  parallel_for(0, g.m, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(g.n, 1)),
+               [&](std::int64_t lo, std::int64_t hi) {
+                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, g.n, g.k, 1.0f, a.data() + lo * g.k,
+                             g.k, b.data(), g.n, 0.0f, c.data() + lo * g.n, g.n);
+               });
+  for (std::int64_t r = 0; r < g.m; ++r)
+    for (std::int64_t j = 0; j < g.n; ++j)
+      g.c[r * g.ldc + j] = bfloat16(c[r * g.n + j] + (g.bias ? static_cast<float>(g.bias[j]) : 0.0f));
+}
+
+}  // namespace
+
+void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
+  if (g.m == 0 || g.n == 0) return;
+  if (kernel == Bf16Kernel::widen) return gemm_widened(g);
+  const Blocks blocks = blocks_of(kernel);
+  const std::int64_t kp = round_up(g.k, kKStep), mp = round_up(g.m, kBlock), np = round_up(g.n, kBlock);
+  const bool a_in_place = g.a.col_stride == 1 && g.k == kp && rows_spread_over_l1(g.a.row_stride);
+  const std::int64_t a_packed_from = a_in_place ? g.m / kBlock * kBlock : 0;
+  thread_local Scratch<bfloat16> a_buffer, b_buffer;
+  bfloat16* a = scratch(a_buffer, (mp - a_packed_from) * kp);
+  bfloat16* b = scratch(b_buffer, np * kp);
+  const bf16_gemm::Bf16Matrix a_rest{g.a.data + a_packed_from * g.a.row_stride, g.a.row_stride, g.a.col_stride};
+  parallel_for(0, (mp - a_packed_from) / 16, std::max<std::int64_t>(1, 1024 / std::max<std::int64_t>(kp, 1)),
+               [&](std::int64_t lo, std::int64_t hi) {
+                 pack_a_rows(a_rest, g.m - a_packed_from, g.k, kp, lo * 16, hi * 16, a);
+               });
+  parallel_for(0, np / kPanel, 1, [&](std::int64_t lo, std::int64_t hi) { pack_b_panels(g.b, g.k, g.n, kp, lo, hi, b); });
+  Packed packed{g, kp, mp, np, a_packed_from, a, b, 0, 0, 0};
+  choose_blocking(packed, get_num_threads());
+  parallel_for(0, packed.macros(), 1, [&](std::int64_t lo, std::int64_t hi) {
+    thread_local Scratch<float> sums;
+    blocks(packed, lo, hi, scratch(sums, packed.mc * packed.nc));
+  });
+}
+
+Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
+  const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  Tensor out = matmul_output(a_in, b_in, batch_shape);
+  if (out.numel() == 0) return out;
+  const Bf16Kernel kernel = bf16_kernel();
+  const MatmulBatches batches(a_in, b_in, batch_shape);
+  const auto* pa = a_in.data<bfloat16>();
+  const auto* pb = b_in.data<bfloat16>();
+  for (std::int64_t i = 0; i < batches.count(); ++i) {
+    std::int64_t oa, ob;
+    batches.offsets(i, oa, ob);
+    gemm_bf16({{pa + oa, a_in.stride(-2), a_in.stride(-1)},
+               {pb + ob, b_in.stride(-2), b_in.stride(-1)},
+               out.data<bfloat16>() + i * m * n,
+               n,
+               bias.defined() ? bias.data<bfloat16>() : nullptr,
+               m,
+               n,
+               k},
+              kernel);
+  }
+  return out;
+}
+
+}  // namespace attograd::cpu

@@ -1,0 +1,103 @@
+#pragma once
+// The bfloat16 product's operands packed as its kernels read them, zero-padded
+// to whole blocks, from any strided layout (a transposed view packs as cheaply
+// as a row-major one):
+//   A  tiles of 16 rows x 32 values, each 1 KiB contiguous: the tiles of rows
+//      [16 t, 16 t + 16) one after another along K. A tile read row by row from
+//      a row-major A would step K * 2 bytes per row, and at K = 2048 its rows
+//      all fell into one L1 set. VDPBF16PS broadcasts a pair (k, k+1) of a row.
+//   B  panels of 16 columns in VNNI order, pairs of rows interleaved:
+//      B(k, n0 + j) at panel[(k / 2) * 32 + j * 2 + k % 2]. A row of pairs is 64
+//      bytes: one AMX tile row (16 of them make a 16 x 32 tile of B) and one
+//      512-bit vector of VDPBF16PS.
+// Kp is K rounded up to the 32 values of one AMX step, Mp and Np to the 32 x 32
+// block every kernel computes.
+#include <algorithm>
+#include <cstdint>
+
+#include "base/bfloat16.h"
+
+namespace attograd::cpu::bf16_gemm {
+
+constexpr std::int64_t kBlock = 32;    // rows and columns of C one kernel call computes
+constexpr std::int64_t kKStep = 32;    // K values of one AMX tile product
+constexpr std::int64_t kPanel = 16;    // columns of one B panel
+
+constexpr std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
+
+// A matrix operand: element (r, c) at data[r * row_stride + c * col_stride].
+struct Bf16Matrix {
+  const bfloat16* data;
+  std::int64_t row_stride, col_stride;
+  bfloat16 at(std::int64_t r, std::int64_t c) const { return data[r * row_stride + c * col_stride]; }
+};
+
+// Where the kernels read one 32-row block of A from, a K chunk at a time: the
+// tile of its rows 0-15 at rows0 and of rows 16-31 at rows16; the next step's
+// tile `step` values on; a tile's rows `row` values apart. In the packed A,
+// tiles of 1 KiB (step 512, row 32); read in place from a row-major A
+// (step 32, row lda).
+struct ATiles {
+  const bfloat16* rows0;
+  const bfloat16* rows16;
+  std::int64_t step, row;
+};
+
+// Where A(r, k) lies in the packed A: tile (r / 16, k / 32), row r % 16 of its 32 values.
+constexpr std::int64_t packed_a_index(std::int64_t r, std::int64_t k, std::int64_t kp) {
+  return ((r / 16) * (kp / kKStep) + k / kKStep) * 16 * kKStep + (r % 16) * kKStep + k % kKStep;
+}
+
+// Rows [r0, r1) (multiples of 16) of the packed A (m x k), zero past k and past
+// m. A row-major A is copied in runs of 32; any other layout 32 x 32 at a time,
+// so that a transposed A (row_stride 1: the backward's x^T) is read along its rows.
+inline void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp, std::int64_t r0,
+                        std::int64_t r1, bfloat16* out) {
+  std::fill(out + packed_a_index(r0, 0, kp), out + packed_a_index(r1, 0, kp), bfloat16());
+  const std::int64_t rows_end = std::min(r1, m);
+  if (a.col_stride == 1) {
+    for (std::int64_t r = r0; r < rows_end; ++r)
+      for (std::int64_t c = 0; c < k; c += kKStep) {
+        const bfloat16* src = a.data + r * a.row_stride + c;
+        std::copy(src, src + std::min(kKStep, k - c), out + packed_a_index(r, c, kp));
+      }
+  } else {
+    for (std::int64_t rb = r0; rb < rows_end; rb += 32)
+      for (std::int64_t cb = 0; cb < k; cb += 32)
+        for (std::int64_t c = cb; c < std::min(cb + 32, k); ++c)
+          for (std::int64_t r = rb; r < std::min(rb + 32, rows_end); ++r) out[packed_a_index(r, c, kp)] = a.at(r, c);
+  }
+}
+
+// Panels [p0, p1) of the packed B (k x n), each Kp * 16 values, zero past k and
+// past n. A pair (B(2q, n), B(2q + 1, n)) is one 32-bit word of the panel.
+inline void pack_b_panels(const Bf16Matrix& b, std::int64_t k, std::int64_t n, std::int64_t kp, std::int64_t p0,
+                          std::int64_t p1, bfloat16* out) {
+  const auto bits = [](bfloat16 x) { return static_cast<std::uint32_t>(x.bits); };
+  for (std::int64_t p = p0; p < p1; ++p) {
+    auto* panel = reinterpret_cast<std::uint32_t*>(out + p * kp * kPanel);  // (kp / 2, 16) words
+    const std::int64_t n0 = p * kPanel, cols = std::clamp<std::int64_t>(n - n0, 0, kPanel);
+    for (std::int64_t q = 0; q < kp / 2; ++q) {
+      std::uint32_t* words = panel + q * kPanel;
+      const std::int64_t k0 = 2 * q;
+      if (b.col_stride == 1 && k0 + 1 < k && cols == kPanel) {  // two rows of 16 contiguous values: vectorises
+        const bfloat16* even = b.data + k0 * b.row_stride + n0;
+        const bfloat16* odd = even + b.row_stride;
+        for (std::int64_t j = 0; j < kPanel; ++j) words[j] = bits(even[j]) | bits(odd[j]) << 16;
+      } else if (b.row_stride == 1 && k0 + 1 < k) {  // a transposed B: each pair lies side by side in its column
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const bfloat16* pair = b.data + (n0 + j) * b.col_stride + k0;
+          words[j] = bits(pair[0]) | bits(pair[1]) << 16;
+        }
+        std::fill(words + cols, words + kPanel, 0u);
+      } else {
+        for (std::int64_t j = 0; j < kPanel; ++j) {
+          const bool in = n0 + j < n;
+          words[j] = (in && k0 < k ? bits(b.at(k0, n0 + j)) : 0u) | (in && k0 + 1 < k ? bits(b.at(k0 + 1, n0 + j)) : 0u) << 16;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace attograd::cpu::bf16_gemm
