@@ -119,6 +119,19 @@ AG_SIMD_CLONES void gelu_backward_f32(float* y, const float* dy, const float* x,
   for (std::int64_t i = 0; i < n; ++i) y[i] = dy[i] * gelu_grad(x[i]);
 }
 
+// float32 <-> bfloat16 on contiguous data, the casts of mixed precision: bit
+// arithmetic that vectorises (base/bfloat16.h's rounding, lane by lane).
+AG_SIMD_CLONES void float_to_bf16(std::uint16_t* y, const std::uint32_t* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint32_t u = x[i];
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    y[i] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x0040u : rounded);
+  }
+}
+AG_SIMD_CLONES void bf16_to_float(std::uint32_t* y, const std::uint16_t* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = static_cast<std::uint32_t>(x[i]) << 16;
+}
+
 // Runs a contiguous float32 kernel over (out, in), or the generic strided map otherwise.
 template <typename F>
 void map1_f32(const Tensor& out, const Tensor& in, void (*contiguous_kernel)(float*, const float*, std::int64_t),
@@ -236,8 +249,21 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b, const Shape& 
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes()) {
+  const bool dense = dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes();
+  if (dense && dst.dtype() == src.dtype()) {
     std::memcpy(dst.raw_data(), src.raw_data(), dst.numel() * dtype_size(dst.dtype()));
+    return;
+  }
+  if (dense && dst.dtype() == DType::bf16 && src.dtype() == DType::f32) {
+    auto* y = static_cast<std::uint16_t*>(dst.raw_data());
+    const auto* x = static_cast<const std::uint32_t*>(src.raw_data());
+    parallel_for(0, dst.numel(), kParallelGrain, [&](std::int64_t lo, std::int64_t hi) { float_to_bf16(y + lo, x + lo, hi - lo); });
+    return;
+  }
+  if (dense && dst.dtype() == DType::f32 && src.dtype() == DType::bf16) {
+    auto* y = static_cast<std::uint32_t*>(dst.raw_data());
+    const auto* x = static_cast<const std::uint16_t*>(src.raw_data());
+    parallel_for(0, dst.numel(), kParallelGrain, [&](std::int64_t lo, std::int64_t hi) { bf16_to_float(y + lo, x + lo, hi - lo); });
     return;
   }
   visit_dtype(dst.dtype(), [&](auto out_zero) {

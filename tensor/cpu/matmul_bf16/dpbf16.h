@@ -14,11 +14,13 @@
 #include <cstring>
 
 #include "base/bfloat16.h"
+#include "tensor/cpu/matmul_bf16/isa.h"
 #include "tensor/cpu/matmul_bf16/packing.h"
 #include "tensor/cpu/vec_math.h"
 
 namespace attograd::cpu::bf16_gemm {
 
+#if AG_BF16_AVX512_KERNEL
 // The hardware, on 512-bit vectors. Only inlined into an AVX-512 entry point.
 struct Dpbf16Vectors {
   typedef float Vec __attribute__((vector_size(64)));
@@ -40,6 +42,7 @@ struct Dpbf16Vectors {
   }
   static AG_ALWAYS_INLINE void store(float* p, const Vec& v) { std::memcpy(p, &v, sizeof v); }
 };
+#endif
 
 // The same in scalar C++.
 struct Dpbf16Model {

@@ -54,18 +54,30 @@ bool amx_permitted() {
   return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-Bf16Kernel widest() {
-  static const Bf16Kernel kernel = [] {
+// What this build can run here: each hardware kernel built and its instructions present.
+struct Runs {
+  bool amx = false, avx512_bf16 = false;
+};
+const Runs& runs() {
+  static const Runs r = [] {
     const Features f = cpu_features();
-    if (f.amx_bf16 && amx_permitted()) return Bf16Kernel::amx;
-    if (f.avx512_bf16) return Bf16Kernel::avx512_bf16;
-    return Bf16Kernel::widen;
+    return Runs{AG_BF16_AMX_KERNEL && f.amx_bf16 && amx_permitted(), AG_BF16_AVX512_KERNEL && f.avx512_bf16};
   }();
-  return kernel;
+  return r;
 }
 #else
-Bf16Kernel widest() { return Bf16Kernel::widen; }
+struct Runs {
+  bool amx = false, avx512_bf16 = false;
+};
+const Runs& runs() {
+  static const Runs r;
+  return r;
+}
 #endif
+
+Bf16Kernel widest() {
+  return runs().amx ? Bf16Kernel::amx : runs().avx512_bf16 ? Bf16Kernel::avx512_bf16 : Bf16Kernel::widen;
+}
 
 }  // namespace
 
@@ -73,8 +85,8 @@ const char* bf16_kernel_name(Bf16Kernel kernel) { return kNames[static_cast<int>
 
 bool bf16_kernel_runs_here(Bf16Kernel kernel) {
   switch (kernel) {
-    case Bf16Kernel::amx: return widest() == Bf16Kernel::amx;
-    case Bf16Kernel::avx512_bf16: return widest() != Bf16Kernel::widen;
+    case Bf16Kernel::amx: return runs().amx;
+    case Bf16Kernel::avx512_bf16: return runs().avx512_bf16;
     default: return true;
   }
 }

@@ -13,6 +13,22 @@
 // same packed buffers (tests: a packing mistake then fails on every machine).
 #include <cstdint>
 
+// Which hardware kernels this build has. The AMX kernel is inline assembly
+// (any x86-64 compiler); the AVX512_BF16 one hands 512-bit vectors to inline
+// assembly inside a function compiled for AVX-512 by its target attribute,
+// which only GCC accepts (as with the fused attention's ISA dispatch, clang,
+// the sanitizer build's compiler, gets the scalar models and widen instead).
+#if defined(__x86_64__)
+#define AG_BF16_AMX_KERNEL 1
+#else
+#define AG_BF16_AMX_KERNEL 0
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define AG_BF16_AVX512_KERNEL 1
+#else
+#define AG_BF16_AVX512_KERNEL 0
+#endif
+
 namespace attograd::cpu {
 
 enum class Bf16Kernel { amx, avx512_bf16, widen, amx_model, avx512_bf16_model };

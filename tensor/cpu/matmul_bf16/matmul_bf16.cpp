@@ -16,12 +16,8 @@
 #include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define AG_BF16_HARDWARE 1
+#if AG_BF16_AVX512_KERNEL
 #define AG_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-#else
-#define AG_BF16_HARDWARE 0
-#define AG_TARGET_AVX512_BF16
 #endif
 
 namespace attograd::cpu {
@@ -146,11 +142,13 @@ AG_ALWAYS_INLINE void dpbf16_macro_blocks(const Packed& p, std::int64_t lo, std:
 }
 
 // The entry points: the hardware ones only where bf16_kernel() found their instructions.
-#if AG_BF16_HARDWARE
+#if AG_BF16_AMX_KERNEL
 void blocks_amx(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
   AmxTiles tiles;
   amx_macro_blocks(tiles, p, lo, hi, sums);
 }
+#endif
+#if AG_BF16_AVX512_KERNEL
 AG_TARGET_AVX512_BF16 void blocks_avx512_bf16(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
   dpbf16_macro_blocks<Dpbf16Vectors>(p, lo, hi, sums);
 }
@@ -166,8 +164,10 @@ void blocks_avx512_bf16_model(const Packed& p, std::int64_t lo, std::int64_t hi,
 using Blocks = void (*)(const Packed&, std::int64_t, std::int64_t, float*);
 Blocks blocks_of(Bf16Kernel kernel) {
   switch (kernel) {
-#if AG_BF16_HARDWARE
+#if AG_BF16_AMX_KERNEL
     case Bf16Kernel::amx: return blocks_amx;
+#endif
+#if AG_BF16_AVX512_KERNEL
     case Bf16Kernel::avx512_bf16: return blocks_avx512_bf16;
 #endif
     case Bf16Kernel::amx_model: return blocks_amx_model;

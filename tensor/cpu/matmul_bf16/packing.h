@@ -17,6 +17,11 @@
 
 #include "base/bfloat16.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
+
 namespace attograd::cpu::bf16_gemm {
 
 constexpr std::int64_t kBlock = 32;    // rows and columns of C one kernel call computes
@@ -43,6 +48,45 @@ struct ATiles {
   std::int64_t step, row;
 };
 
+#if defined(__SSE2__)
+constexpr bool kSse2 = true;
+
+// v[i] = row i of an 8 x 8 block of 16-bit values; on return, column i.
+inline void transpose_8x8_u16(__m128i v[8]) {
+  __m128i a[8], b[8];
+  for (int i = 0; i < 8; i += 2) {
+    a[i] = _mm_unpacklo_epi16(v[i], v[i + 1]);
+    a[i + 1] = _mm_unpackhi_epi16(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    b[i] = _mm_unpacklo_epi32(a[i], a[i + 2]);
+    b[i + 1] = _mm_unpackhi_epi32(a[i], a[i + 2]);
+    b[i + 2] = _mm_unpacklo_epi32(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm_unpackhi_epi32(a[i + 1], a[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = _mm_unpacklo_epi64(b[i], b[i + 4]);
+    v[2 * i + 1] = _mm_unpackhi_epi64(b[i], b[i + 4]);
+  }
+}
+
+// Four rows of pairs (K values k0 .. k0 + 7) of a 16-column panel of a
+// transposed B, whose column n0 + j is contiguous in K: words[q * 16 + j] =
+// the pair (2q, 2q + 1) of column j, one 4 x 4 transpose of 32-bit words per 4 columns.
+inline void pack_transposed_pairs(const Bf16Matrix& b, std::int64_t n0, std::int64_t k0, std::uint32_t* words) {
+  for (std::int64_t j = 0; j < kPanel; j += 4) {
+    __m128 v[4];
+    for (int i = 0; i < 4; ++i)
+      v[i] = _mm_castsi128_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.data + (n0 + j + i) * b.col_stride + k0)));
+    _MM_TRANSPOSE4_PS(v[0], v[1], v[2], v[3]);
+    for (int q = 0; q < 4; ++q) _mm_storeu_si128(reinterpret_cast<__m128i*>(words + q * kPanel + j), _mm_castps_si128(v[q]));
+  }
+}
+#else
+constexpr bool kSse2 = false;
+inline void pack_transposed_pairs(const Bf16Matrix&, std::int64_t, std::int64_t, std::uint32_t*) {}
+#endif
+
 // Where A(r, k) lies in the packed A: tile (r / 16, k / 32), row r % 16 of its 32 values.
 constexpr std::int64_t packed_a_index(std::int64_t r, std::int64_t k, std::int64_t kp) {
   return ((r / 16) * (kp / kKStep) + k / kKStep) * 16 * kKStep + (r % 16) * kKStep + k % kKStep;
@@ -62,12 +106,29 @@ inline void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std
         std::copy(src, src + std::min(kKStep, k - c), out + packed_a_index(r, c, kp));
       }
   } else {
-    for (std::int64_t rb = r0; rb < rows_end; rb += 32)
+    std::int64_t rows_done = r0;
+#if defined(__SSE2__)
+    if (a.row_stride == 1)  // A^T row-major (the backward's dy^T): 8 x 8 blocks transposed in registers
+      for (; rows_done + 8 <= rows_end; rows_done += 8)
+        for (std::int64_t c = 0; c + 8 <= k; c += 8) {
+          __m128i v[8];
+          for (int i = 0; i < 8; ++i)
+            v[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.data + rows_done + (c + i) * a.col_stride));
+          transpose_8x8_u16(v);
+          for (int i = 0; i < 8; ++i)
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(out + packed_a_index(rows_done + i, c, kp)), v[i]);
+        }
+    // The columns past the last whole 8 of those rows, then the rows past the last whole 8.
+    for (std::int64_t r = r0; r < rows_done; ++r)
+      for (std::int64_t c = k / 8 * 8; c < k; ++c) out[packed_a_index(r, c, kp)] = a.at(r, c);
+#endif
+    for (std::int64_t rb = rows_done; rb < rows_end; rb += 32)
       for (std::int64_t cb = 0; cb < k; cb += 32)
         for (std::int64_t c = cb; c < std::min(cb + 32, k); ++c)
           for (std::int64_t r = rb; r < std::min(rb + 32, rows_end); ++r) out[packed_a_index(r, c, kp)] = a.at(r, c);
   }
 }
+
 
 // Panels [p0, p1) of the packed B (k x n), each Kp * 16 values, zero past k and
 // past n. A pair (B(2q, n), B(2q + 1, n)) is one 32-bit word of the panel.
@@ -84,6 +145,11 @@ inline void pack_b_panels(const Bf16Matrix& b, std::int64_t k, std::int64_t n, s
         const bfloat16* even = b.data + k0 * b.row_stride + n0;
         const bfloat16* odd = even + b.row_stride;
         for (std::int64_t j = 0; j < kPanel; ++j) words[j] = bits(even[j]) | bits(odd[j]) << 16;
+      } else if (b.row_stride == 1 && k0 + 7 < k && cols == kPanel && kSse2) {
+        // A transposed B (the forward's W^T): each pair lies side by side in its
+        // column, and 4 columns x 4 pairs are one 4 x 4 transpose of 32-bit words.
+        pack_transposed_pairs(b, n0, k0, words);
+        q += 3;  // four rows of pairs done
       } else if (b.row_stride == 1 && k0 + 1 < k) {  // a transposed B: each pair lies side by side in its column
         for (std::int64_t j = 0; j < cols; ++j) {
           const bfloat16* pair = b.data + (n0 + j) * b.col_stride + k0;
