@@ -11,6 +11,7 @@
 #include "cuda/runtime.h"
 #include "tensor/attention_call.h"
 #include "tensor/cpu/attention/attention.h"
+#include "tensor/cpu/matmul_bf16/isa.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernels.h"
 
@@ -528,6 +529,8 @@ void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, 
   AG_CHECK(broadcasts_to(mask.sizes(), scores), op,
            "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()), shape_str(scores));
 }
+
+const char* bf16_matmul_kernel() { return cpu::bf16_kernel_name(cpu::bf16_kernel()); }
 
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget) {

@@ -140,6 +140,10 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into = {});
 
+// The kernel bfloat16 matrix products run on here: "amx", "avx512_bf16" or
+// "widen" (float32 through OpenBLAS), or the one ATTOGRAD_BF16_ISA names.
+const char* bf16_matmul_kernel();
+
 // ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
@@ -151,9 +152,9 @@ kernels::AttentionKernelOptions checked_kernel_options(const Tensor& q, const Te
 
 AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& options) {
   const kernels::AttentionKernelOptions ko = checked_kernel_options(q, k, v, options);
-  if (options.impl == AttentionImpl::composed)
+  if (options.impl == AttentionImpl::composed)  // under autocast each op of it chooses its own precision
     return attention_composed(q, k, v, options, ko.scale, ko.dropout_p > 0, ko.seed, ko.offset);
-  return attention_fused(q, k, v, options, ko);
+  return attention_fused(autocast_low(q), autocast_low(k), autocast_low(v), options, ko);  // bfloat16 under autocast
 }
 
 std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
@@ -179,7 +180,7 @@ AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, cons
     return attention(heads[0], heads[1], heads[2], options);
   }
   const auto [q, k, v] = packed_heads(qkv, num_heads);
-  return attention_fused_packed(qkv, num_heads, options, checked_kernel_options(q, k, v, options));
+  return attention_fused_packed(autocast_low(qkv), num_heads, options, checked_kernel_options(q, k, v, options));
 }
 
 }  // namespace attograd

@@ -1,6 +1,7 @@
 // Elementwise ops with their backward. Broadcast inputs get their gradient
 // reduced back to their own shape by kernels::sum_to, the one place that does it.
 #include <cmath>
+#include <utility>
 
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -14,9 +15,23 @@ using kernels::Unary;
 namespace {
 Tensor unbroadcast(const Tensor& g, const Tensor& input) { return kernels::sum_to(g, input.sizes()); }
 Tensor unbroadcast(const Tensor& g, const Shape& shape) { return kernels::sum_to(g, shape); }
+
+// A bfloat16 operand meets a float32 (or float64) one in the wider dtype, as
+// PyTorch promotes them: a float32 residual plus a bfloat16 branch under
+// autocast is float32. The cast is differentiable, so each operand's gradient
+// comes back in its own dtype. float32 with float64 stays an error ("dtypes
+// differ"): there a mix is a mistake (gradcheck's float64 leaking into a model).
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.dtype() == b.dtype() || !is_floating(a.dtype()) || !is_floating(b.dtype()))
+    return {a, b};
+  if (a.dtype() == DType::bf16) return {to(a, b.dtype()), b};
+  if (b.dtype() == DType::bf16) return {a, to(b, a.dtype())};
+  return {a, b};
+}
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return record("add", kernels::binary(Binary::add, a, b), {a, b}, {},
                 [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
                   // forward: y = a + b
@@ -24,7 +39,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
+Tensor sub(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return record("sub", kernels::binary(Binary::sub, a, b), {a, b}, {},
                 [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
                   // forward: y = a - b
@@ -32,7 +48,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return record("mul", kernels::binary(Binary::mul, a, b), {a, b}, {a, b},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = a * b; so da = g * b, db = g * a
@@ -40,7 +57,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
+Tensor div(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   return record("div", kernels::binary(Binary::div, a, b), {a, b}, {a, b},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = a / b; so da = g / b, db = -g * a / b^2
@@ -50,7 +68,8 @@ Tensor div(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  const auto [a, b] = promoted(a_in, b_in);
   Tensor y = kernels::binary(Binary::pow, a, b);
   return record("pow", y, {a, b}, {a, b, y}, [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
     // forward: y = a ^ b; so da = g * b * a^(b-1), db = g * y * log(a)

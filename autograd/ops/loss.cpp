@@ -1,12 +1,14 @@
 // cross_entropy: fused log-softmax + negative log-likelihood, with its backward.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
 
 namespace attograd {
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index) {
-  AG_CHECK(logits.defined() && targets.defined(), "cross_entropy", "logits and targets must be defined tensors");
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, std::int64_t ignore_index) {
+  AG_CHECK(logits_in.defined() && targets.defined(), "cross_entropy", "logits and targets must be defined tensors");
+  const Tensor logits = autocast_float32(logits_in);  // in float32 under autocast
   AG_CHECK(logits.dim() >= 1, "cross_entropy", "logits must have a class dim, got a scalar");
   const Shape lead(logits.sizes().begin(), logits.sizes().end() - 1);
   AG_CHECK(targets.sizes() == lead, "cross_entropy", "targets are {}, expected {} for logits {}",

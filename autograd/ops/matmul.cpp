@@ -1,5 +1,6 @@
 // matmul and linear with their backward. Transposes in the backward are views;
 // BLAS reads them through transpose flags (tensor/cpu/matmul.cpp).
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
@@ -15,8 +16,9 @@ Tensor mT(const Tensor& x) {
 }
 }  // namespace
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  AG_CHECK(a.defined() && b.defined(), "matmul", "operand is an undefined tensor");
+Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
+  AG_CHECK(a_in.defined() && b_in.defined(), "matmul", "operand is an undefined tensor");
+  const Tensor a = autocast_low(a_in), b = autocast_low(b_in);  // in bfloat16 under autocast
   AG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul", "operands must be at least 1-d, got {} and {}",
            shape_str(a.sizes()), shape_str(b.sizes()));
   // NumPy: a 1-d operand gains a dim for the product, which is removed after.
@@ -31,8 +33,10 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 });
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  AG_CHECK(x.defined() && weight.defined(), "linear", "input or weight is an undefined tensor");
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  AG_CHECK(x_in.defined() && weight_in.defined(), "linear", "input or weight is an undefined tensor");
+  // In bfloat16 under autocast: the weight's and bias's casts made once per guard.
+  const Tensor x = autocast_low(x_in), weight = autocast_low(weight_in), bias = autocast_low(bias_in);
   AG_CHECK(weight.dim() == 2, "linear", "weight must be 2-d (out, in), got {}", shape_str(weight.sizes()));
   AG_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "linear", "input {} does not match weight {} (out, in)",
            shape_str(x.sizes()), shape_str(weight.sizes()));

@@ -1,11 +1,14 @@
 // layer_norm over the last dim, with its backward.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
 
 namespace attograd {
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
+  // In float32 under autocast.
+  const Tensor x = autocast_float32(x_in), weight = autocast_float32(weight_in), bias = autocast_float32(bias_in);
   kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps);
   return record("layer_norm", r.y, {x, weight, bias}, {x, weight, r.mean, r.rstd},
                 [has_weight = weight.defined(), has_bias = bias.defined()](

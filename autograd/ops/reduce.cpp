@@ -1,4 +1,5 @@
 // Reductions with their backward.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
@@ -32,7 +33,8 @@ Tensor expand_back(const Tensor& g, const Shape& kept, const Shape& sizes) {
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const std::vector<std::int64_t>& dims, bool keepdim) {
+Tensor sum(const Tensor& x_in, const std::vector<std::int64_t>& dims, bool keepdim) {
+  const Tensor x = autocast_float32(x_in);  // in float32 under autocast (mean too, through sum)
   const std::vector<int> nd = normalize_dims("sum", dims, x.dim());
   return record("sum", kernels::sum(x, nd, keepdim), {x}, {},
                 [sizes = x.sizes(), kept = keepdim_shape(x.sizes(), nd)](

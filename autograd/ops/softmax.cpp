@@ -1,6 +1,7 @@
 // softmax and log_softmax over any dim, with their backward. The kernels work
 // on the last dim; another dim is moved last by a transpose (the kernel makes
 // it contiguous) and the result moved back.
+#include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
@@ -22,7 +23,7 @@ Tensor along_dim(const char* op, const Tensor& x, std::int64_t dim, LastDimOp la
 }  // namespace
 
 Tensor softmax(const Tensor& x, std::int64_t dim) {
-  return along_dim("softmax", x, dim, [](const Tensor& rows) {
+  return along_dim("softmax", autocast_float32(x), dim, [](const Tensor& rows) {
     Tensor y = kernels::softmax_forward(rows);
     return record("softmax", y, {rows}, {y}, [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
       // forward: y = softmax(x); so dx = y * (g - sum(g * y))
@@ -32,7 +33,7 @@ Tensor softmax(const Tensor& x, std::int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, std::int64_t dim) {
-  return along_dim("log_softmax", x, dim, [](const Tensor& rows) {
+  return along_dim("log_softmax", autocast_float32(x), dim, [](const Tensor& rows) {
     Tensor y = kernels::log_softmax_forward(rows);
     return record("log_softmax", y, {rows}, {y},
                   [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
