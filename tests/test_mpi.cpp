@@ -592,6 +592,26 @@ TEST_CASE("a fixed split: 1, 2 and 4 processes give the same bits, dropout and Z
   }
 }
 
+// bfloat16 (--dtype bfloat16: the forward under autocast, float32 gradients
+// and master weights) under mpirun: a fixed split is exact there too, and the
+// bucketed all-reduce with ZeRO-1 and --grad-accum trains as well.
+TEST_CASE("bfloat16 under mpirun: a fixed split gives the one-process run's bits, and ZeRO-1 with --grad-accum trains",
+          "[mpi][bf16]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  const std::vector<std::string> bf16_split = {"--dtype", "bfloat16", "--fixed-split", "2"};
+  run_ok(1, default_run(tmp / "one", bf16_split), tmp);
+  run_ok(2, default_run(tmp / "two", bf16_split), tmp);
+  require_same_run(tmp / "one", tmp / "two");
+  const auto sharded = start(2, default_run(tmp / "sharded", {"--dtype", "bfloat16", "--shard-optimizer", "--grad-accum", "2"}), tmp);
+  INFO("stdout: " << sharded->out() << "\nstderr: " << sharded->err());
+  REQUIRE(sharded->exit_code(300s) == 0);
+  CHECK_THAT(sharded->out(), Catch::Contains("bfloat16 (") && Catch::Contains("(sharded, ZeRO-1)"));
+  const Metrics m = read_metrics(tmp / "sharded/metrics.jsonl");
+  REQUIRE(m.losses.size() == 100);
+  CHECK(m.losses.back() < 0.5 * m.losses.front());
+}
+
 // The same on the GPU: pieces' gradients go through host memory to be summed
 // there, so two ranks sharing one GPU, or on two, make the one-process GPU run.
 TEST_CASE("a fixed split on the GPU: -np 2 gives the one-process GPU run's bits, dropout on", "[mpi][cuda]") {

@@ -91,6 +91,10 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.device == "cpu" || o.device == "cuda", "--device", "unknown device '{}' (cpu, cuda)", o.device);
   AG_CHECK(o.device == "cpu" || o.attention_memory < 0, "--attention-memory",
            "applies to the CPU's attention, not to --device {}", o.device);
+  AG_CHECK(o.dtype.empty() || o.dtype == "float32" || o.dtype == "bfloat16", "--dtype",
+           "unknown dtype '{}' (float32, bfloat16)", o.dtype);
+  AG_CHECK(o.dtype != "bfloat16" || o.device == "cpu", "--dtype",
+           "bfloat16 cannot go with --device {}: this build's bfloat16 kernels are the CPU's (the GPU's are float32)", o.device);
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
     AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present ({})", cuda::no_device_reason());
@@ -124,6 +128,7 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--seed", str(o.seed)},
           {"--threads", str(o.threads)},
           {"--device", o.device},
+          {"--dtype", o.dtype},
           {"--eval-interval", str(o.eval_interval)},
           {"--out", o.out},
           {"--resume", o.resume},
@@ -143,7 +148,8 @@ std::string config_to_json(const TrainOptions& o) {
       {"optimizer", o.optimizer}, {"batch", o.batch},         {"steps", o.steps},
       {"lr", o.lr},               {"warmup", o.warmup},       {"min_lr_ratio", o.min_lr_ratio},
       {"weight_decay", o.weight_decay}, {"beta1", o.beta1},   {"beta2", o.beta2},
-      {"momentum", o.momentum},   {"grad_clip", o.grad_clip}, {"seed", o.seed}};
+      {"momentum", o.momentum},   {"grad_clip", o.grad_clip}, {"seed", o.seed},
+      {"dtype", dtype_name(compute_dtype(o))}};
   return j.dump();
 }
 
@@ -199,6 +205,7 @@ TrainOptions config_from_json(const std::string& json) {
     read_field(j, "momentum", o.momentum);
     read_field(j, "grad_clip", o.grad_clip);
     read_field(j, "seed", o.seed);
+    if (j.contains("dtype")) read_field(j, "dtype", o.dtype);  // float32 in checkpoints from before it was kept
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint", "config metadata is malformed: {}", e.what());
   }
@@ -208,6 +215,8 @@ TrainOptions config_from_json(const std::string& json) {
   validate(checked);
   return o;
 }
+
+DType compute_dtype(const TrainOptions& o) { return o.dtype == "bfloat16" ? DType::bf16 : DType::f32; }
 
 data::DatasetSpec dataset_spec(const TrainOptions& o) {
   return {.text_file = o.data, .task = o.task, .task_size = o.task_size, .heldout = o.heldout, .seed = o.seed};

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/dtype.h"
 #include "train/data/dataset.h"
 
 namespace attograd::train {
@@ -39,6 +40,10 @@ struct TrainOptions {
   // ---- the run itself (not part of a checkpoint's identity)
   int threads = 0;                  // 0: every core
   std::string device = "cpu";
+  // float32, or bfloat16: products and attention in bfloat16 under autocast
+  // (autograd/autocast.h), float32 master weights. Kept in checkpoints, and what
+  // --resume, eval and sample continue in unless told otherwise ("": that).
+  std::string dtype;
   std::int64_t eval_interval = 100; // steps between evaluations (and checkpoints)
   std::string out;                  // run directory; empty: runs/<task or file name>
   std::string resume;               // checkpoint to continue from
@@ -69,6 +74,9 @@ void validate(const TrainOptions& options);
 // Every flag of `attograd train` with its value as given ("--lr" -> "0.005"),
 // for telling which flag differs between the processes of one run.
 std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions& options);
+
+// The dtype a run computes in: "float32" or "bfloat16" (what `dtype` says, float32 when empty).
+DType compute_dtype(const TrainOptions& options);
 
 // The data the options name (--data, or --task with its size, held-out count and seed).
 data::DatasetSpec dataset_spec(const TrainOptions& options);

@@ -135,6 +135,9 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
                     "Seeds the data, the held-out split, the initial weights and dropout");
     add_number(c, "--threads", train.threads, "CPU threads (0: every core); same seed and threads, same run");
     c.add_option("--device", train.device, "cpu or cuda");
+    c.add_option("--dtype", train.dtype,
+                 "float32 or bfloat16 (products and attention in bfloat16, float32 master weights; the default is "
+                 "float32, or with --resume the checkpoint's)");
     add_preset_flag(c, p, train, &TrainOptions::eval_interval, "--eval-interval",
                     "Steps between evaluations and checkpoints", /*fixed_on_resume=*/false);
     c.add_option("--out", train.out, "Run directory (default: runs/<task>, or runs/<file name> for --data; with --resume, the checkpoint's)");
@@ -170,6 +173,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
   add_number(*sample_cmd, "--seed", sample.seed, "Sampling seed");
   add_number(*sample_cmd, "--threads", sample.threads, "CPU threads (0: every core)");
   sample_cmd->add_option("--device", sample.device, "cpu or cuda");
+  sample_cmd->add_option("--dtype", sample.dtype, "float32 or bfloat16 (default: the checkpoint's)");
   bool no_cache = false;
   sample_cmd->add_flag("--no-cache", no_cache, "Recompute the whole context for every token (slower; same tokens)");
 
@@ -187,6 +191,7 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
       ->default_str("all");
   add_number(*eval_cmd, "--threads", eval.threads, "CPU threads (0: every core)");
   eval_cmd->add_option("--device", eval.device, "cpu or cuda");
+  eval_cmd->add_option("--dtype", eval.dtype, "float32 or bfloat16 (default: the checkpoint's)");
 
   // ---- attention
   AttentionPlotOptions attention;

@@ -32,6 +32,16 @@ Device checked_device(const std::string& name) {
   return name == "cuda" ? Device::cuda() : Device::cpu();
 }
 
+// The dtype a command computes in: `name`, or the checkpoint's run's when empty;
+// checked against the device as `attograd train` checks it.
+DType checked_dtype(const std::string& name, const output::LoadedCheckpoint& ckpt, const std::string& device) {
+  TrainOptions probe;  // validate() owns the dtype checks and their messages
+  probe.dtype = name.empty() ? ckpt.info.config.dtype : name;
+  probe.device = device;
+  validate(probe);
+  return compute_dtype(probe);
+}
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 void set_threads(int threads) {
@@ -50,6 +60,7 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   const Device device = checked_device(o.device);
   set_threads(o.threads);
   output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   const data::Tokenizer& tok = ckpt.info.tokenizer;
 
   std::string prompt;
@@ -72,7 +83,12 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   if (!device.is_cpu()) ckpt.model->to(device);
   const std::vector<std::int64_t> seq = model::generate(
       *ckpt.model, ids,
-      {.tokens = tokens, .temperature = o.temperature, .top_k = o.top_k, .seed = o.seed, .use_cache = o.use_cache},
+      {.tokens = tokens,
+       .temperature = o.temperature,
+       .top_k = o.top_k,
+       .seed = o.seed,
+       .use_cache = o.use_cache,
+       .dtype = dtype},
       device);
   const std::string text = tok.decode(seq);
   std::fprintf(out, "%s\n", text.c_str());
@@ -87,6 +103,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   const Device device = checked_device(o.device);
   set_threads(o.threads);
   output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   TrainOptions config = ckpt.info.config;
   if (!o.data.empty()) {
     AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text", o.ckpt, config.task);
@@ -96,7 +113,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   if (!device.is_cpu()) ckpt.model->to(device);
 
   const std::int64_t block = ckpt.model->config().block_size;
-  model::EvaluateOptions options{.batch = model::eval_batch_rows(ckpt.model->config()), .device = device};
+  model::EvaluateOptions options{.batch = model::eval_batch_rows(ckpt.model->config()), .device = device, .dtype = dtype};
   const std::int64_t batches = ceil_div(data->eval_sequences(block), options.batch);
   if (o.max_batches && *o.max_batches < batches) options.max_sequences = *o.max_batches * options.batch;
   CountProgress shown(progress, "eval", config.data.empty() ? "problems" : "windows",

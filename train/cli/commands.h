@@ -35,6 +35,7 @@ struct SampleOptions {
   bool use_cache = true;              // a key/value cache: each new token costs one position
   int threads = 0;
   std::string device = "cpu";
+  std::string dtype;                  // float32 or bfloat16; "": the checkpoint's
 };
 std::string sample_command(const SampleOptions& options, std::FILE* out);  // returns prompt + generated text
 
@@ -44,6 +45,7 @@ struct EvalOptions {
   std::optional<std::int64_t> max_batches;  // read only the first N batches; none: the whole held-out set
   int threads = 0;
   std::string device = "cpu";
+  std::string dtype;  // float32 or bfloat16; "": the checkpoint's
 };
 struct EvalSummary {
   double loss = 0;

@@ -25,6 +25,7 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
   c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
   c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
   c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer, c.fixed_split = o.fixed_split;
+  if (!o.dtype.empty()) c.dtype = o.dtype;  // else the checkpoint's: the run continues as it was
   c.out = o.out.empty() ? std::filesystem::path(o.resume).parent_path().string() : o.out;
   if (!o.data.empty()) {  // the same text at another path: a project moved, say
     AG_CHECK(!c.data.empty(), "--data", "'{}' is a run of the {} task: it has no text to give again", o.resume, c.task);

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
+#include "tensor/kernels.h"
 #include "tensor/parallel.h"
 #include "train/cli/commands.h"
 #include "train/cli/progress.h"
@@ -48,7 +49,9 @@ namespace {
 // between two evaluations.
 // The eval line says so; `attograd eval` reads the whole split. A task's
 // held-out set is --heldout problems (2000 by default), always read whole.
-constexpr std::int64_t kTrainEvalWindows = 256;
+// Also at most this many tokens: at GPT-2 size (block 1024) 256 windows took
+// 175 s of a 6-step run's 202; past block 256, fewer windows are read.
+constexpr std::int64_t kTrainEvalWindows = 256, kTrainEvalTokens = 65536;
 
 // "eval step 250: val loss 1.8412 over the first 256 of 4,120 validation windows", or, read whole,
 // "eval step 100: val loss 0.0123, exact match 99.10% of 2000".
@@ -104,6 +107,8 @@ class TrainingRun {
       o_ = resumed_options(o_, resumed_);
     }
     validate(o_);
+    if (o_.dtype.empty()) o_.dtype = dtype_name(DType::f32);
+    dtype_ = compute_dtype(o_);
     check_process_split(o_, comm_);
     if (o_.out.empty())
       o_.out = output::first_free_run_dir(fs::path("runs") / (o_.data.empty() ? o_.task : fs::path(o_.data).stem().string()))
@@ -187,11 +192,13 @@ class TrainingRun {
     std::fprintf(out_, "attograd train: %s\n", describe_data(o_, *data_).c_str());
     std::fprintf(out_,
                  "model: %lld layers, %lld heads, width %lld, block %lld, %lld parameters; %s lr %g, batch %lld, "
-                 "%lld steps; %d threads, %s; run dir %s\n",
+                 "%lld steps; %d threads, %s%s; run dir %s\n",
                  static_cast<long long>(o_.layers), static_cast<long long>(o_.heads), static_cast<long long>(o_.width),
                  static_cast<long long>(o_.block), static_cast<long long>(model_->num_parameters()),
                  o_.optimizer.c_str(), o_.lr, static_cast<long long>(o_.batch), static_cast<long long>(o_.steps),
-                 get_num_threads(), device_.str().c_str(), o_.out.c_str());
+                 get_num_threads(), device_.str().c_str(),
+                 dtype_ == DType::bf16 ? fmt::format(", bfloat16 ({})", kernels::bf16_matmul_kernel()).c_str() : "",
+                 o_.out.c_str());
     optimizer_bytes_ = sharded_ ? sharded_->state_bytes() : distributed::optimizer_state_bytes(*optimizer_);
     if (o_.fixed_split > 0 || comm_.size() > 1 || o_.grad_accum > 1) {
       const std::string split =
@@ -252,8 +259,9 @@ class TrainingRun {
     const data::Batch batch = data_->train_batch(static_cast<std::uint64_t>(step - 1), o_.batch, o_.block);
     model_->train();
     const distributed::StepGradients grads =
-        o_.fixed_split > 0 ? distributed::fixed_split_gradients(*model_, batch, device_, o_.fixed_split, comm_)
-                           : distributed::compute_gradients(*model_, batch, device_, o_.grad_accum, comm_, reducer_.get());
+        o_.fixed_split > 0
+            ? distributed::fixed_split_gradients(*model_, batch, {device_, dtype_}, o_.fixed_split, comm_)
+            : distributed::compute_gradients(*model_, batch, {device_, dtype_}, o_.grad_accum, comm_, reducer_.get());
     const double grad_norm = optim::clip_grad_norm(params_, o_.grad_clip);
     stop_unless_finite(step, grads.loss, grad_norm);
     optimizer_->step();
@@ -329,7 +337,10 @@ class TrainingRun {
   }
 
   model::EvaluateOptions eval_options() const {
-    return {.max_sequences = o_.data.empty() ? 0 : kTrainEvalWindows, .device = device_};
+    return {.max_sequences = o_.data.empty() ? 0 : std::max<std::int64_t>(1, std::min(kTrainEvalWindows,
+                                                                                      kTrainEvalTokens / o_.block)),
+            .device = device_,
+            .dtype = dtype_};
   }
 
   std::string plot_title() const {
@@ -382,6 +393,7 @@ class TrainingRun {
   distributed::ShardedOptimizer* sharded_ = nullptr;  // optimizer_ itself, with --shard-optimizer
   std::unique_ptr<distributed::GradientReducer> reducer_;
   Device device_ = Device::cpu();
+  DType dtype_ = DType::f32;  // bfloat16: every forward under autocast, float32 master weights
   std::vector<nn::NamedParameter> params_;
   std::int64_t first_step_ = 0, last_step_ = 0;
 

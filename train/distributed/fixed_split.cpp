@@ -52,7 +52,7 @@ void sum_over_processes_in_tree(std::vector<float>& values, Communicator& comm) 
   }
 }
 
-StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, Device device, std::int64_t pieces,
+StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, const StepCompute& at, std::int64_t pieces,
                                     Communicator& comm) {
   const std::int64_t rows = batch.tokens.size(0);
   AG_CHECK(pieces >= 1 && rows % pieces == 0 && pieces % comm.size() == 0, "--fixed-split",
@@ -78,7 +78,7 @@ StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, De
     std::vector<float> grads(total, 0.0f);  // a piece with no counted target is a leaf of zeros
     const std::uint64_t start = first_offset + static_cast<std::uint64_t>(piece) * kPieceCounters;
     dropout.set_state(dropout.seed(), start);
-    if (const Tensor loss = weighted_piece_loss(model, batch, piece * piece_rows, piece_rows, global_count, device);
+    if (const Tensor loss = weighted_piece_loss(model, batch, piece * piece_rows, piece_rows, global_count, at);
         loss.defined()) {
       for (const auto& p : params) p.tensor.set_grad({});
       backward(loss);
@@ -104,13 +104,13 @@ StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, De
   result.comm_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (double piece_loss : piece_losses) result.loss += piece_loss;  // in piece order, everywhere
 
-  std::size_t at = 0;
+  std::size_t start = 0;
   for (const auto& p : params) {
     const auto n = static_cast<std::size_t>(p.tensor.numel());
-    p.tensor.set_grad(from_vector(std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(at),
-                                                     sum.begin() + static_cast<std::ptrdiff_t>(at + n)),
+    p.tensor.set_grad(from_vector(std::vector<float>(sum.begin() + static_cast<std::ptrdiff_t>(start),
+                                                     sum.begin() + static_cast<std::ptrdiff_t>(start + n)),
                                   p.tensor.sizes(), p.tensor.device()));
-    at += n;
+    start += n;
   }
   return result;
 }

@@ -54,7 +54,7 @@ void sum_over_processes_in_tree(std::vector<float>& values, Communicator& comm);
 
 // One training step's loss and gradients as described above, left in every
 // parameter's .grad on every process (as step.h's compute_gradients).
-StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, Device device, std::int64_t pieces,
+StepGradients fixed_split_gradients(nn::GPT& model, const data::Batch& batch, const StepCompute& at, std::int64_t pieces,
                                     Communicator& comm);
 
 }  // namespace attograd::train::distributed

@@ -16,6 +16,16 @@
 
 namespace attograd::train::distributed {
 
+// Where and in what a step computes: its device, and float32 or bfloat16 (the
+// forward under autocast, autograd/autocast.h; the backward follows its graph).
+struct StepCompute {
+  Device device = Device::cpu();
+  DType dtype = DType::f32;
+};
+
+// The model's mean loss of tokens over targets (both on the CPU), computed as `at` says.
+Tensor model_loss(nn::GPT& model, const Tensor& tokens, const Tensor& targets, const StepCompute& at);
+
 struct StepGradients {
   double loss = 0;          // the global batch's mean loss, the same on every process
   double comm_seconds = 0;  // waiting for the gradient all-reduce and the loss sum
@@ -25,10 +35,10 @@ struct StepGradients {
 // share of the batch's `batch_count` counted targets (see above), ready for
 // backward. Undefined where those rows count no target: nothing to learn there.
 Tensor weighted_piece_loss(nn::GPT& model, const data::Batch& batch, std::int64_t first, std::int64_t rows,
-                           double batch_count, Device device);
+                           double batch_count, const StepCompute& at);
 
 // Leaves the summed gradients in every parameter's .grad. `reducer` is null for one process.
-StepGradients compute_gradients(nn::GPT& model, const data::Batch& batch, Device device, std::int64_t micro_batches,
-                                Communicator& comm, GradientReducer* reducer);
+StepGradients compute_gradients(nn::GPT& model, const data::Batch& batch, const StepCompute& at,
+                                std::int64_t micro_batches, Communicator& comm, GradientReducer* reducer);
 
 }  // namespace attograd::train::distributed

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "base/error.h"
@@ -21,6 +22,7 @@ EvalResult evaluate(nn::GPT& model, const data::Dataset& data, const EvaluateOpt
   EvaluateOptions o = options;
   if (o.batch == 0) o.batch = eval_batch_rows(model.config());
   NoGradGuard no_grad;
+  const AutocastGuard autocast(o.dtype);  // every batch reads the one bfloat16 copy of each weight
   model.eval();
   const std::int64_t heldout = data.eval_sequences(model.config().block_size);
   const std::int64_t rows = o.max_sequences > 0 ? std::min(o.max_sequences, heldout) : heldout;

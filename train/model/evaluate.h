@@ -22,6 +22,7 @@ struct EvaluateOptions {
   std::int64_t batch = 0;          // held-out rows per forward pass; 0: eval_batch_rows(the model's config)
   std::int64_t max_sequences = 0;  // read only the first this many held-out rows; 0: every one
   Device device = Device::cpu();
+  DType dtype = DType::f32;        // bfloat16: the forward under autocast (autograd/autocast.h)
   // Called after each batch with the rows read so far and the rows to read (for a progress line).
   std::function<void(std::int64_t done, std::int64_t total)> after_batch;
 };

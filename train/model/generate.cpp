@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "base/error.h"
@@ -57,6 +58,7 @@ std::vector<std::int64_t> generate(nn::GPT& model, const std::vector<std::int64_
     return to_cpu(contiguous(select(select(logits, 0, 0), 0, logits.size(1) - 1))).to_vector<float>();
   };
 
+  const AutocastGuard autocast(options.dtype);
   std::vector<std::int64_t> seq = prompt;
   std::size_t start = seq.size() > static_cast<std::size_t>(block) ? seq.size() - block : 0;
   nn::KVCache cache = model.make_cache();

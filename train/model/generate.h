@@ -18,6 +18,7 @@ struct GenerateOptions {
   std::int64_t top_k = 0;     // 0: the whole vocabulary
   std::uint64_t seed = 0;     // the draw for new token i is philox(seed, i): reproducible
   bool use_cache = true;
+  DType dtype = DType::f32;   // bfloat16: the forward under autocast (autograd/autocast.h)
 };
 
 // Returns prompt + generated tokens. The prompt must not be empty.
