@@ -54,7 +54,10 @@ void check_floating(const char* op, const Tensor& t) {
 // bfloat16 through float32: an op whose kernels have no bfloat16 loop widens its
 // bfloat16 operands to float32 (exactly), computes there, and rounds its
 // floating results once to bfloat16, which is what a bfloat16 loop computing
-// in float32 gives too. Ops with a loop of their own skip this.
+// in float32 gives too. Ops with a loop of their own skip this: the products,
+// the element-wise unary, binary and add_ (the CPU's, a chunk at a time), and
+// sum (float32 and float64 sums of bfloat16 reads): a CUDA tensor is never
+// bfloat16 in this build.
 bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16; }
 Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
 Tensor to_bf16(const Tensor& t) { return t.defined() ? cast(t, DType::bf16) : t; }
@@ -89,7 +92,6 @@ Tensor unary(Unary op, const Tensor& x, double s) {
   const char* name = unary_name(op);
   check_defined(name, x, "input");
   check_floating(name, x);
-  if (is_bf16(x)) return to_bf16(unary(op, widen(x), s));
   return AG_DEVICE_KERNEL(x, unary)(op, x, s);
 }
 
@@ -101,10 +103,7 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_same_dtype(name, a, b);
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
-  if (is_bf16(a)) {
-    const Tensor out = binary(op, widen(a), widen(b));
-    return is_comparison(op) ? out : to_bf16(out);
-  }
+  if (is_bf16(a) && is_comparison(op)) return binary(op, widen(a), widen(b));
   const DType out_dtype = is_comparison(op) ? DType::b8 : a.dtype();
   return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }
@@ -163,12 +162,6 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   check_floating("add_", y);
   AG_CHECK(broadcast_shapes("add_", y.sizes(), x.sizes()) == y.sizes(), "add_", "cannot add {} into {}",
            shape_str(x.sizes()), shape_str(y.sizes()));
-  if (is_bf16(y)) {
-    const Tensor sum = widen(y);
-    add_(sum, widen(x), alpha);
-    copy_(y, sum);
-    return;
-  }
   AG_DEVICE_KERNEL(y, add_)(y, x, alpha);
   y.bump_version();
 }
@@ -205,7 +198,6 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   if (all.empty())
     for (int d = 0; d < x.dim(); ++d) all.push_back(d);
   for (int d : all) AG_CHECK(d >= 0 && d < x.dim(), "sum", "dim {} out of range for {}", d, shape_str(x.sizes()));
-  if (is_bf16(x)) return to_bf16(sum(widen(x), dims, keepdim));
   return AG_DEVICE_KERNEL(x, sum)(x, all, keepdim);
 }
 

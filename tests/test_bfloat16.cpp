@@ -155,6 +155,73 @@ TEST_CASE("bfloat16 ops compute in float32 and round once, within bfloat16's bou
         kernels::binary(kernels::Binary::mul, exact(a), exact(row)));
 }
 
+// The element-wise kernels read bfloat16 a chunk at a time (tensor/cpu/elementwise.cpp):
+// the composed reference is the float32 op of the widened tensors, rounded once.
+// Each product below is exact in float32 (alpha a power of two), so no fused
+// multiply-add can tell them apart: bit for bit, past a chunk's end and in its tail.
+TEST_CASE("bfloat16 element-wise ops, a chunk at a time, are the float32 op rounded once, bit for bit", "[bf16]") {
+  const DType bf = DType::bf16;
+  const auto bf16_of = [&](const Tensor& t) { return kernels::cast(t, bf); };
+  const auto wide = [](const Tensor& t) { return kernels::cast(t, DType::f32); };
+  const auto same_bits = [&](const char* what, const Tensor& got, const Tensor& reference_f32) {
+    INFO(what << " " << shape_str(got.sizes()));
+    REQUIRE(got.dtype() == bf);
+    CHECK(wide(got).to_vector<float>() == wide(bf16_of(reference_f32)).to_vector<float>());
+  };
+  const Tensor a = bf16_of(randn({3, 1100}, {DType::f32}));  // 1100 = two chunks and a tail
+  const Tensor b = bf16_of(randn({3, 1100}, {DType::f32}));
+  const Tensor row = bf16_of(randn({1100}, {DType::f32}));
+  const Tensor column = bf16_of(randn({3, 1}, {DType::f32}));
+  const Tensor at = transpose(bf16_of(randn({1100, 3}, {DType::f32})), 0, 1);  // strided, 3 x 1100
+  for (const Tensor& x : {a, at}) {
+    for (auto op : {kernels::Unary::neg, kernels::Unary::exp, kernels::Unary::tanh, kernels::Unary::gelu,
+                    kernels::Unary::gelu_grad, kernels::Unary::relu, kernels::Unary::mul_scalar})
+      same_bits(kernels::unary_name(op), kernels::unary(op, x, 0.5), kernels::unary(op, wide(x), 0.5));
+    for (auto op : {kernels::Binary::add, kernels::Binary::sub, kernels::Binary::mul, kernels::Binary::div,
+                    kernels::Binary::maximum, kernels::Binary::gelu_backward})
+      same_bits(kernels::binary_name(op), kernels::binary(op, x, b), kernels::binary(op, wide(x), wide(b)));
+    for (const Tensor& y : {row, column})  // broadcast: a stride-0 operand
+      for (auto op : {kernels::Binary::add, kernels::Binary::mul, kernels::Binary::div})
+        same_bits(kernels::binary_name(op), kernels::binary(op, x, y), kernels::binary(op, wide(x), wide(y)));
+  }
+  // Sums read bfloat16 as it is, and add as its widened copy would: rows (a bias
+  // gradient), columns, and a view's sum within the bound of its float64 one.
+  const Tensor tall = bf16_of(randn({700, 30}, {DType::f32}));
+  for (const std::vector<int>& dims : std::vector<std::vector<int>>{{0}, {1}, {}})
+    same_bits("sum", kernels::sum(tall, dims, false), kernels::sum(wide(tall), dims, false));
+  const auto view_sum = kernels::sum(transpose(tall, 0, 1), {1}, false).to_vector<double>();
+  const auto view_want = kernels::sum(kernels::cast(tall, DType::f64), {0}, false).to_vector<double>();
+  const auto view_scale =
+      kernels::sum(kernels::unary(kernels::Unary::abs, kernels::cast(tall, DType::f64)), {0}, false).to_vector<double>();
+  for (std::size_t i = 0; i < view_sum.size(); ++i)
+    CHECK(std::abs(view_sum[i] - view_want[i]) <= kBf16UnitRoundoff * view_scale[i] + 1e-6);
+  // Casts of views take the contiguous inner runs a chunk at a time too.
+  const Tensor t32 = transpose(randn({1100, 3}, {DType::f32}), 0, 1);
+  CHECK(wide(kernels::cast(t32, bf)).to_vector<float>() ==
+        wide(kernels::cast(kernels::contiguous(t32), bf)).to_vector<float>());
+  CHECK(wide(at).to_vector<float>() == wide(kernels::contiguous(at)).to_vector<float>());
+  const Tensor heads32 = transpose(randn({4, 5, 600}, {DType::f32}), 0, 1);  // rows contiguous, not the whole
+  const Tensor heads = kernels::cast(heads32, bf);
+  CHECK(wide(heads).to_vector<float>() == wide(kernels::cast(kernels::contiguous(heads32), bf)).to_vector<float>());
+  CHECK(wide(transpose(heads, 0, 1)).to_vector<float>() ==
+        wide(kernels::contiguous(transpose(heads, 0, 1))).to_vector<float>());
+  const Tensor into_view = transpose(kernels::cast(zeros({1100, 3}), bf), 0, 1);
+  kernels::copy_(into_view, t32);
+  CHECK(wide(into_view).to_vector<float>() == wide(kernels::cast(t32, bf)).to_vector<float>());
+  CHECK(kernels::binary(kernels::Binary::gt, a, b).to_vector<bool>() ==
+        kernels::binary(kernels::Binary::gt, wide(a), wide(b)).to_vector<bool>());
+  for (double alpha : {1.0, -0.5}) {
+    const Tensor y = kernels::clone(a), y_f32 = wide(a);
+    kernels::add_(y, at, alpha);
+    kernels::add_(y_f32, wide(at), alpha);
+    same_bits("add_", y, y_f32);
+    const Tensor z = kernels::clone(a), z_f32 = wide(a);  // broadcast into y
+    kernels::add_(z, row, alpha);
+    kernels::add_(z_f32, wide(row), alpha);
+    same_bits("add_ of a row", z, z_f32);
+  }
+}
+
 TEST_CASE("bfloat16: an op without bfloat16 support refuses it by name", "[bf16]") {
   const Tensor p = kernels::cast(zeros({4}), DType::bf16);
   CHECK_THROWS_WITH(kernels::adamw_step_(p, p, p, p, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8,

@@ -3,6 +3,7 @@
 // layout is one strided loop; max moves its dim last and scans rows.
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/loops.h"
@@ -22,16 +23,20 @@ namespace {
 // Each group of kGroup rows is first summed in T, with T-wide vector adds,
 // then added into the float64 total: converting every element to double
 // halved the vector width and made this 4x slower than memory allows.
+// bfloat16 rows are read as they are and summed in float32 (then float64), as
+// their widened copy would be: the same bits, without writing that copy (the
+// bias gradients of a bfloat16 step).
 template <typename T>
 void sum_rows_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  // out[c] = sum_r x[r, c]
+  using Part = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
   constexpr std::int64_t kGroup = 8;
   parallel_for(0, cols, std::max<std::int64_t>(16, kParallelGrain / std::max<std::int64_t>(rows, 1)),
                [&](std::int64_t lo, std::int64_t hi) {
                  const std::int64_t n = hi - lo;
                  std::vector<double> total(n, 0.0);
-                 std::vector<T> group(n);
+                 std::vector<Part> group(n);
                  double* __restrict acc = total.data();
-                 T* __restrict part = group.data();
+                 Part* __restrict part = group.data();
                  for (std::int64_t r0 = 0; r0 < rows; r0 += kGroup) {
                    const std::int64_t r1 = std::min(rows, r0 + kGroup);
                    std::copy(x + r0 * cols + lo, x + r0 * cols + hi, part);
@@ -102,7 +107,7 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   bool over_rows = false;
   if (as_matrix_reduction(x, dims, rows, cols, over_rows)) {
     Tensor out = empty(kept, x.options());
-    AG_DISPATCH_FLOAT(x.dtype(), "sum", [&] {
+    AG_DISPATCH_FLOAT_OR_BF16(x.dtype(), "sum", [&] {
       if (over_rows)
         sum_rows_of(x.data<scalar_t>(), rows, cols, out.data<scalar_t>());
       else
@@ -115,7 +120,7 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   Operands<2> ops;
   set_operand(ops, 0, acc, x.sizes());
   set_operand(ops, 1, x, x.sizes());
-  AG_DISPATCH_FLOAT(x.dtype(), "sum", [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(x.dtype(), "sum", [&] {
     strided_loop<2>(
         x.sizes(), ops,
         [](std::array<char*, 2> p, std::array<std::int64_t, 2> s, std::int64_t n) {
