@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "tensor/cpu/attention/attention.h"
+#include "tensor/kernels.h"
 #include "tensor/rng.h"
 
 namespace attograd::bench {
@@ -24,6 +25,11 @@ const bool context_added = [] {
     benchmark::AddCustomContext("attention_isa", cpu::attention_isa());
   } catch (const Error& e) {  // a bad ATTOGRAD_ATTENTION_ISA: every attention case reports it
     benchmark::AddCustomContext("attention_isa", e.what());
+  }
+  try {  // the bfloat16 products' kernel: "amx", "avx512_bf16", "widen" (bench_peak_bf16.cpp)
+    benchmark::AddCustomContext("bf16_isa", kernels::bf16_matmul_kernel());
+  } catch (const Error& e) {  // a bad ATTOGRAD_BF16_ISA
+    benchmark::AddCustomContext("bf16_isa", e.what());
   }
   // OpenBLAS's kernel family ("SkylakeX", "Haswell"): its own choice for this
   // CPU, or OPENBLAS_CORETYPE's, which some environments set.

@@ -1,0 +1,130 @@
+// bf16_peak/{amx,avx512_bf16}: this machine's bfloat16 multiply-add peak at the
+// bench's thread count, the denominator of "% of peak" for the bfloat16 matrix
+// products (matmul_bf16/*: bench/compare takes the case of the kernel they ran
+// on, the JSON context's "bf16_isa"). What fma_peak/* is for float32 (bench_peak.cpp).
+//
+// amx: each thread loops TDPBF16PS over the four (C, A, B) tile triples of the
+// library's AMX kernel (tensor/cpu/matmul_bf16/amx.h, the very instructions):
+// four independent accumulators, operands already in tiles, no memory in the
+// loop. One instruction: 16 x 16 x 32 multiply-adds (on the Sapphire Rapids
+// class Xeon here, one every 16 cycles or so: 2.5 TFLOP/s a thread).
+// avx512_bf16: 12 independent VDPBF16PS chains on 512-bit registers, as
+// fma_peak's, so the loop is bound by throughput: 16 x 2 multiply-adds an
+// instruction (here 1.5x fma_peak/avx512's rate, not the 2x of two FMA ports).
+//
+// Before timing, each checks its result exactly: every product is a power of
+// two and every partial sum fits float32's 24 bits, so the hardware must give
+// the count of steps times the sum, bit for bit. A CPU (or build) without the
+// kernel skips the case with an error naming it.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "tensor/cpu/matmul_bf16/amx.h"
+#include "tensor/cpu/matmul_bf16/isa.h"
+
+namespace attograd::bench {
+namespace {
+
+// A's values 1, B's 2^-16: one TDPBF16PS adds 32 x 2^-16 = 2^-11 to every C
+// element, one VDPBF16PS 2^-15 to every lane: the check's 1000 steps are exact
+// in float32, and a timed loop's at most 2^5 (no overflow, nothing denormal).
+constexpr float kA = 1.0f, kB = 1.0f / 65536;
+
+// Runs `steps` rounds of the four TDPBF16PS; writes C tile 0 to c (16 x 16).
+void amx_loop(std::int64_t steps, float* c) {
+  cpu::bf16_gemm::AmxTiles t;
+  t.configure(cpu::bf16_gemm::kernel_tile_config());
+  alignas(64) bfloat16 a[16 * 32], b[16 * 32];
+  for (auto& v : a) v = bfloat16(kA);
+  for (auto& v : b) v = bfloat16(kB);
+  t.load<4>(a, 64), t.load<5>(a, 64), t.load<6>(b, 64), t.load<7>(b, 64);
+  t.zero<0>(), t.zero<1>(), t.zero<2>(), t.zero<3>();
+  for (std::int64_t i = 0; i < steps; ++i) {
+    t.dot<0, 4, 6>();
+    t.dot<1, 4, 7>();
+    t.dot<2, 5, 6>();
+    t.dot<3, 5, 7>();
+  }
+  t.store<0>(c, 64);
+  t.release();
+}
+
+// 12 chains of VDPBF16PS; writes chain j's 16 lanes to out[j * 16 ...].
+__attribute__((target("avx512f,avx512bf16"))) void dpbf16_loop(std::int64_t steps, float* out) {
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(kA), _mm512_set1_ps(kA));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(kB), _mm512_set1_ps(kB));
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
+  __m512 c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+  for (std::int64_t i = 0; i < steps; ++i) {
+    c0 = _mm512_dpbf16_ps(c0, a, b), c1 = _mm512_dpbf16_ps(c1, a, b), c2 = _mm512_dpbf16_ps(c2, a, b);
+    c3 = _mm512_dpbf16_ps(c3, a, b), c4 = _mm512_dpbf16_ps(c4, a, b), c5 = _mm512_dpbf16_ps(c5, a, b);
+    c6 = _mm512_dpbf16_ps(c6, a, b), c7 = _mm512_dpbf16_ps(c7, a, b), c8 = _mm512_dpbf16_ps(c8, a, b);
+    c9 = _mm512_dpbf16_ps(c9, a, b), c10 = _mm512_dpbf16_ps(c10, a, b), c11 = _mm512_dpbf16_ps(c11, a, b);
+  }
+  const __m512 c[12] = {c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11};
+  for (int j = 0; j < 12; ++j) _mm512_storeu_ps(out + j * 16, c[j]);
+}
+
+struct Peak {
+  const char* name;                  // as cpu::bf16_kernel_name, the context's "bf16_isa"
+  cpu::Bf16Kernel kernel;            // runs here only where bf16_kernel_runs_here says so
+  double per_step;                   // multiply-adds a thread does per loop step
+  int outputs;                       // floats the loop writes
+  double sum_per_step;               // what each output gains per step
+  void (*loop)(std::int64_t, float*);
+  std::int64_t steps;  // per thread and iteration: a few milliseconds at peak
+};
+
+const Peak kPeaks[] = {
+    {"amx", cpu::Bf16Kernel::amx, 4.0 * 16 * 16 * 32, 256, 32 * kA * kB, amx_loop, 1 << 16},
+    {"avx512_bf16", cpu::Bf16Kernel::avx512_bf16, 12.0 * 16 * 2, 12 * 16, 2 * kA * kB, dpbf16_loop, 1 << 20},
+};
+
+void bf16_peak_case(benchmark::State& state, const Peak& peak) {
+  if (!cpu::bf16_kernel_runs_here(peak.kernel)) {  // the CPU's instructions, and the library's kernel built
+    state.SkipWithError((std::string("this CPU or build has no ") + peak.name + " (bf16_peak/" + peak.name +
+                         " needs it)").c_str());
+    return;
+  }
+  // Check: every output is exactly steps x its gain per step.
+  constexpr std::int64_t kCheckSteps = 1000;
+  std::vector<float> got(static_cast<std::size_t>(peak.outputs));
+  peak.loop(kCheckSteps, got.data());
+  const float want = static_cast<float>(kCheckSteps * static_cast<double>(peak.sum_per_step));
+  for (int i = 0; i < peak.outputs; ++i)
+    if (got[static_cast<std::size_t>(i)] != want) {
+      state.SkipWithError(("check failed: bf16_peak/" + std::string(peak.name) + " output " + std::to_string(i) +
+                           " is " + std::to_string(got[static_cast<std::size_t>(i)]) + ", want " +
+                           std::to_string(want)).c_str());
+      return;
+    }
+
+  const int threads = get_num_threads();
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(threads), got);
+  for (auto _ : state) {
+    parallel_for(0, threads, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) peak.loop(peak.steps, out[static_cast<std::size_t>(t)].data());
+    });
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, 2.0 * threads * peak.steps * peak.per_step, 0);
+}
+
+const bool registered = [] {
+  for (const Peak& peak : kPeaks)
+    register_case(std::string("bf16_peak/") + peak.name, [&peak](benchmark::State& st) { bf16_peak_case(st, peak); });
+  return true;
+}();
+
+}  // namespace
+}  // namespace attograd::bench
+
+#endif
