@@ -7,8 +7,9 @@
 //                (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)
 //   widen        anything else: the operands widened to float32, exactly, and
 //                OpenBLAS's sgemm (correct, not faster than float32)
-// The widest the CPU has, or a narrower one named by ATTOGRAD_BF16_ISA (so the
-// others can be tested and timed on an AMX machine); a wider one is refused.
+// AMX where the CPU has it, else widen (the AVX512_BF16 kernel measured slower
+// than widen: isa.cpp), or the one ATTOGRAD_BF16_ISA names (so each can be
+// tested and timed on an AMX machine); one wider than the CPU is refused.
 // The *_model kernels run the first two's instructions as scalar C++ on the
 // same packed buffers (tests: a packing mistake then fails on every machine).
 #include <cstdint>

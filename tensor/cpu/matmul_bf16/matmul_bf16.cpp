@@ -13,6 +13,7 @@
 #include "tensor/cpu/matmul_bf16/amx.h"
 #include "tensor/cpu/matmul_bf16/dpbf16.h"
 #include "tensor/cpu/scratch.h"
+#include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
 
@@ -185,7 +186,9 @@ T* scratch(Scratch<T>& buffer, std::int64_t n) {
   return buffer.data();
 }
 
-// Without bfloat16 instructions: the operands widened to float32 (exactly), OpenBLAS's sgemm.
+// Without bfloat16 instructions, one product as gemm_bf16 is handed it: the
+// operands widened to float32 (exactly), OpenBLAS's sgemm. (matmul_bf16, the
+// tensors' product, widens whole tensors and runs float32's matmul instead.)
 void gemm_widened(const Bf16Gemm& g) {
   std::vector<float> a(g.m * g.k), b(g.k * g.n), c(g.m * g.n);
   for (std::int64_t r = 0; r < g.m; ++r)
@@ -229,11 +232,41 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
   });
 }
 
+namespace {
+
+Tensor to_dtype(const Tensor& x, DType dtype) {
+  Tensor out = empty(x.sizes(), {dtype, x.device()});
+  copy_(out, x);
+  return out;
+}
+
+// A bfloat16 operand widened to float32 (exactly) in its own layout: a
+// transposed view (a weight in x W^T) stays transposed, for the GEMM to read
+// with a transpose flag as it reads float32's.
+Tensor widened_operand(const Tensor& x) {
+  if (x.stride(-2) != 1 || x.stride(-1) == 1) return to_dtype(x, DType::f32);
+  const auto swap_last_two = [](Shape dims) {
+    std::swap(dims[dims.size() - 2], dims[dims.size() - 1]);
+    return dims;
+  };
+  const Tensor wide = to_dtype(make_view(x, swap_last_two(x.sizes()), swap_last_two(x.strides()), x.offset()), DType::f32);
+  return make_view(wide, x.sizes(), swap_last_two(wide.strides()), 0);
+}
+
+}  // namespace
+
 Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
+  const Bf16Kernel kernel = bf16_kernel();
+  if (kernel == Bf16Kernel::widen) {
+    // Without bfloat16 instructions: float32's product (OpenBLAS, its threading
+    // and bias) of the widened operands, rounded once. Widening costs a pass over
+    // each operand, so --dtype bfloat16 stays near float32's speed there.
+    const Tensor wide_bias = bias.defined() ? to_dtype(bias, DType::f32) : Tensor();
+    return to_dtype(matmul(widened_operand(a_in), widened_operand(b_in), batch_shape, wide_bias), DType::bf16);
+  }
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Tensor out = matmul_output(a_in, b_in, batch_shape);
   if (out.numel() == 0) return out;
-  const Bf16Kernel kernel = bf16_kernel();
   const MatmulBatches batches(a_in, b_in, batch_shape);
   const auto* pa = a_in.data<bfloat16>();
   const auto* pb = b_in.data<bfloat16>();
