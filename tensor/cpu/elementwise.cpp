@@ -3,7 +3,6 @@
 // equal to the element size) is written out separately so the compiler
 // vectorises it.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -120,17 +119,13 @@ AG_SIMD_CLONES void gelu_backward_f32(float* y, const float* dy, const float* x,
   for (std::int64_t i = 0; i < n; ++i) y[i] = dy[i] * gelu_grad(x[i]);
 }
 
-// float32 <-> bfloat16 on contiguous data, the casts of mixed precision: bit
-// arithmetic that vectorises (base/bfloat16.h's rounding, lane by lane).
+// float32 <-> bfloat16 on contiguous data, the casts of mixed precision:
+// base/bfloat16.h's bit arithmetic, which vectorises lane by lane here.
 AG_SIMD_CLONES void round_to_bf16(std::uint16_t* y, const float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto u = std::bit_cast<std::uint32_t>(x[i]);
-    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    y[i] = static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x0040u : rounded);
-  }
+  for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_bits(x[i]);
 }
 AG_SIMD_CLONES void widen_bf16(float* y, const std::uint16_t* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);
 }
 
 // ---- bfloat16 operands through float32, a chunk at a time ----
@@ -214,8 +209,9 @@ void binary_bf16(kernels::Binary op, const Tensor& out, const Tensor& a, const T
   });
 }
 
-// The casts of views (attention's heads, a transposed gradient): their
-// contiguous inner runs through the vectorised loops above.
+// The casts between float32 and bfloat16, of whole tensors or of views
+// (attention's heads, a transposed gradient): every contiguous inner run
+// (a whole dense tensor is one) through the vectorised loops above.
 void round_strided(const Tensor& dst, const Tensor& src) {
   Operands<2> ops;
   set_operand(ops, 0, dst, dst.sizes());
@@ -362,21 +358,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b, const Shape& 
 }
 
 void copy_(const Tensor& dst, const Tensor& src) {
-  const bool dense = dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes();
-  if (dense && dst.dtype() == src.dtype()) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous() && dst.sizes() == src.sizes()) {
     std::memcpy(dst.raw_data(), src.raw_data(), dst.numel() * dtype_size(dst.dtype()));
-    return;
-  }
-  if (dense && dst.dtype() == DType::bf16 && src.dtype() == DType::f32) {
-    auto* y = static_cast<std::uint16_t*>(dst.raw_data());
-    const auto* x = static_cast<const float*>(src.raw_data());
-    parallel_for(0, dst.numel(), kParallelGrain, [&](std::int64_t lo, std::int64_t hi) { round_to_bf16(y + lo, x + lo, hi - lo); });
-    return;
-  }
-  if (dense && dst.dtype() == DType::f32 && src.dtype() == DType::bf16) {
-    auto* y = static_cast<float*>(dst.raw_data());
-    const auto* x = static_cast<const std::uint16_t*>(src.raw_data());
-    parallel_for(0, dst.numel(), kParallelGrain, [&](std::int64_t lo, std::int64_t hi) { widen_bf16(y + lo, x + lo, hi - lo); });
     return;
   }
   if (dst.dtype() == DType::bf16 && src.dtype() == DType::f32) return round_strided(dst, src);

@@ -15,6 +15,7 @@
 #include "tensor/cpu/scratch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
+#include "tensor/kernels.h"
 #include "tensor/parallel.h"
 
 #if AG_BF16_AVX512_KERNEL
@@ -234,22 +235,16 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
 
 namespace {
 
-Tensor to_dtype(const Tensor& x, DType dtype) {
-  Tensor out = empty(x.sizes(), {dtype, x.device()});
-  copy_(out, x);
-  return out;
-}
-
 // A bfloat16 operand widened to float32 (exactly) in its own layout: a
 // transposed view (a weight in x W^T) stays transposed, for the GEMM to read
 // with a transpose flag as it reads float32's.
 Tensor widened_operand(const Tensor& x) {
-  if (x.stride(-2) != 1 || x.stride(-1) == 1) return to_dtype(x, DType::f32);
+  if (x.stride(-2) != 1 || x.stride(-1) == 1) return kernels::cast(x, DType::f32);
   const auto swap_last_two = [](Shape dims) {
     std::swap(dims[dims.size() - 2], dims[dims.size() - 1]);
     return dims;
   };
-  const Tensor wide = to_dtype(make_view(x, swap_last_two(x.sizes()), swap_last_two(x.strides()), x.offset()), DType::f32);
+  const Tensor wide = kernels::cast(make_view(x, swap_last_two(x.sizes()), swap_last_two(x.strides()), x.offset()), DType::f32);
   return make_view(wide, x.sizes(), swap_last_two(wide.strides()), 0);
 }
 
@@ -261,8 +256,8 @@ Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_sh
     // Without bfloat16 instructions: float32's product (OpenBLAS, its threading
     // and bias) of the widened operands, rounded once. Widening costs a pass over
     // each operand, so --dtype bfloat16 stays near float32's speed there.
-    const Tensor wide_bias = bias.defined() ? to_dtype(bias, DType::f32) : Tensor();
-    return to_dtype(matmul(widened_operand(a_in), widened_operand(b_in), batch_shape, wide_bias), DType::bf16);
+    const Tensor wide_bias = bias.defined() ? kernels::cast(bias, DType::f32) : Tensor();
+    return kernels::cast(matmul(widened_operand(a_in), widened_operand(b_in), batch_shape, wide_bias), DType::bf16);
   }
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Tensor out = matmul_output(a_in, b_in, batch_shape);
