@@ -13,7 +13,6 @@ namespace attograd {
 // invalidates its copy.
 struct AutocastGuard::State {
   DType dtype;
-  State* outer;
   struct Cast {
     std::uint64_t version;
     Tensor low;
@@ -28,7 +27,7 @@ thread_local AutocastGuard::State* current = nullptr;
 AutocastGuard::AutocastGuard(DType dtype) : previous_(current) {
   AG_CHECK(dtype == DType::bf16 || dtype == DType::f32, "autocast", "the low precision is bfloat16 (or float32: off), got {}",
            dtype_name(dtype));
-  current = new State{dtype, previous_, {}};
+  current = new State{dtype, {}};
 }
 
 AutocastGuard::~AutocastGuard() {
