@@ -9,6 +9,10 @@
 //   attn_core_{fwd,fwdbwd}/fused/{T2048,T4096}: long sequences, (1, T, 512, 8),
 //       heads of 64: the fused path only (the composed one is checked against
 //       it once, as above).
+//   attn_core_{fwd,fwdbwd}/bf16/{S,M,L,T2048}: the fused path on bfloat16 q, k,
+//       v and dout (on AMX tiles where the CPU has them, widened to float32
+//       elsewhere: the context's bf16_isa), checked against float32's fused
+//       path within a few bfloat16 roundings.
 // "_fwd" runs under NoGradGuard (no graph, as inference); "_fwdbwd" runs the
 // forward with grad on, then backward from a fixed random dout, producing the
 // gradients of every input and parameter. Before timing, the fused result is
@@ -27,12 +31,15 @@
 //   mha fwd      core fwd + projections: (B T, C) x (C, 3C) and (B T, C) x (C, C),
 //                8 B T C^2 FLOPs (bias adds not counted).
 //   mha fwdbwd   3 x mha fwd (each matmul's backward is two matmuls of its size).
-// Bytes are the compulsory float32 traffic (each tensor read or written once):
+// Bytes are the compulsory float32 traffic (each tensor read or written once; half of it in bfloat16):
 //   core fwd     reads q, k, v, writes out: 16 B H T D
 //   core fwdbwd  + reads q, k, v, out, dout, writes dq, dk, dv: 48 B H T D
 //   mha fwd      reads x and the parameters P = 4 C^2 + 4 C, writes y: 4 (2 B T C + P)
 //   mha fwdbwd   + reads dout, x, P, writes dx and P gradients: 4 (4 B T C + 3 P)
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autograd/attention.h"
@@ -40,6 +47,7 @@
 #include "autograd/grad_mode.h"
 #include "bench_common.h"
 #include "nn/attention.h"
+#include "tensor/kernels.h"
 #include "tensor/rng.h"
 
 namespace attograd::bench {
@@ -81,6 +89,58 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, AttentionI
   }
   const double btd = static_cast<double>(s.B * s.H * s.T * s.D());
   set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 48 : 16) * btd);
+}
+
+// ---- core in bfloat16 -------------------------------------------------------------
+
+double largest_magnitude(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// The inputs in bfloat16, leaves of their own.
+CoreInputs in_bf16(const CoreInputs& in) {
+  CoreInputs out;
+  for (auto [from, to] : {std::pair{&in.q, &out.q}, {&in.k, &out.k}, {&in.v, &out.v}, {&in.dout, &out.dout}}) {
+    *to = kernels::cast(*from, DType::bf16);
+    to->set_requires_grad(from != &in.dout);
+  }
+  return out;
+}
+
+void attn_core_bf16_case(benchmark::State& state, const AttentionShape& s, bool backward_too) {
+  const CoreInputs in32 = core_inputs(s), in = in_bf16(in32);
+  {
+    // float32's fused path on the same (widened) values. A few bfloat16
+    // roundings (P before P v, dS, the result) of values of order one: within
+    // 2^-6 of the largest, as a sanity check (tests/test_attention_bf16.cpp
+    // holds the kernel to its derived bound).
+    CoreInputs wide;
+    for (auto [from, to] : {std::pair{&in.q, &wide.q}, {&in.k, &wide.k}, {&in.v, &wide.v}, {&in.dout, &wide.dout}}) {
+      *to = kernels::cast(*from, DType::f32);
+      to->set_requires_grad(from != &in.dout);
+    }
+    const Tensor want = run_core(wide, AttentionImpl::fused, backward_too);
+    const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
+    const double tol = 0x1p-6;
+    if (!check_close(state, "bf16 attention output", kernels::cast(got, DType::f32), want,
+                     tol * largest_magnitude(want), tol))
+      return;
+    if (backward_too) {
+      const std::pair<const Tensor*, const Tensor*> grads[] = {{&in.q, &wide.q}, {&in.k, &wide.k}, {&in.v, &wide.v}};
+      for (const auto& [g, w] : grads)
+        if (!check_close(state, "bf16 attention gradient", kernels::cast(g->grad(), DType::f32), w->grad(),
+                         tol * largest_magnitude(w->grad()), tol))
+          return;
+    }
+  }
+  for (auto _ : state) {
+    Tensor out = run_core(in, AttentionImpl::fused, backward_too);
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  const double btd = static_cast<double>(s.B * s.H * s.T * s.D());
+  set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 24 : 8) * btd);
 }
 
 // ---- module: nn::MultiHeadAttention --------------------------------------------
@@ -157,6 +217,11 @@ const bool registered = [] {
       }
     }
   }
+  for (bool bwd : {false, true})
+    for (const AttentionShape& s : {kShapeS, kShapeM, kShapeL, kLongShapes[0]})
+      limit_large(register_case(std::string(bwd ? "attn_core_fwdbwd" : "attn_core_fwd") + "/bf16/" + s.name,
+                                [s, bwd](benchmark::State& st) { attn_core_bf16_case(st, s, bwd); }),
+                  s);
   for (bool bwd : {false, true})
     for (const AttentionShape& s : kLongShapes)
       limit_large(register_case(std::string(bwd ? "attn_core_fwdbwd" : "attn_core_fwd") + "/fused/" + s.name,

@@ -11,6 +11,7 @@ layout as Google Benchmark, so that `bench/compare` can put the two side by side
 
 Cases (see bench/bench_attention.cpp, bench_gpt.cpp, bench_ops.cpp for the formulas):
   attn_core_{fwd,fwdbwd}/{composed,fused}/{S,M,L}, mha_{fwd,fwdbwd}/{composed,fused}/{S,M,L},
+  attn_core_{fwd,fwdbwd}/bf16/{S,M,L,T2048} (scaled_dot_product_attention on bfloat16 tensors),
   gpt_step (and gpt_step/compiled with torch >= 2.0: torch.compile), charlm_step,
   matmul/<n>, matmul/proj/<shape>, softmax_*, layer_norm_*, cross_entropy_*.
 (attograd's fma_peak/* cases, the machine's FMA peak, have no counterpart here.)
@@ -158,6 +159,46 @@ def attn_core_case(shape_name, impl, backward_too):
     btd = float(B * H * T * D)
     flops = (3 if backward_too else 1) * core_fwd_flops(B, T, C, H)
     return step, flops, (48 if backward_too else 16) * btd, fixed_iterations(shape_name)
+
+
+def attn_core_bf16_case(shape_name, backward_too):
+    """attn_core_*/bf16/<shape>: scaled_dot_product_attention on bfloat16 q, k, v and dout."""
+    B, T, C, H = ALL_SHAPES[shape_name]
+    D = C // H
+    q, k, v = (randn(B, H, T, D, seed=s).to(torch.bfloat16).requires_grad_(backward_too) for s in (11, 12, 13))
+    dout = randn(B, H, T, D, seed=14).to(torch.bfloat16)
+
+    def run(dtype):
+        qq, kk, vv = (x.detach().to(dtype).requires_grad_(backward_too) for x in (q, k, v))
+        if not backward_too:
+            with torch.no_grad():
+                return attention_fused(qq, kk, vv, None), None
+        out = attention_fused(qq, kk, vv, None)
+        out.backward(dout.to(dtype))
+        return out, (qq.grad, kk.grad, vv.grad)
+
+    # Check: against float32 on the same values, within a few bfloat16 roundings (as the C++ case).
+    out, grads = run(torch.bfloat16)
+    want, want_grads = run(torch.float32)
+    tol = 2.0 ** -6
+    check_close("bf16 attention output", out, want, atol=tol * want.abs().max().item(), rtol=tol)
+    if backward_too:
+        for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
+            check_close(f"bf16 attention {name}", g, w, atol=tol * w.abs().max().item(), rtol=tol)
+
+    def step():
+        if not backward_too:
+            with torch.no_grad():
+                return attention_fused(q, k, v, None)
+        for x in (q, k, v):
+            x.grad = None
+        out = attention_fused(q, k, v, None)
+        out.backward(dout)
+        return out
+
+    btd = float(B * H * T * D)
+    flops = (3 if backward_too else 1) * core_fwd_flops(B, T, C, H)
+    return step, flops, (24 if backward_too else 8) * btd, fixed_iterations(shape_name)
 
 
 class MultiHeadAttention(nn.Module):
@@ -442,6 +483,10 @@ def all_cases():
                               lambda s=s, impl=impl, bwd=bwd: attn_core_case(s, impl, bwd)))
                 cases.append(("mha_" + ("fwdbwd" if bwd else "fwd") + tail,
                               lambda s=s, impl=impl, bwd=bwd: mha_case(s, impl, bwd)))
+    for bwd in (False, True):
+        for s in ("S", "M", "L", "T2048"):
+            cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + f"/bf16/{s}",
+                          lambda s=s, bwd=bwd: attn_core_bf16_case(s, bwd)))
     for bwd in (False, True):
         for s in LONG_SHAPES:
             cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + f"/fused/{s}",

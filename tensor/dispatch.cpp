@@ -482,6 +482,13 @@ namespace {
 // kernels support; each row made contiguous (a copy only of an operand whose
 // last dim is strided). For the forward and again for the backward: a caller
 // of the kernels need not come through autograd.
+// Whether a bfloat16 attention runs on the CPU's tile kernel (attention_bf16.cpp),
+// else widened to float32: it runs on the CPU, with AMX (or its model), and
+// returns no weights.
+bool bf16_attention_on_tiles(const Tensor& q, bool return_weights) {
+  return q.device().is_cpu() && !return_weights && cpu::attention_bf16_runs_on(cpu::bf16_kernel());
+}
+
 AttentionCall attention_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              const AttentionKernelOptions& options) {
   check_attention_operands(op, q, k, v, mask);
@@ -531,7 +538,9 @@ std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int
 
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options) {
-  if (is_bf16(q) && is_bf16(k) && is_bf16(v)) {  // the output rounded to bfloat16; lse and probs stay float32
+  const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
+  if (bf16 && !bf16_attention_on_tiles(q, options.return_weights)) {
+    // Widened: the output rounded to bfloat16; lse, weights and probs float32.
     AttentionForwardResult r = attention_forward(widen(q), widen(k), widen(v), mask, options);
     r.out = to_bf16(r.out);
     r.weights = to_bf16(r.weights);
@@ -544,9 +553,13 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   // so merging the heads back to (B, Tq, H*D) afterwards is free.
   const Tensor out_bthd = empty({B, Tq, H, D}, q.options());
   r.out = make_view(out_bthd, {B, H, Tq, D}, {Tq * H * D, D, H * D, 1}, 0);
-  r.lse = empty({B, H, Tq}, q.options());
+  r.lse = empty({B, H, Tq}, {bf16 ? DType::f32 : q.dtype(), q.device()});
   if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
   if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
+  if (bf16) {
+    cpu::attention_forward_bf16(call, r, cpu::bf16_kernel());
+    return r;
+  }
   AG_DEVICE_KERNEL(q, attention_forward)(call, r);
   return r;
 }
@@ -555,7 +568,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
-  if (is_bf16(q) && is_bf16(k) && is_bf16(v)) {  // float32 gradients, rounded into bfloat16 ones
+  const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
+  if (bf16 && (!bf16_attention_on_tiles(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
+    // Widened (as its forward was): float32 gradients, rounded into bfloat16 ones.
     const AttentionGrads g = attention_backward(widen(dout), widen(q), widen(k), widen(v), mask, widen(out),
                                                 widen(lse), probs, options);
     AttentionGrads rounded;
@@ -599,6 +614,10 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                          into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
   if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
   const AttentionSaved saved{rows_contiguous(dout), rows_contiguous(out), lse, probs};
+  if (bf16) {
+    cpu::attention_backward_bf16(call, saved, g, cpu::bf16_kernel());
+    return g;
+  }
   AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);
   return g;
 }

@@ -3,6 +3,9 @@
 // (cpu::attention_forward and _backward, tensor/device_kernels.h).
 #include <cstdint>
 
+#include "tensor/attention_call.h"
+#include "tensor/cpu/matmul_bf16/isa.h"
+
 namespace attograd::cpu {
 
 // The instruction set the fused attention kernels run on: "avx512", "avx2" or
@@ -16,5 +19,16 @@ const char* attention_isa();
 // as fit.
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget);
+
+// The bfloat16 attention on tiles (attention_bf16.cpp): whether it runs on
+// `kernel` here (amx where the CPU has it, amx_model anywhere; on the others
+// kernels::attention_forward widens to float32), and its forward and backward.
+// The forward fills r.out (bfloat16, (B, H, Tq, D) over (B, Tq, H, D) memory)
+// and r.lse (float32); no weights, no saved probabilities. The backward reads
+// s.lse in float32 and recomputes the probabilities.
+bool attention_bf16_runs_on(Bf16Kernel kernel);
+void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForwardResult& r, Bf16Kernel kernel);
+void attention_backward_bf16(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g,
+                             Bf16Kernel kernel);
 
 }  // namespace attograd::cpu

@@ -1,0 +1,106 @@
+#pragma once
+// The bfloat16 attention's operands and tiles as the AMX tile products read
+// them (tensor/cpu/matmul_bf16/packing.h's two layouts: A in 16 x 32 tiles,
+// B in VNNI panels of 16 columns), and the float32 score tiles rounded into
+// those layouts. Part of the translation unit tensor/cpu/attention/attention_bf16.cpp.
+//
+// Every tile is kept (keys, queries), as the float32 forward keeps its score
+// tiles: queries along the vector lanes, so the softmax's per-query max, sum
+// and rescaling are plain vector operations down the rows. The products are
+// then chosen so that each float32 tile is rounded into its next operand row
+// by row, never transposed:
+//   forward   S^T = K Q^T          A: K (keys x d)      B: Q^T (d x queries)
+//             O^T += V^T P^T       A: V^T (d x keys)    B: P^T (keys x queries), rounded
+//   backward  dP^T = V dO^T        A: V (keys x d)      B: dO^T (d x queries)
+//             dV += P^T dO         A: P^T, rounded      B: dO (queries x d)
+//             dK += dS^T Q         A: dS^T, rounded     B: Q (queries x d)
+//             dQ^T += K^T dS^T     A: K^T (d x keys)    B: dS^T (keys x queries), rounded
+// The head's operands are packed once per head; the float32 accumulators
+// O^T and dQ^T are transposed once, into the output rows.
+#include <cstdint>
+
+#include "base/attention_problem.h"
+#include "base/bfloat16.h"
+#include "tensor/cpu/attention/tiling.h"
+#include "tensor/cpu/matmul_bf16/packing.h"
+#include "tensor/cpu/vec_math.h"
+
+namespace attograd::cpu::attention_bf16 {
+
+using attention_detail::kBlockK;
+using attention_detail::kBlockQ;
+using attention_detail::round_up;
+using bf16_gemm::ATiles;
+using bf16_gemm::kBlock;
+using bf16_gemm::kKStep;
+using bf16_gemm::kPanel;
+using bf16_gemm::packed_a_index;
+static_assert(kBlockQ % kBlock == 0 && kBlockK % kBlock == 0 && kBlockQ % kKStep == 0 && kBlockK % kKStep == 0,
+              "a tile is whole 32 x 32 blocks and whole AMX steps");
+
+// A packed A (rows x kp, tiles of 16 x 32): the 32-row block from row r, K from k on.
+AG_ALWAYS_INLINE ATiles a_block(const bfloat16* a, std::int64_t r, std::int64_t k, std::int64_t kp) {
+  return {a + packed_a_index(r, k, kp), a + packed_a_index(r + 16, k, kp), 16 * kKStep, kKStep};
+}
+
+// A packed B (kp x columns, panels of kp x 16): the panel of column `col`, from K value k on.
+AG_ALWAYS_INLINE const bfloat16* b_panel(const bfloat16* b, std::int64_t col, std::int64_t k, std::int64_t kp) {
+  return b + (col / kPanel) * kp * kPanel + k * kPanel;
+}
+
+// A (B, H, T, D) operand's rows of head (b, h) as a matrix: `rows` (t, d), or
+// `columns` (d, t), its transpose, read in place.
+inline bf16_gemm::Bf16Matrix head_rows(const AttentionRows<const bfloat16>& x, std::int64_t b, std::int64_t h) {
+  return {x.row(b, h, 0), x.st, 1};
+}
+inline bf16_gemm::Bf16Matrix head_columns(const AttentionRows<const bfloat16>& x, std::int64_t b, std::int64_t h) {
+  return {x.row(b, h, 0), 1, x.st};
+}
+
+// x (T x D) packed as A, T rows padded to tp, D to dp.
+inline void pack_rows_as_a(const bf16_gemm::Bf16Matrix& x, std::int64_t T, std::int64_t D, std::int64_t tp,
+                           std::int64_t dp, bfloat16* out) {
+  bf16_gemm::pack_a_rows(x, T, D, dp, 0, tp, out);
+}
+// x^T (D x T) packed as A.
+inline void pack_columns_as_a(const bf16_gemm::Bf16Matrix& xt, std::int64_t T, std::int64_t D, std::int64_t tp,
+                              std::int64_t dp, bfloat16* out) {
+  bf16_gemm::pack_a_rows(xt, D, T, tp, 0, dp, out);
+}
+// x (T x D, K = T) packed as B panels; x^T (D x T, K = D) likewise.
+inline void pack_rows_as_b(const bf16_gemm::Bf16Matrix& x, std::int64_t T, std::int64_t D, std::int64_t tp,
+                           std::int64_t dp, bfloat16* out) {
+  bf16_gemm::pack_b_panels(x, T, D, tp, 0, dp / kPanel, out);
+}
+inline void pack_columns_as_b(const bf16_gemm::Bf16Matrix& xt, std::int64_t T, std::int64_t D, std::int64_t tp,
+                              std::int64_t dp, bfloat16* out) {
+  bf16_gemm::pack_b_panels(xt, D, T, dp, 0, tp / kPanel, out);
+}
+
+// A float32 tile t (kBlockK keys x kBlockQ queries, rows kBlockQ apart) rounded
+// into a packed A of its own shape: rows keys, K queries (kp = kBlockQ).
+AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, bfloat16* __restrict a) {
+  for (std::int64_t c = 0; c < kBlockK; ++c)
+    for (std::int64_t r0 = 0; r0 < kBlockQ; r0 += kKStep) {
+      std::uint16_t* out = &a[packed_a_index(c, r0, kBlockQ)].bits;
+      const float* in = t + c * kBlockQ + r0;
+      for (std::int64_t r = 0; r < kKStep; ++r) out[r] = bfloat16_bits(in[r]);
+    }
+}
+
+// The same tile rounded into B panels: K keys (pairs of rows interleaved),
+// columns queries (kp = kBlockK).
+AG_ALWAYS_INLINE void round_tile_as_b(const float* __restrict t, bfloat16* __restrict b) {
+  for (std::int64_t p = 0; p < kBlockQ / kPanel; ++p) {
+    auto* words = reinterpret_cast<std::uint32_t*>(b + p * kBlockK * kPanel);
+    for (std::int64_t q = 0; q < kBlockK / 2; ++q) {
+      const float* even = t + 2 * q * kBlockQ + p * kPanel;
+      const float* odd = even + kBlockQ;
+      for (std::int64_t j = 0; j < kPanel; ++j)
+        words[q * kPanel + j] =
+            std::uint32_t{bfloat16_bits(even[j])} | std::uint32_t{bfloat16_bits(odd[j])} << 16;
+    }
+  }
+}
+
+}  // namespace attograd::cpu::attention_bf16

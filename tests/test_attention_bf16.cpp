@@ -1,0 +1,171 @@
+// The bfloat16 fused attention on tiles (tensor/cpu/attention/attention_bf16.cpp)
+// against the float64 fused attention on the same (exactly widened) inputs, on
+// the AMX hardware where this CPU has it and on the scalar model of its
+// instructions everywhere, within bounds derived from bfloat16's 8-bit
+// significand; and kernels::attention_forward choosing it.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "helpers.h"
+#include "tensor/attention_call.h"
+#include "tensor/cpu/attention/attention.h"
+
+using namespace attograd;
+using namespace attograd::test;
+
+namespace {
+
+struct Bf16AttentionCase {
+  std::int64_t B, H, Tq, Tk, D;
+  bool causal, masked, heads_interleaved;  // heads_interleaved: q, k, v are (B, T, H, D) memory seen as (B, H, T, D)
+  double dropout_p;
+};
+
+// A bfloat16 (B, H, T, D) operand with N(0, 1) values, contiguous or a view of (B, T, H, D) memory.
+Tensor bf16_operand(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, bool interleaved,
+                    std::uint64_t seed) {
+  Generator gen(seed);
+  if (!interleaved) return kernels::cast(randn({B, H, T, D}, {DType::f32}, gen), DType::bf16);
+  return permute(kernels::cast(randn({B, T, H, D}, {DType::f32}, gen), DType::bf16), {0, 2, 1, 3});
+}
+
+// A forward's output as kernels::attention_forward allocates it: (B, H, Tq, D) over (B, Tq, H, D) memory.
+Tensor heads_view_output(std::int64_t B, std::int64_t H, std::int64_t Tq, std::int64_t D) {
+  return make_view(empty({B, Tq, H, D}, {DType::bf16}), {B, H, Tq, D}, {Tq * H * D, D, H * D, 1}, 0);
+}
+
+Tensor f64(const Tensor& t) { return kernels::cast(t, DType::f64); }
+Tensor abs64(const Tensor& t) { return kernels::unary(kernels::Unary::abs, f64(t)); }
+
+// |got - want| <= 2^-8 (roundings * terms + |want|) + 2^-14 terms, element by
+// element: `roundings` bfloat16 roundings of the terms on the way (each moves
+// a term by 2^-8 of itself), one of the result, and float32 sums of at most
+// (Tq + Tk + D) < 1024 terms, n 2^-24 < 2^-14 of the sum of their magnitudes.
+// Infinities (an all-hidden row's log-sum-exp) must match exactly.
+void check_within(const char* what, const Tensor& got, const Tensor& want, const Tensor& terms, double roundings) {
+  REQUIRE(got.sizes() == want.sizes());
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>(), t = terms.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isinf(w[i])) {
+      INFO(what << " element " << i);
+      REQUIRE(g[i] == w[i]);
+      continue;
+    }
+    const double bound = kBf16UnitRoundoff * (roundings * t[i] + std::abs(w[i])) + 0x1p-14 * t[i] + 1e-30;
+    INFO(what << " element " << i << ": got " << g[i] << ", want " << w[i] << ", bound " << bound);
+    REQUIRE(std::abs(g[i] - w[i]) <= bound);
+  }
+}
+
+void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+  REQUIRE(c.Tq + c.Tk + c.D < 1024);
+  const Tensor q = bf16_operand(c.B, c.H, c.Tq, c.D, c.heads_interleaved, 1);
+  const Tensor k = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 2);
+  const Tensor v = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 3);
+  const Tensor dout = bf16_operand(c.B, c.H, c.Tq, c.D, false, 4);
+  Tensor mask;
+  if (c.masked) {  // (Tq, Tk), broadcast over B and H; query 2 sees no key at all
+    Generator gen(5);
+    mask = kernels::binary(kernels::Binary::lt, uniform({c.Tq, c.Tk}, 0, 1, {DType::f32}, gen),
+                           full({}, 0.3, {DType::f32}));
+    if (c.Tq > 2) kernels::fill_(select(mask, 0, 2), 1);
+  }
+  kernels::AttentionKernelOptions options;
+  options.causal = c.causal;
+  options.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  options.dropout_p = c.dropout_p;
+  options.seed = 7;
+  options.offset = 11;
+  const double keep = 1.0 / (1.0 - c.dropout_p);
+
+  // The kernel, called as kernels::attention_forward and _backward call it.
+  const AttentionCall call{q, k, v, mask, options};
+  kernels::AttentionForwardResult r;
+  r.out = heads_view_output(c.B, c.H, c.Tq, c.D);
+  r.lse = empty({c.B, c.H, c.Tq}, {DType::f32});
+  cpu::attention_forward_bf16(call, r, kernel);
+  const kernels::AttentionGrads g{empty(q.sizes(), {DType::bf16}), empty(k.sizes(), {DType::bf16}),
+                                  empty(v.sizes(), {DType::bf16})};
+  cpu::attention_backward_bf16(call, {dout, r.out, r.lse, Tensor()}, g, kernel);
+
+  // float64 on the same values, with the weights (before dropout) for the bounds.
+  kernels::AttentionKernelOptions with_weights = options;
+  with_weights.return_weights = true;
+  const kernels::AttentionForwardResult want = kernels::attention_forward(f64(q), f64(k), f64(v), mask, with_weights);
+  const kernels::AttentionGrads dwant = kernels::attention_backward(f64(dout), f64(q), f64(k), f64(v), mask, want.out,
+                                                                    want.lse, Tensor(), options);
+  const Tensor weights = kernels::binary(kernels::Binary::mul, want.weights, full({}, keep, {DType::f64}));
+  // |dS_ij| <= scale W_ij (keep |dP_ij| + sum_d |do_id o_id|), dP = do v^T: the
+  // magnitude of dS's terms, with delta_i = do_i . o_i bounded by its terms'
+  // sum (the kernel's o is rounded, so its delta moves by 2^-8 of that).
+  const Tensor dp = kernels::matmul(abs64(dout), transpose(abs64(v), 2, 3));
+  const Tensor delta_terms = kernels::sum(kernels::binary(kernels::Binary::mul, abs64(dout), abs64(want.out)), {3}, true);
+  const Tensor ds_terms = kernels::binary(
+      kernels::Binary::mul, want.weights,
+      kernels::binary(kernels::Binary::add, kernels::binary(kernels::Binary::mul, dp, full({}, keep, {DType::f64})),
+                      delta_terms));
+  const Tensor ds = kernels::binary(kernels::Binary::mul, ds_terms, full({}, options.scale, {DType::f64}));
+
+  // out: P rounded before P v (1); dv: P rounded (1); dq, dk: dS rounded, and o in delta (2).
+  check_within("out", r.out, want.out, kernels::matmul(weights, abs64(v)), 1);
+  check_within("lse", r.lse, want.lse, full(want.lse.sizes(), 1, {DType::f64}), 0);
+  check_within("dv", g.dv, dwant.dv, kernels::matmul(transpose(weights, 2, 3), abs64(dout)), 1);
+  check_within("dk", g.dk, dwant.dk, kernels::matmul(transpose(ds, 2, 3), abs64(q)), 2);
+  check_within("dq", g.dq, dwant.dq, kernels::matmul(ds, abs64(k)), 2);
+}
+
+}  // namespace
+
+TEST_CASE("bfloat16 attention on AMX tiles and on their scalar model, within bfloat16's bound of float64",
+          "[bf16][attention]") {
+  const Bf16AttentionCase cases[] = {
+      {1, 1, 1, 1, 1, true, false, false, 0.0},      // one query, one key, one value
+      {2, 3, 70, 70, 24, true, false, false, 0.0},   // D not whole steps, T not whole tiles
+      {1, 2, 65, 130, 64, false, true, false, 0.0},  // Tq != Tk, a mask with a row of hidden keys
+      {1, 2, 130, 130, 40, true, false, false, 0.2},  // dropout
+      {2, 2, 96, 96, 64, true, false, true, 0.0},    // heads interleaved in memory, as a packed qkv's
+  };
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::amx_model}) {
+    if (!cpu::attention_bf16_runs_on(kernel)) {
+      WARN("skipped: the bfloat16 attention has no " << cpu::bf16_kernel_name(kernel) << " kernel on this CPU");
+      continue;
+    }
+    for (const Bf16AttentionCase& c : cases) {
+      INFO(cpu::bf16_kernel_name(kernel) << ": B " << c.B << " H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " D "
+                                         << c.D << (c.causal ? " causal" : "") << (c.masked ? " masked" : "")
+                                         << " dropout " << c.dropout_p);
+      check_case(c, kernel);
+    }
+  }
+}
+
+TEST_CASE("bfloat16 attention: the dispatch runs the tiles where they run, and widens for the weights",
+          "[bf16][attention]") {
+  if (!cpu::attention_bf16_runs_on(cpu::bf16_kernel())) {
+    WARN("skipped: bfloat16 products run on " << cpu::bf16_kernel_name(cpu::bf16_kernel())
+                                              << " here, and the attention widens to float32");
+    return;
+  }
+  Generator gen(3);
+  const Tensor q = kernels::cast(randn({1, 2, 40, 32}, {DType::f32}, gen), DType::bf16);
+  kernels::AttentionKernelOptions options;
+  options.causal = true;
+  options.scale = 1.0 / std::sqrt(32.0);
+  const kernels::AttentionForwardResult r = kernels::attention_forward(q, q, q, Tensor(), options);
+  CHECK(r.out.dtype() == DType::bf16);
+  CHECK(r.lse.dtype() == DType::f32);
+  CHECK_FALSE(r.probs.defined());  // the tiles keep none: the backward recomputes
+  kernels::AttentionForwardResult direct;
+  direct.out = heads_view_output(1, 2, 40, 32);
+  direct.lse = empty(r.lse.sizes(), {DType::f32});
+  cpu::attention_forward_bf16({q, q, q, Tensor(), options}, direct, cpu::bf16_kernel());
+  CHECK(r.out.to_vector<double>() == direct.out.to_vector<double>());
+  options.return_weights = true;  // the tiles return none: widened to float32
+  const kernels::AttentionForwardResult widened = kernels::attention_forward(q, q, q, Tensor(), options);
+  CHECK(widened.out.dtype() == DType::bf16);
+  CHECK(widened.weights.defined());
+}
