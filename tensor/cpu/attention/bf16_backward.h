@@ -62,12 +62,19 @@ AG_ALWAYS_INLINE void backward_head_setup(const Bf16Problem& P, const BackwardIo
   pack_rows_as_b(head_rows(io.dout, b, h), Tq, D, Tqp, Dp, w.dout_b.data());
   const float* lse = io.lse + (b * meta.H + h) * Tq;
   for (std::int64_t r = 0; r < Tqp; ++r) {
-    float sum = 0;
+    // kLanes partial sums, added at the end: one chain of D dependent
+    // multiply-adds per row took a tenth of the backward at D = 64.
+    constexpr std::int64_t kLanes = 16;
+    float partial[kLanes] = {};
     if (r < Tq) {
       const bfloat16* d_o = io.dout.row(b, h, r);
       const bfloat16* o = io.out.row(b, h, r);
-      for (std::int64_t d = 0; d < D; ++d) sum += static_cast<float>(d_o[d]) * static_cast<float>(o[d]);
+      for (std::int64_t d0 = 0; d0 < D; d0 += kLanes)
+        for (std::int64_t d = d0; d < std::min(d0 + kLanes, D); ++d)
+          partial[d - d0] += static_cast<float>(d_o[d]) * static_cast<float>(o[d]);
     }
+    float sum = 0;
+    for (float x : partial) sum += x;
     w.delta[r] = sum;
     w.shift[r] = r < Tq && lse[r] != kNegInf ? lse[r] : -kNegInf;
   }
