@@ -731,6 +731,20 @@ TEST_CASE("Ctrl-C to mpirun: every rank finishes its step, one checkpoint is sav
   CHECK(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == stopped + 2);
 }
 
+TEST_CASE("under mpirun with its output read (not a terminal), progress is plain lines", "[mpi]") {
+  SKIP_WITHOUT_MPI();
+  TempDir tmp;
+  // Rank 0 writes to the pseudo-terminal mpirun gives it whatever mpirun's own
+  // output is; a log must still get lines, not carriage returns and ESC[K redraws.
+  const auto child =
+      start(2, {"train", "--steps", "40", "--eval-interval", "20", "--threads", "1", "--out", tmp / "run"}, tmp);
+  INFO("stdout: " << child->out());
+  REQUIRE(child->exit_code(300s) == 0);
+  CHECK(child->out().find("step 40/40") != std::string::npos);
+  CHECK(child->out().find('\r') == std::string::npos);
+  CHECK(child->out().find("\033[K") == std::string::npos);
+}
+
 TEST_CASE("under mpirun: differing flags and a batch that does not split are refused once, naming the flag",
           "[mpi]") {
   SKIP_WITHOUT_MPI();

@@ -117,7 +117,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   const std::int64_t batches = ceil_div(data->eval_sequences(block), options.batch);
   if (o.max_batches && *o.max_batches < batches) options.max_sequences = *o.max_batches * options.batch;
   CountProgress shown(progress, "eval", config.data.empty() ? "problems" : "windows",
-                      {.interactive = progress != nullptr && ::isatty(::fileno(progress)) == 1});
+                      {.interactive = is_interactive(progress)});
   options.after_batch = [&](std::int64_t done, std::int64_t total) { shown.update(done, total); };
   const model::EvalResult r = model::evaluate(*ckpt.model, *data, options);
   shown.finish();

@@ -1,7 +1,11 @@
 #include "train/cli/progress.h"
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <fmt/format.h>
+#include <string_view>
 #include <utility>
 
 namespace attograd::train::cli {
@@ -19,7 +23,22 @@ std::string rate(double tokens_per_s) {
          : tokens_per_s >= 1e3 ? fmt::format("{:.1f}k", tokens_per_s / 1e3)
                                : fmt::format("{:.0f}", tokens_per_s);
 }
+// Whether the parent process's descriptor fd is a terminal (Linux's /proc).
+bool parent_descriptor_is_terminal(int fd) {
+  const std::string path = fmt::format("/proc/{}/fd/{}", ::getppid(), fd);
+  char target[256];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+  if (n <= 0) return false;
+  const std::string_view name(target, static_cast<std::size_t>(n));
+  return name.starts_with("/dev/pts/") || name.starts_with("/dev/tty");
+}
 }  // namespace
+
+bool is_interactive(std::FILE* out) {
+  if (out == nullptr || ::isatty(::fileno(out)) != 1) return false;
+  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
+  return !under_mpirun || parent_descriptor_is_terminal(::fileno(out));
+}
 
 Progress::Progress(std::FILE* out, std::int64_t first_step, std::int64_t total_steps, ProgressOptions options)
     : out_(out), first_step_(first_step), total_steps_(total_steps), options_(options),

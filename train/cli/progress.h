@@ -11,6 +11,13 @@
 
 namespace attograd::train::cli {
 
+// Whether `out` is a person's terminal, so progress lines are redrawn in
+// place. Under mpirun a rank's output is a pseudo-terminal mpirun opened
+// whatever mpirun's own output is, so there it is a terminal only when
+// mpirun's (the parent's) same descriptor is one too: `mpirun ... > log`
+// then gets plain lines, as a single process writing to a file does.
+bool is_interactive(std::FILE* out);
+
 struct ProgressOptions {
   bool interactive = false;  // redraw one line in place (a terminal)
   bool quiet = false;        // print nothing but message()s

@@ -89,7 +89,7 @@ class TrainingRun {
     open_run_directory();
     print_header();
     progress_.emplace(out_, first_step_, last_step_,
-                      ProgressOptions{.interactive = reporter_ && ::isatty(::fileno(out_)) == 1,
+                      ProgressOptions{.interactive = reporter_ && is_interactive(out_),
                                       .quiet = o_.quiet || !reporter_});
     const StopSignalGuard stop_signal_guard;  // from the first step to the summary
     train_steps();
