@@ -13,6 +13,7 @@
 #include "helpers.h"
 #include "tensor/attention_call.h"
 #include "tensor/cpu/attention/attention.h"
+#include "tensor/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -168,4 +169,34 @@ TEST_CASE("bfloat16 attention: the dispatch runs the tiles where they run, and w
   const kernels::AttentionForwardResult widened = kernels::attention_forward(q, q, q, Tensor(), options);
   CHECK(widened.out.dtype() == DType::bf16);
   CHECK(widened.weights.defined());
+}
+
+TEST_CASE("bfloat16 attention gives the same bits on any number of threads", "[bf16][attention][parallel]") {
+  // Heads go to whichever thread is free; each head's arithmetic is one thread's.
+  const Tensor q = bf16_operand(2, 4, 200, 64, false, 1), k = bf16_operand(2, 4, 200, 64, false, 2);
+  const Tensor v = bf16_operand(2, 4, 200, 64, false, 3), dout = bf16_operand(2, 4, 200, 64, false, 4);
+  kernels::AttentionKernelOptions options;
+  options.causal = true;
+  options.scale = 0.125;
+  options.dropout_p = 0.1;
+  options.seed = 3;
+  const auto run = [&] {
+    const kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, Tensor(), options);
+    const kernels::AttentionGrads g =
+        kernels::attention_backward(dout, q, k, v, Tensor(), r.out, r.lse, r.probs, options);
+    std::vector<double> bits = r.out.to_vector<double>();
+    for (const Tensor* t : {&g.dq, &g.dk, &g.dv}) {
+      const std::vector<double> x = t->to_vector<double>();
+      bits.insert(bits.end(), x.begin(), x.end());
+    }
+    return bits;
+  };
+  set_num_threads(1);
+  const std::vector<double> serial = run();
+  for (int threads : {2, 3}) {
+    set_num_threads(threads);
+    INFO(threads << " threads");
+    CHECK(run() == serial);
+  }
+  set_num_threads(2);
 }
