@@ -97,8 +97,13 @@ constexpr std::int64_t packed_a_index(std::int64_t r, std::int64_t k, std::int64
 // so that a transposed A (row_stride 1: the backward's x^T) is read along its rows.
 inline void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp, std::int64_t r0,
                         std::int64_t r1, bfloat16* out) {
-  std::fill(out + packed_a_index(r0, 0, kp), out + packed_a_index(r1, 0, kp), bfloat16());
+  // Zeros where no value of A goes (rows from m, columns from k), rather than
+  // a fill of the whole range first: that wrote every byte twice, 1% of a
+  // bfloat16 training step.
   const std::int64_t rows_end = std::min(r1, m);
+  for (std::int64_t r = r0; r < r1; ++r)
+    for (std::int64_t c = r < rows_end ? k : 0; c < kp; c = (c / kKStep + 1) * kKStep)
+      std::fill(out + packed_a_index(r, c, kp), out + packed_a_index(r, c, kp) + (kKStep - c % kKStep), bfloat16());
   if (a.col_stride == 1) {
     for (std::int64_t r = r0; r < rows_end; ++r)
       for (std::int64_t c = 0; c < k; c += kKStep) {
