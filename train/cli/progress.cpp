@@ -3,10 +3,11 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <fmt/format.h>
 #include <string_view>
 #include <utility>
+
+#include "train/distributed/launcher.h"
 
 namespace attograd::train::cli {
 
@@ -36,8 +37,7 @@ bool parent_descriptor_is_terminal(int fd) {
 
 bool is_interactive(std::FILE* out) {
   if (out == nullptr || ::isatty(::fileno(out)) != 1) return false;
-  const bool under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMI_SIZE") != nullptr;
-  return !under_mpirun || parent_descriptor_is_terminal(::fileno(out));
+  return distributed::launcher_world_size() == 0 || parent_descriptor_is_terminal(::fileno(out));
 }
 
 Progress::Progress(std::FILE* out, std::int64_t first_step, std::int64_t total_steps, ProgressOptions options)
