@@ -121,15 +121,17 @@ def core_fwd_flops(B, T, C, H):
     return 2.0 * B * H * (C // H) * T * (T + 1)
 
 
-def attn_core_case(shape_name, impl, backward_too):
+def attn_core_case(shape_name, impl, backward_too, dtype=torch.float32):
+    """attn_core_*/<impl>/<shape>, or with dtype bfloat16 attn_core_*/bf16/<shape> (the fused path
+    on bfloat16 q, k, v and dout)."""
     B, T, C, H = ALL_SHAPES[shape_name]
     D = C // H
-    q, k, v = (randn(B, H, T, D, seed=s, requires_grad=True) for s in (11, 12, 13))
-    dout = randn(B, H, T, D, seed=14)
+    q, k, v = (randn(B, H, T, D, seed=s).to(dtype).requires_grad_(True) for s in (11, 12, 13))
+    dout = randn(B, H, T, D, seed=14).to(dtype)
     hidden = causal_hidden(T)
     attend = ATTENTION[impl]
 
-    def run(fn=attend, dtype=torch.float32):
+    def run(fn, dtype):
         qq, kk, vv = (x.detach().to(dtype).requires_grad_(backward_too) for x in (q, k, v))
         if not backward_too:
             with torch.no_grad():
@@ -138,13 +140,19 @@ def attn_core_case(shape_name, impl, backward_too):
         out.backward(dout.to(dtype))
         return out, (qq.grad, kk.grad, vv.grad)
 
-    # Check: this path against the composed one in float64.
-    out, grads = run()
-    want, want_grads = run(attention_composed, torch.float64)
-    check_close(f"{impl} attention output", out, want)
+    # Check: float32 against the composed path in float64; bfloat16 against the fused path in
+    # float32 on the same values, within a few bfloat16 roundings (2^-6, as the C++ case).
+    out, grads = run(attend, dtype)
+    if dtype == torch.float32:
+        want, want_grads = run(attention_composed, torch.float64)
+        tolerances = lambda w: {}
+    else:
+        want, want_grads = run(attention_fused, torch.float32)
+        tolerances = lambda w: {"atol": 2.0 ** -6 * w.abs().max().item(), "rtol": 2.0 ** -6}
+    check_close(f"{impl} attention output", out, want, **tolerances(want))
     if backward_too:
         for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
-            check_close(f"{impl} attention {name}", g, w)
+            check_close(f"{impl} attention {name}", g, w, **tolerances(w))
 
     def step():
         if not backward_too:
@@ -156,49 +164,9 @@ def attn_core_case(shape_name, impl, backward_too):
         out.backward(dout)
         return out
 
-    btd = float(B * H * T * D)
+    btd = float(B * H * T * D) * torch.tensor([], dtype=dtype).element_size() / 4  # float32 bytes, halved in bfloat16
     flops = (3 if backward_too else 1) * core_fwd_flops(B, T, C, H)
     return step, flops, (48 if backward_too else 16) * btd, fixed_iterations(shape_name)
-
-
-def attn_core_bf16_case(shape_name, backward_too):
-    """attn_core_*/bf16/<shape>: scaled_dot_product_attention on bfloat16 q, k, v and dout."""
-    B, T, C, H = ALL_SHAPES[shape_name]
-    D = C // H
-    q, k, v = (randn(B, H, T, D, seed=s).to(torch.bfloat16).requires_grad_(backward_too) for s in (11, 12, 13))
-    dout = randn(B, H, T, D, seed=14).to(torch.bfloat16)
-
-    def run(dtype):
-        qq, kk, vv = (x.detach().to(dtype).requires_grad_(backward_too) for x in (q, k, v))
-        if not backward_too:
-            with torch.no_grad():
-                return attention_fused(qq, kk, vv, None), None
-        out = attention_fused(qq, kk, vv, None)
-        out.backward(dout.to(dtype))
-        return out, (qq.grad, kk.grad, vv.grad)
-
-    # Check: against float32 on the same values, within a few bfloat16 roundings (as the C++ case).
-    out, grads = run(torch.bfloat16)
-    want, want_grads = run(torch.float32)
-    tol = 2.0 ** -6
-    check_close("bf16 attention output", out, want, atol=tol * want.abs().max().item(), rtol=tol)
-    if backward_too:
-        for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
-            check_close(f"bf16 attention {name}", g, w, atol=tol * w.abs().max().item(), rtol=tol)
-
-    def step():
-        if not backward_too:
-            with torch.no_grad():
-                return attention_fused(q, k, v, None)
-        for x in (q, k, v):
-            x.grad = None
-        out = attention_fused(q, k, v, None)
-        out.backward(dout)
-        return out
-
-    btd = float(B * H * T * D)
-    flops = (3 if backward_too else 1) * core_fwd_flops(B, T, C, H)
-    return step, flops, (24 if backward_too else 8) * btd, fixed_iterations(shape_name)
 
 
 class MultiHeadAttention(nn.Module):
@@ -486,7 +454,7 @@ def all_cases():
     for bwd in (False, True):
         for s in ("S", "M", "L", "T2048"):
             cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + f"/bf16/{s}",
-                          lambda s=s, bwd=bwd: attn_core_bf16_case(s, bwd)))
+                          lambda s=s, bwd=bwd: attn_core_case(s, "fused", bwd, torch.bfloat16)))
     for bwd in (False, True):
         for s in LONG_SHAPES:
             cases.append(("attn_core_" + ("fwdbwd" if bwd else "fwd") + f"/fused/{s}",
