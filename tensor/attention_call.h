@@ -34,13 +34,15 @@ AttentionRows<T> attention_rows(const Tensor& x) {
   return {x.data<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
 }
 
-// The raw problem of a call, in element type T (the tensors' dtype).
+// A call's sizes, scale, causal flag, mask and dropout in arithmetic type T,
+// its rows left null: for a kernel that reads rows of another type (the
+// bfloat16 attention computes its scores in float32).
 template <typename T>
-AttentionProblem<T> attention_problem(const AttentionCall& call) {
+AttentionProblem<T> attention_problem_settings(const AttentionCall& call) {
   const Tensor &q = call.q, &k = call.k;
   const kernels::AttentionKernelOptions& o = call.options;
-  AttentionProblem<T> p{attention_rows<const T>(q), attention_rows<const T>(k), attention_rows<const T>(call.v),
-                        q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), static_cast<T>(o.scale), o.causal};
+  AttentionProblem<T> p{{},        {},        {},        q.size(0), q.size(1), q.size(2), k.size(2),
+                        q.size(3), static_cast<T>(o.scale), o.causal};
   if (call.mask.defined()) {
     p.mask = call.mask.data<bool>();
     const Shape strides = broadcast_strides(call.mask.sizes(), call.mask.strides(), {p.B, p.H, p.Tq, p.Tk});
@@ -51,6 +53,16 @@ AttentionProblem<T> attention_problem(const AttentionCall& call) {
   p.keep_scale = static_cast<T>(1.0 / (1.0 - o.dropout_p));
   p.seed = o.seed;
   p.offset = o.offset;
+  return p;
+}
+
+// The raw problem of a call, in element type T (the tensors' dtype).
+template <typename T>
+AttentionProblem<T> attention_problem(const AttentionCall& call) {
+  AttentionProblem<T> p = attention_problem_settings<T>(call);
+  p.q = attention_rows<const T>(call.q);
+  p.k = attention_rows<const T>(call.k);
+  p.v = attention_rows<const T>(call.v);
   return p;
 }
 

@@ -478,10 +478,6 @@ namespace attograd::kernels {
 
 namespace {
 
-// A fused call: its operands checked, the options in range and what the CUDA
-// kernels support; each row made contiguous (a copy only of an operand whose
-// last dim is strided). For the forward and again for the backward: a caller
-// of the kernels need not come through autograd.
 // Whether a bfloat16 attention runs on the CPU's tile kernel (attention_bf16.cpp),
 // else widened to float32: it runs on the CPU, with AMX (or its model), and
 // returns no weights.
@@ -489,6 +485,10 @@ bool bf16_attention_on_tiles(const Tensor& q, bool return_weights) {
   return q.device().is_cpu() && !return_weights && cpu::attention_bf16_runs_on(cpu::bf16_kernel());
 }
 
+// A fused call: its operands checked, the options in range and what the CUDA
+// kernels support; each row made contiguous (a copy only of an operand whose
+// last dim is strided). For the forward and again for the backward: a caller
+// of the kernels need not come through autograd.
 AttentionCall attention_call(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              const AttentionKernelOptions& options) {
   check_attention_operands(op, q, k, v, mask);

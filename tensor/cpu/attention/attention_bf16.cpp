@@ -27,25 +27,8 @@ namespace attograd::cpu::attention_bf16 {
 namespace {
 
 Bf16Problem bf16_problem(const AttentionCall& call) {
-  const Tensor &q = call.q, &k = call.k;
-  const kernels::AttentionKernelOptions& o = call.options;
-  Bf16Problem p{attention_rows<const bfloat16>(q), attention_rows<const bfloat16>(k),
-                attention_rows<const bfloat16>(call.v), {}};
-  attention_detail::Problem<float>& m = p.meta;
-  m.q = m.k = m.v = {nullptr, 0, 0, 0};
-  m.B = q.size(0), m.H = q.size(1), m.Tq = q.size(2), m.Tk = k.size(2), m.D = q.size(3);
-  m.scale = static_cast<float>(o.scale);
-  m.causal = o.causal;
-  if (call.mask.defined()) {
-    m.mask = call.mask.data<bool>();
-    const Shape strides = broadcast_strides(call.mask.sizes(), call.mask.strides(), {m.B, m.H, m.Tq, m.Tk});
-    std::copy(strides.begin(), strides.end(), m.mask_strides);
-  }
-  m.dropout_threshold = static_cast<float>(o.dropout_p);  // compared with float32 draws, as dropout_mask does
-  m.keep_scale = static_cast<float>(1.0 / (1.0 - o.dropout_p));
-  m.seed = o.seed;
-  m.offset = o.offset;
-  return p;
+  return {attention_rows<const bfloat16>(call.q), attention_rows<const bfloat16>(call.k),
+          attention_rows<const bfloat16>(call.v), attention_problem_settings<float>(call)};
 }
 
 // One forward and one backward per tile machine: the hardware's compiled for
@@ -82,9 +65,8 @@ namespace attograd::cpu {
 using namespace attention_bf16;
 
 bool attention_bf16_runs_on(Bf16Kernel kernel) {
-  return (kernel == Bf16Kernel::amx && AG_BF16_AMX_KERNEL) || kernel == Bf16Kernel::amx_model
-             ? bf16_kernel_runs_here(kernel)
-             : false;
+  return ((kernel == Bf16Kernel::amx && AG_BF16_AMX_KERNEL) || kernel == Bf16Kernel::amx_model) &&
+         bf16_kernel_runs_here(kernel);
 }
 
 void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForwardResult& r, Bf16Kernel kernel) {

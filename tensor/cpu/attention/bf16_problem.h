@@ -2,7 +2,7 @@
 // The bfloat16 attention's problem: bfloat16 operand rows, with masking,
 // dropout and the scale as float32's problem has them (the float32 kernel's
 // masking, dropout and online softmax run on its float32 score tiles), and
-// the per-thread scratch both passes share. Part of the translation unit
+// the tile geometry both passes share. Part of the translation unit
 // tensor/cpu/attention/attention_bf16.cpp.
 #include <cstdint>
 #include <limits>
