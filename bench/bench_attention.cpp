@@ -99,28 +99,24 @@ double largest_magnitude(const Tensor& t) {
   return m;
 }
 
-// The inputs in bfloat16, leaves of their own.
-CoreInputs in_bf16(const CoreInputs& in) {
+// The inputs cast to dtype: q, k and v leaves of their own.
+CoreInputs cast_inputs(const CoreInputs& in, DType dtype) {
   CoreInputs out;
   for (auto [from, to] : {std::pair{&in.q, &out.q}, {&in.k, &out.k}, {&in.v, &out.v}, {&in.dout, &out.dout}}) {
-    *to = kernels::cast(*from, DType::bf16);
+    *to = kernels::cast(*from, dtype);
     to->set_requires_grad(from != &in.dout);
   }
   return out;
 }
 
 void attn_core_bf16_case(benchmark::State& state, const AttentionShape& s, bool backward_too) {
-  const CoreInputs in32 = core_inputs(s), in = in_bf16(in32);
+  const CoreInputs in = cast_inputs(core_inputs(s), DType::bf16);
   {
     // float32's fused path on the same (widened) values. A few bfloat16
     // roundings (P before P v, dS, the result) of values of order one: within
     // 2^-6 of the largest, as a sanity check (tests/test_attention_bf16.cpp
     // holds the kernel to its derived bound).
-    CoreInputs wide;
-    for (auto [from, to] : {std::pair{&in.q, &wide.q}, {&in.k, &wide.k}, {&in.v, &wide.v}, {&in.dout, &wide.dout}}) {
-      *to = kernels::cast(*from, DType::f32);
-      to->set_requires_grad(from != &in.dout);
-    }
+    const CoreInputs wide = cast_inputs(in, DType::f32);
     const Tensor want = run_core(wide, AttentionImpl::fused, backward_too);
     const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
     const double tol = 0x1p-6;
