@@ -84,6 +84,8 @@ void validate(const TrainOptions& o) {
            "must be a power of two in [1, 1024] (0: off), got {}", o.fixed_split);
   AG_CHECK(o.batch % std::max<std::int64_t>(o.fixed_split, 1) == 0, "--fixed-split",
            "{} pieces do not divide --batch {}", o.fixed_split, o.batch);
+  AG_CHECK(std::isfinite(o.comm_timeout) && o.comm_timeout >= 1 && o.comm_timeout <= 86400, "--comm-timeout",
+           "must be a number of seconds in [1, 86400], got {}", o.comm_timeout);
   AG_CHECK(o.fixed_split == 0 || o.grad_accum == 1, "--grad-accum",
            "{} cannot go with --fixed-split, which gives each of N processes S/N pieces itself", o.grad_accum);
   AG_CHECK(o.attention_memory >= -1 && o.attention_memory <= 1 << 20, "--attention-memory",
@@ -137,7 +139,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--attention-memory", str(o.attention_memory)},
           {"--grad-accum", str(o.grad_accum)},
           {"--shard-optimizer", str(o.shard_optimizer)},
-          {"--fixed-split", str(o.fixed_split)}};
+          {"--fixed-split", str(o.fixed_split)},
+          {"--comm-timeout", str(o.comm_timeout)}};
 }
 
 std::string config_to_json(const TrainOptions& o) {

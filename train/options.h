@@ -59,6 +59,10 @@ struct TrainOptions {
   // Pieces of every step's batch summed in one fixed order (train/distributed/fixed_split.h): the same bits
   // on any process count dividing it. 0: off (the buckets' all-reduce, overlapping backward).
   std::int64_t fixed_split = 0;
+  // Seconds any wait for the other processes may last before this process stops the run,
+  // naming who went silent (train/distributed/watchdog.h): longer than rank 0's checkpoint
+  // and evaluation, which the others wait through.
+  double comm_timeout = 600;
 };
 
 // The preset a task trains with when a flag is not given, chosen by

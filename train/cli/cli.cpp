@@ -156,6 +156,10 @@ int run_cli(const std::vector<std::string>& args, std::FILE* out, std::FILE* err
     add_number(c, "--fixed-split", train.fixed_split,
                "Compute every step as S pieces of --batch (a power of two) summed in one fixed order: the same "
                "bits on any process count dividing S (each process takes S/N pieces; 0: off)");
+    c.add_option("--comm-timeout", train.comm_timeout,
+                 "Under mpirun: seconds a process may wait for the others (a lost link, a host gone) before it "
+                 "stops the run, naming the step and who went silent; must outlast rank 0's checkpoint and "
+                 "evaluation");
   }
 
   // ---- sample

@@ -107,6 +107,7 @@ class TrainingRun {
       o_ = resumed_options(o_, resumed_);
     }
     validate(o_);
+    comm_.set_timeout(o_.comm_timeout);
     if (o_.dtype.empty()) o_.dtype = dtype_name(DType::f32);
     dtype_ = compute_dtype(o_);
     check_process_split(o_, comm_);
@@ -254,6 +255,7 @@ class TrainingRun {
   // in the fixed split), clipping, the NaN stop, the update.
   StepResult train_step(std::int64_t step) {
     const auto t0 = std::chrono::steady_clock::now();
+    comm_.set_step(step);
     const double lr = optim::learning_rate(o_, step);
     optimizer_->set_lr(lr);
     const data::Batch batch = data_->train_batch(static_cast<std::uint64_t>(step - 1), o_.batch, o_.block);

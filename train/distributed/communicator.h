@@ -49,6 +49,14 @@ class Communicator {
   virtual int local_size() const = 0;  // processes on this machine (they share its cores)
   virtual std::string engine() const = 0;  // "Open MPI 4.1.4", or "one process"
 
+  // Every wait for the other processes ends within `seconds` (--comm-timeout):
+  // past it, this process names the step, the operation and the processes it
+  // heard nothing from, and stops the run (train/distributed/watchdog.h). One
+  // process never waits.
+  virtual void set_timeout(double /*seconds*/) {}
+  // The step the run is at, for that line (0: setting up).
+  virtual void set_step(std::int64_t /*step*/) {}
+
   // Sums `n` floats in place across every process, in the background. The
   // buffer must stay alive and untouched until the returned reduce is waited for.
   virtual std::unique_ptr<PendingReduce> start_sum(float* data, std::size_t n) = 0;

@@ -1,0 +1,55 @@
+#pragma once
+// A deadline on every wait for other processes (--comm-timeout). A link that
+// goes down mid-run leaves MPI waiting for ever, and Open MPI's launcher too:
+// it notices a daemon it cannot reach only after TCP's keepalive (300 s, then
+// 9 probes 20 s apart). Past the deadline a process stops the run instead:
+// one line naming the step, the operation and the processes it heard nothing
+// from, then its launcher stopped (stop_local_launcher) and an exit. Every
+// surviving process does the same at its own deadline, so the whole run ends
+// within the timeout and a few seconds; the last checkpoint is untouched (it
+// is replaced only whole, by a rename).
+//
+// The MPI side (mpi_communicator.cpp) waits by polling; while a wait lasts
+// beyond kQuietSeconds, every waiting process sends each other one a small
+// message a second on a communicator of their own, so that at the deadline it
+// can tell who went silent. These parts need no MPI.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attograd::train::distributed {
+
+// A sensible deadline for real runs: rank 0's checkpoint and evaluation happen
+// while the others wait in the next step's all-reduce, so it must outlast them.
+inline constexpr double kDefaultCommTimeoutSeconds = 600;
+// Waits shorter than this send and read no liveness messages: the step's own
+// all-reduces never pay for them.
+inline constexpr double kQuietSeconds = 1;
+
+struct Silence {
+  int rank = 0;                     // this process
+  std::string host;                 // its host
+  std::int64_t step = 0;            // the run's step (0: setting up)
+  std::string operation;            // "the all-reduce of gradients"
+  double waited = 0;                // seconds
+  double timeout = 0;               // --comm-timeout
+  std::vector<int> silent;          // ranks nothing was heard from in the wait
+  std::vector<std::string> hosts;   // every rank's host, by rank
+};
+
+// The line a process prints when its deadline passes, e.g. "attograd: rank 0
+// (h1) stopped the run at step 57: the all-reduce of gradients waited 10 s
+// (--comm-timeout 10) and heard nothing from rank 1 (h2)".
+std::string silence_message(const Silence& s);
+
+// Ends the launcher that started this process on its machine, so that no
+// daemon is left waiting for a host it cannot reach: Open MPI's mpirun takes
+// two SIGINTs to stop without its daemons (the first asks it to end the job,
+// which needs them), an orted one SIGTERM (it ends its processes, this one
+// too). A parent that is neither (a plain shell, srun) is left alone.
+void stop_local_launcher();
+
+// Prints `line` on stderr, stops the launcher and exits with status 1.
+[[noreturn]] void stop_run_after_silence(const std::string& line);
+
+}  // namespace attograd::train::distributed
