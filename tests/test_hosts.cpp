@@ -105,6 +105,12 @@ void require_ok(Child& run) {
   REQUIRE(code == 0);
 }
 
+// mpirun's status after a failure: an exit status but 0, or a signal. Open MPI
+// 4.1.4's mpirun, stopped by the second SIGINT while its abort waits for a
+// daemon it cannot reach, has been seen to end on SIGSEGV in PMIx_Finalize
+// (under the sanitizers' slower ranks): it still ends, which is what counts.
+bool failed_status(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Seconds until no process is left on the hosts (at most `limit`).
@@ -140,10 +146,9 @@ void check_stopped(Child& run, Clock::time_point failed, const std::string& dir,
   const double stopped = seconds_since(failed);
   INFO("stdout: " << run.out() << "\nstderr: " << run.err());
   CHECK(stopped < kStopsWithin);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(failed_status(status));
   CHECK(std::regex_search(run.err(), std::regex("attograd: error: rank 0 \\(h1\\) stopped the run at step [0-9]+: .* "
-                                                "waited [0-9]+ s \\(--comm-timeout 5\\) and heard nothing from " +
+                                                "waited [0-9]+ s \\([^)]*--comm-timeout 5\\) and heard nothing from " +
                                                 silent)));
   const train::output::LoadedCheckpoint last = train::output::load_checkpoint(dir + "/ckpt.safetensors");
   CHECK(last.info.step % 20 == 0);
@@ -164,6 +169,8 @@ TEST_CASE("silence_message names the rank, its host, the step, the operation and
              Catch::Contains("while setting up") && Catch::Contains("heard nothing from rank 0 (h1), rank 1 (h2)"));
   s.silent = {};
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("every process answered"));
+  s.signal = "SIGTERM";
+  CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("(SIGTERM from mpirun before --comm-timeout 10)"));
 }
 
 TEST_CASE("--comm-timeout must be a number of seconds in [1, 86400]", "[hosts]") {
@@ -256,8 +263,7 @@ TEST_CASE("a host's daemon killed (kill -9): every process of the run stops with
   const int status = run->wait(60s);
   INFO("stdout: " << run->out() << "\nstderr: " << run->err());
   CHECK(seconds_since(killed) < kStopsWithin);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
+  CHECK(failed_status(status));
   const double all_gone = seconds_until_none_left(hosts, killed, 30);
   INFO("every process on both hosts ended " << all_gone << " s after the kill");
   CHECK(all_gone < kStopsWithin);

@@ -256,6 +256,9 @@ class TrainingRun {
   StepResult train_step(std::int64_t step) {
     const auto t0 = std::chrono::steady_clock::now();
     comm_.set_step(step);
+    // Within a step a stop signal ends a long wait on mpirun's host (watchdog.h); after
+    // it, the processes finish together (a checkpoint, rank 0's evaluation) as usual.
+    comm_.set_stop_signal(&StopSignalGuard::received);
     const double lr = optim::learning_rate(o_, step);
     optimizer_->set_lr(lr);
     const data::Batch batch = data_->train_batch(static_cast<std::uint64_t>(step - 1), o_.batch, o_.block);
@@ -274,6 +277,7 @@ class TrainingRun {
     double signal = StopSignalGuard::received();
     const auto c0 = std::chrono::steady_clock::now();
     comm_.max(&signal, 1);
+    comm_.set_stop_signal(nullptr);
     const auto t1 = std::chrono::steady_clock::now();
     return {grads.loss,
             grad_norm,

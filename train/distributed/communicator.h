@@ -56,6 +56,9 @@ class Communicator {
   virtual void set_timeout(double /*seconds*/) {}
   // The step the run is at, for that line (0: setting up).
   virtual void set_step(std::int64_t /*step*/) {}
+  // Where to read a stop signal received (SIGTERM, SIGINT: its number, else 0),
+  // which ends a long wait on mpirun's own host (watchdog.h).
+  virtual void set_stop_signal(int (*/*received*/)()) {}
 
   // Sums `n` floats in place across every process, in the background. The
   // buffer must stay alive and untouched until the returned reduce is waited for.

@@ -45,8 +45,10 @@ using Clock = std::chrono::steady_clock;
 
 // Who is still there, in a long wait: every waiting process sends each other
 // one a message a second on a communicator of their own (so no message of the
-// run's can match one), and reads theirs. What arrived before the listening
-// began is stale (sent in an earlier wait) and is read but not counted.
+// run's can match one), carrying the number of collectives it has started.
+// Every process starts the same collectives in the same order, so a message
+// counts as a sign of life in this wait only if its sender has reached this
+// collective: one sent in an earlier wait, read late, does not.
 class Liveness {
  public:
   explicit Liveness(int size) : heard_(static_cast<std::size_t>(size)) {
@@ -60,54 +62,56 @@ class Liveness {
     MPI_Comm_free(&comm_);
   }
 
-  // A wait has lasted kQuietSeconds: from now on, what arrives counts.
-  void begin(Clock::time_point now) {
-    read_arrivals(Clock::time_point{});
-    since_ = now;
+  // A wait in collective number `collective` has lasted kQuietSeconds: from now on, listen.
+  void begin(std::int64_t collective, Clock::time_point now) {
+    collective_ = collective;
+    std::fill(heard_.begin(), heard_.end(), Clock::time_point{});
     next_send_ = now;
   }
   // Sends this second's messages (once a second) and reads what arrived.
   void poll(Clock::time_point now) {
     if (now >= next_send_) {
+      sent_ = collective_;  // one buffer for every send: it must outlive them, and never changes under them
       for (int r = 0; r < static_cast<int>(heard_.size()); ++r) {
         if (r == rank_) continue;
         MPI_Request request;
         // Never waited for: a message to a host that is gone may never leave.
-        if (MPI_Isend(&kPayload, 1, MPI_INT, r, kTag, comm_, &request) == MPI_SUCCESS) MPI_Request_free(&request);
+        if (MPI_Isend(&sent_, 1, MPI_INT64_T, r, kTag, comm_, &request) == MPI_SUCCESS) MPI_Request_free(&request);
       }
       next_send_ = now + std::chrono::seconds(1);
     }
-    read_arrivals(now);
-  }
-  // The ranks nothing was heard from since begin().
-  std::vector<int> silent() const {
-    std::vector<int> ranks;
-    for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
-      if (r != rank_ && heard_[static_cast<std::size_t>(r)] < since_) ranks.push_back(r);
-    return ranks;
-  }
-
- private:
-  static constexpr int kTag = 1, kPayload = 1;
-  void post_receive() {
-    check(MPI_Irecv(&received_, 1, MPI_INT, MPI_ANY_SOURCE, kTag, comm_, &incoming_), "MPI_Irecv");
-  }
-  void read_arrivals(Clock::time_point now) {
     for (;;) {
       int arrived = 0;
       MPI_Status status;
       check(MPI_Test(&incoming_, &arrived, &status), "MPI_Test");
       if (!arrived) return;
-      heard_[static_cast<std::size_t>(status.MPI_SOURCE)] = now;
+      if (received_ >= collective_) heard_[static_cast<std::size_t>(status.MPI_SOURCE)] = now;
       post_receive();
     }
+  }
+  // The ranks nothing was heard from in the last kRecentSeconds. Not "since
+  // begin()": what a host sent just before its link went down can still be read
+  // after (sent while this process was busy elsewhere, say evaluating).
+  std::vector<int> silent(Clock::time_point now) const {
+    std::vector<int> ranks;
+    for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
+      if (r != rank_ && now - heard_[static_cast<std::size_t>(r)] > std::chrono::seconds(kRecentSeconds))
+        ranks.push_back(r);
+    return ranks;
+  }
+
+ private:
+  static constexpr int kTag = 1, kRecentSeconds = 3;  // three of the messages a second
+  void post_receive() {
+    check(MPI_Irecv(&received_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kTag, comm_, &incoming_), "MPI_Irecv");
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Request incoming_ = MPI_REQUEST_NULL;
-  int rank_ = 0, received_ = 0;
-  std::vector<Clock::time_point> heard_;
-  Clock::time_point since_, next_send_;
+  int rank_ = 0;
+  std::int64_t received_ = 0, sent_ = 0, collective_ = 0;
+  std::vector<Clock::time_point> heard_;  // when each rank was last heard in this wait
+  Clock::time_point next_send_;
 };
 
 class MpiWorld;
@@ -162,6 +166,7 @@ class MpiWorld final : public Communicator {
     if (finalized) return;
     // MPI_Finalize waits for every process with no deadline: meet them here first.
     MPI_Request barrier;
+    ++collectives_;
     if (MPI_Ibarrier(MPI_COMM_WORLD, &barrier) == MPI_SUCCESS) wait(&barrier, 1, "the barrier at the end of the run");
     liveness_.reset();
     MPI_Finalize();
@@ -174,9 +179,11 @@ class MpiWorld final : public Communicator {
   std::string engine() const override { return engine_; }
   void set_timeout(double seconds) override { timeout_ = seconds; }
   void set_step(std::int64_t step) override { step_ = step; }
+  void set_stop_signal(int (*received)()) override { stop_signal_ = received; }
 
   std::unique_ptr<PendingReduce> start_sum(float* data, std::size_t n) override {
     MPI_Request request;
+    ++collectives_;
     check(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n, "MPI_Iallreduce"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
                          &request),
           "MPI_Iallreduce");
@@ -186,6 +193,7 @@ class MpiWorld final : public Communicator {
   void max(double* data, std::size_t n) override { reduce(data, n, true); }
   void broadcast(void* data, std::size_t bytes, int root) override {
     MPI_Request request;
+    ++collectives_;
     check(MPI_Ibcast(data, checked_count(bytes, "MPI_Ibcast"), MPI_BYTE, root, MPI_COMM_WORLD, &request), "MPI_Ibcast");
     wait(&request, 1, fmt::format("the broadcast from rank {}", root));
   }
@@ -193,6 +201,7 @@ class MpiWorld final : public Communicator {
     int length = checked_count(value.size(), "MPI_Allgather");
     std::vector<int> lengths(static_cast<std::size_t>(size_)), offsets(static_cast<std::size_t>(size_));
     MPI_Request request;
+    collectives_ += 2;
     check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request), "MPI_Iallgather");
     wait(&request, 1, "an all-gather");
     std::size_t total = 0;
@@ -250,19 +259,21 @@ class MpiWorld final : public Communicator {
       const Clock::time_point now = Clock::now();
       if (now < quiet) continue;
       if (liveness_) {
-        if (!listening) liveness_->begin(now);
+        if (!listening) liveness_->begin(collectives_, now);
         listening = true;
         liveness_->poll(now);
       }
-      if (now >= deadline) {
+      const int signal = stop_signal_ && stops_on_signal_in_long_wait_ ? stop_signal_() : 0;
+      if (now >= deadline || signal != 0) {
         stop_run_after_silence(silence_message({.rank = rank_,
                                                 .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
                                                 .step = step_,
                                                 .operation = operation,
                                                 .waited = std::chrono::duration<double>(now - start).count(),
                                                 .timeout = timeout_,
-                                                .silent = liveness_ ? liveness_->silent() : std::vector<int>{},
-                                                .hosts = hosts_}));
+                                                .silent = liveness_ ? liveness_->silent(now) : std::vector<int>{},
+                                                .hosts = hosts_,
+                                                .signal = signal == 0 ? "" : fmt::format("SIG{}", ::sigabbrev_np(signal))}));
       }
       // Past the quiet second this wait is no longer a fast one: poll gently.
       ::usleep(50);
@@ -274,10 +285,11 @@ class MpiWorld final : public Communicator {
   // rank order, so every process gets the same bits. One round of messages: the
   // ring schedule that suits the gradients' megabytes takes 2 (N - 1) rounds,
   // each a wake-up of a process on a busy machine (3 processes on 2 cores across
-  // hosts trained 1.8x slower with it).
+  // hosts trained 1.3x slower with it).
   void reduce(double* data, std::size_t n, bool maximum) {
     std::vector<double> all(n * static_cast<std::size_t>(size_));
     MPI_Request request;
+    ++collectives_;
     check(MPI_Iallgather(data, checked_count(n, "MPI_Iallgather"), MPI_DOUBLE, all.data(), static_cast<int>(n),
                          MPI_DOUBLE, MPI_COMM_WORLD, &request),
           "MPI_Iallgather");
@@ -295,6 +307,9 @@ class MpiWorld final : public Communicator {
   std::string engine_;
   double timeout_ = kDefaultCommTimeoutSeconds;
   std::int64_t step_ = 0;
+  std::int64_t collectives_ = 0;  // collectives started: the same count on every process at each
+  int (*stop_signal_)() = nullptr;
+  const bool stops_on_signal_in_long_wait_ = stops_on_signal_in_long_wait();
   std::optional<Liveness> liveness_;
   std::vector<std::string> hosts_;  // every rank's host name, by rank
 };

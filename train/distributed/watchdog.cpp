@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -36,28 +38,61 @@ std::string silence_message(const Silence& s) {
   const std::string who = silent.empty() ? "every process answered, yet the operation did not complete"
                                          : fmt::format("heard nothing from {}", fmt::join(silent, ", "));
   const std::string when = s.step > 0 ? fmt::format("at step {}", s.step) : "while setting up";
-  return fmt::format("attograd: error: {} stopped the run {}: {} waited {:.0f} s (--comm-timeout {:g}) and {}",
-                     rank_and_host(s.rank, s.hosts), when, s.operation, s.waited, s.timeout, who);
+  const std::string why = !s.signal.empty() ? fmt::format("{} from mpirun before --comm-timeout {:g}", s.signal, s.timeout)
+                                   : fmt::format("--comm-timeout {:g}", s.timeout);
+  return fmt::format("attograd: error: {} stopped the run {}: {} waited {:.0f} s ({}) and {}",
+                     rank_and_host(s.rank, s.hosts), when, s.operation, s.waited, why, who);
+}
+
+bool child_of_mpirun() {
+  const std::string name = process_name(::getppid());
+  return name == "mpirun" || name == "mpiexec" || name == "orterun";
 }
 
 void stop_local_launcher() {
   const pid_t parent = ::getppid();
-  const std::string name = process_name(parent);
-  if (name == "orted") {
+  if (process_name(parent) == "orted") {
     ::kill(parent, SIGTERM);
-  } else if (name == "mpirun" || name == "mpiexec" || name == "orterun") {
-    // Give it a moment to pass on this process's last line first.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    ::kill(parent, SIGINT);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    ::kill(parent, SIGINT);
+  } else if (child_of_mpirun()) {
+    // Through a pidfd, so that no later process that reuses the number is hit. A
+    // SIGINT that finds mpirun's abort already under way only prints "hit ctrl-c
+    // again": up to three, until it has gone.
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
+    for (int i = 0; i < 3; ++i) {
+      if (pidfd >= 0 ? ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0) != 0 : ::kill(parent, SIGINT) != 0)
+        break;
+      pollfd gone{pidfd, POLLIN, 0};
+      if (pidfd >= 0 ? ::poll(&gone, 1, 300) > 0 : (std::this_thread::sleep_for(std::chrono::milliseconds(300)), false))
+        break;
+    }
+    if (pidfd >= 0) ::close(pidfd);
   }
 }
 
+// mpirun's own stderr, shared (the same open file, so the same offset in a log
+// file, which a fresh open of /proc/PID/fd/2 would write over), or -1 where
+// this process may not take it (pidfd_getfd needs the right to trace mpirun).
+int mpirun_stderr() {
+  if (!child_of_mpirun()) return -1;
+  // Through syscall(): glibc 2.36's <sys/pidfd.h> declares them without C linkage.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getppid(), 0));
+  if (pidfd < 0) return -1;
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0));
+  ::close(pidfd);
+  return fd;
+}
+
 void stop_run_after_silence(const std::string& line) {
-  std::fprintf(stderr, "%s\n", line.c_str());
-  std::fflush(stderr);
   std::fflush(stdout);
+  const std::string text = line + "\n";
+  const int fd = mpirun_stderr();
+  if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    std::fputs(text.c_str(), stderr);
+    std::fflush(stderr);
+    // mpirun passes it on from a pipe: give it a moment before stopping it.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  if (fd >= 0) ::close(fd);
   stop_local_launcher();
   std::_Exit(1);
 }

@@ -35,12 +35,24 @@ struct Silence {
   double timeout = 0;               // --comm-timeout
   std::vector<int> silent;          // ranks nothing was heard from in the wait
   std::vector<std::string> hosts;   // every rank's host, by rank
+  std::string signal;               // a stop signal that came before the deadline ("SIGTERM"), or ""
 };
 
 // The line a process prints when its deadline passes, e.g. "attograd: rank 0
 // (h1) stopped the run at step 57: the all-reduce of gradients waited 10 s
 // (--comm-timeout 10) and heard nothing from rank 1 (h2)".
 std::string silence_message(const Silence& s);
+
+// Whether this process's parent is Open MPI's mpirun itself (the processes on
+// the first host), not a daemon of it.
+bool child_of_mpirun();
+
+// A process whose parent is mpirun must not wait for its deadline once a stop
+// signal came in a long wait: mpirun sends it when another process's failure
+// made it end the job (SIGTERM, then SIGKILL a second later), and if a host is
+// unreachable mpirun would then wait for that host's daemon for minutes, with
+// nobody left to stop it. So such a process stops the run at once.
+inline bool stops_on_signal_in_long_wait() { return child_of_mpirun(); }
 
 // Ends the launcher that started this process on its machine, so that no
 // daemon is left waiting for a host it cannot reach: Open MPI's mpirun takes
@@ -49,7 +61,9 @@ std::string silence_message(const Silence& s);
 // too). A parent that is neither (a plain shell, srun) is left alone.
 void stop_local_launcher();
 
-// Prints `line` on stderr, stops the launcher and exits with status 1.
+// Prints `line` (on mpirun's own stderr for its children: what they write to
+// theirs goes through mpirun's forwarding, which its forced stop can cut short),
+// stops the launcher and exits with status 1.
 [[noreturn]] void stop_run_after_silence(const std::string& line);
 
 }  // namespace attograd::train::distributed
