@@ -173,7 +173,7 @@ TEST_CASE("silence_message names the rank, its host, the step, the operation and
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("(SIGTERM from mpirun before --comm-timeout 10)"));
 }
 
-TEST_CASE("--comm-timeout must be a number of seconds in [1, 86400]", "[hosts]") {
+TEST_CASE("a --comm-timeout outside [1, 86400] seconds is refused, naming the flag", "[hosts]") {
   for (const std::string bad : {"0", "-3", "nan", "1e9"}) {
     const CliResult r = cli({"train", "--steps", "1", "--comm-timeout", bad, "--out", "/nonexistent/x"});
     INFO(bad << ": " << r.err);

@@ -265,15 +265,17 @@ class MpiWorld final : public Communicator {
       }
       const int signal = stop_signal_ && stops_on_signal_in_long_wait_ ? stop_signal_() : 0;
       if (now >= deadline || signal != 0) {
-        stop_run_after_silence(silence_message({.rank = rank_,
-                                                .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
-                                                .step = step_,
-                                                .operation = operation,
-                                                .waited = std::chrono::duration<double>(now - start).count(),
-                                                .timeout = timeout_,
-                                                .silent = liveness_ ? liveness_->silent(now) : std::vector<int>{},
-                                                .hosts = hosts_,
-                                                .signal = signal == 0 ? "" : fmt::format("SIG{}", ::sigabbrev_np(signal))}));
+        const Silence silence{.rank = rank_,
+                              .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
+                              .step = step_,
+                              .operation = operation,
+                              .waited = std::chrono::duration<double>(now - start).count(),
+                              .timeout = timeout_,
+                              .silent = liveness_ ? liveness_->silent(now) : std::vector<int>{},
+                              .hosts = hosts_,
+                              .signal = signal == 0 ? "" : fmt::format("SIG{}", ::sigabbrev_np(signal))};
+        if (signal != 0) stop_run_after_signal(silence_message(silence));
+        stop_run_after_silence(silence_message(silence));
       }
       // Past the quiet second this wait is no longer a fast one: poll gently.
       ::usleep(50);

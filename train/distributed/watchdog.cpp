@@ -82,7 +82,9 @@ int mpirun_stderr() {
   return fd;
 }
 
-void stop_run_after_silence(const std::string& line) {
+namespace {
+
+void print_last_line(const std::string& line) {
   std::fflush(stdout);
   const std::string text = line + "\n";
   const int fd = mpirun_stderr();
@@ -93,7 +95,30 @@ void stop_run_after_silence(const std::string& line) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+void stop_run_after_silence(const std::string& line) {
+  print_last_line(line);
   stop_local_launcher();
+  std::_Exit(1);
+}
+
+void stop_run_after_signal(const std::string& line) {
+  print_last_line(line);
+  // A helper outlives this process (its own session: mpirun kills this one's
+  // group) and stops mpirun only if it has not ended by itself 3 s later.
+  const pid_t parent = ::getppid();
+  if (::fork() == 0) {
+    ::setsid();
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
+    pollfd gone{pidfd, POLLIN, 0};
+    if (pidfd >= 0 && ::poll(&gone, 1, 3000) == 0)
+      for (int i = 0; i < 3 && ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0) == 0; ++i)
+        if (::poll(&gone, 1, 300) > 0) break;
+    std::_Exit(0);
+  }
   std::_Exit(1);
 }
 

@@ -66,4 +66,11 @@ void stop_local_launcher();
 // stops the launcher and exits with status 1.
 [[noreturn]] void stop_run_after_silence(const std::string& line);
 
+// The same for a child of mpirun that got a stop signal in a long wait: mpirun
+// is ending the job, and will end by itself unless a daemon is unreachable, so
+// mpirun is stopped only if it is still there 3 s after this process exited
+// (by a helper process; stopping it at once would cut short its own report,
+// such as which rank died).
+[[noreturn]] void stop_run_after_signal(const std::string& line);
+
 }  // namespace attograd::train::distributed
