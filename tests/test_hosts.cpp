@@ -218,34 +218,34 @@ TEST_CASE("three hosts follow the one-process run, and their checkpoint resumes 
   check_follows(one, read_metrics(tmp / "moved/metrics.jsonl"), rtol);
 }
 
-TEST_CASE("a link cut mid-run on two hosts stops every process within the timeout, naming the silent rank",
-          "[hosts]") {
+namespace {
+
+// Host 2's cable pulled mid-run on `n` hosts: rank 0 names rank 1 (h2) alone
+// (on three hosts rank 2 still answers), and every process on every host ends.
+void check_cut_stops_every_process(int n) {
   TempDir tmp;
-  Hosts hosts(tmp, 2);
+  Hosts hosts(tmp, n);
   SKIP_WITHOUT_HOSTS(hosts);
   const std::string dir = tmp / "run";
-  auto run = start_endless(hosts, 2, dir);
+  auto run = start_endless(hosts, n, dir);
   hosts.cut(2);
   const Clock::time_point cut = Clock::now();
   check_stopped(*run, cut, dir, "rank 1 \\(h2\\)\n");
   const double all_gone = seconds_until_none_left(hosts, cut, 30);
-  INFO("every process on both hosts ended " << all_gone << " s after the cut");
+  INFO("every process on the " << n << " hosts ended " << all_gone << " s after the cut");
   CHECK(all_gone < kStopsWithin);
+}
+
+}  // namespace
+
+TEST_CASE("a link cut mid-run on two hosts stops every process within the timeout, naming the silent rank",
+          "[hosts]") {
+  check_cut_stops_every_process(2);
 }
 
 TEST_CASE("a link cut mid-run on three hosts: the others name the cut-off rank, and every process stops",
           "[hosts]") {
-  TempDir tmp;
-  Hosts hosts(tmp, 3);
-  SKIP_WITHOUT_HOSTS(hosts);
-  const std::string dir = tmp / "run";
-  auto run = start_endless(hosts, 3, dir);
-  hosts.cut(2);
-  const Clock::time_point cut = Clock::now();
-  check_stopped(*run, cut, dir, "rank 1 \\(h2\\)\n");  // rank 1 alone: rank 2 still answers
-  const double all_gone = seconds_until_none_left(hosts, cut, 30);
-  INFO("every process on the three hosts ended " << all_gone << " s after the cut");
-  CHECK(all_gone < kStopsWithin);
+  check_cut_stops_every_process(3);
 }
 
 TEST_CASE("a host's daemon killed (kill -9): every process of the run stops within the timeout", "[hosts]") {
