@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <optional>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -263,7 +263,7 @@ class MpiWorld final : public Communicator {
         listening = true;
         liveness_->poll(now);
       }
-      const int signal = stop_signal_ && stops_on_signal_in_long_wait_ ? stop_signal_() : 0;
+      const int signal = stop_signal_ && child_of_mpirun_ ? stop_signal_() : 0;
       if (now >= deadline || signal != 0) {
         const Silence silence{.rank = rank_,
                               .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
@@ -311,7 +311,7 @@ class MpiWorld final : public Communicator {
   std::int64_t step_ = 0;
   std::int64_t collectives_ = 0;  // collectives started: the same count on every process at each
   int (*stop_signal_)() = nullptr;
-  const bool stops_on_signal_in_long_wait_ = stops_on_signal_in_long_wait();
+  const bool child_of_mpirun_ = child_of_mpirun();  // read once: /proc
   std::optional<Liveness> liveness_;
   std::vector<std::string> hosts_;  // every rank's host name, by rank
 };

@@ -49,22 +49,39 @@ bool child_of_mpirun() {
   return name == "mpirun" || name == "mpiexec" || name == "orterun";
 }
 
+namespace {
+
+// A pidfd for process `pid`, so that no later process that reuses the number is
+// signalled, or -1. Through syscall(): glibc 2.36's <sys/pidfd.h> declares the
+// pidfd calls without C linkage.
+int open_pidfd(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// Whether the process behind `pidfd` ends within `ms` milliseconds.
+bool gone_within(int pidfd, int ms) {
+  pollfd gone{pidfd, POLLIN, 0};
+  return ::poll(&gone, 1, ms) > 0;
+}
+
+// SIGINTs to mpirun until it has gone: a SIGINT that finds its abort already
+// under way only prints "hit ctrl-c again". Up to three, 300 ms apart.
+void interrupt_mpirun(pid_t pid, int pidfd) {
+  for (int i = 0; i < 3; ++i) {
+    if (pidfd >= 0 ? ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0) != 0 : ::kill(pid, SIGINT) != 0)
+      return;
+    if (pidfd >= 0 ? gone_within(pidfd, 300) : (std::this_thread::sleep_for(std::chrono::milliseconds(300)), false))
+      return;
+  }
+}
+
+}  // namespace
+
 void stop_local_launcher() {
   const pid_t parent = ::getppid();
   if (process_name(parent) == "orted") {
     ::kill(parent, SIGTERM);
   } else if (child_of_mpirun()) {
-    // Through a pidfd, so that no later process that reuses the number is hit. A
-    // SIGINT that finds mpirun's abort already under way only prints "hit ctrl-c
-    // again": up to three, until it has gone.
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
-    for (int i = 0; i < 3; ++i) {
-      if (pidfd >= 0 ? ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0) != 0 : ::kill(parent, SIGINT) != 0)
-        break;
-      pollfd gone{pidfd, POLLIN, 0};
-      if (pidfd >= 0 ? ::poll(&gone, 1, 300) > 0 : (std::this_thread::sleep_for(std::chrono::milliseconds(300)), false))
-        break;
-    }
+    const int pidfd = open_pidfd(parent);
+    interrupt_mpirun(parent, pidfd);
     if (pidfd >= 0) ::close(pidfd);
   }
 }
@@ -74,8 +91,7 @@ void stop_local_launcher() {
 // this process may not take it (pidfd_getfd needs the right to trace mpirun).
 int mpirun_stderr() {
   if (!child_of_mpirun()) return -1;
-  // Through syscall(): glibc 2.36's <sys/pidfd.h> declares them without C linkage.
-  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, ::getppid(), 0));
+  const int pidfd = open_pidfd(::getppid());
   if (pidfd < 0) return -1;
   const int fd = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, 2, 0));
   ::close(pidfd);
@@ -112,11 +128,8 @@ void stop_run_after_signal(const std::string& line) {
   const pid_t parent = ::getppid();
   if (::fork() == 0) {
     ::setsid();
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, parent, 0));
-    pollfd gone{pidfd, POLLIN, 0};
-    if (pidfd >= 0 && ::poll(&gone, 1, 3000) == 0)
-      for (int i = 0; i < 3 && ::syscall(SYS_pidfd_send_signal, pidfd, SIGINT, nullptr, 0) == 0; ++i)
-        if (::poll(&gone, 1, 300) > 0) break;
+    const int pidfd = open_pidfd(parent);
+    if (pidfd >= 0 && !gone_within(pidfd, 3000)) interrupt_mpirun(parent, pidfd);
     std::_Exit(0);
   }
   std::_Exit(1);

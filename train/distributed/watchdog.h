@@ -44,15 +44,12 @@ struct Silence {
 std::string silence_message(const Silence& s);
 
 // Whether this process's parent is Open MPI's mpirun itself (the processes on
-// the first host), not a daemon of it.
+// the first host), not a daemon of it. Such a process must not wait for its
+// deadline once a stop signal came in a long wait: mpirun sends it when another
+// process's failure made it end the job (SIGTERM, then SIGKILL a second later),
+// and if a host is unreachable mpirun would then wait for that host's daemon for
+// minutes, with nobody left to stop it. So it stops the run at once.
 bool child_of_mpirun();
-
-// A process whose parent is mpirun must not wait for its deadline once a stop
-// signal came in a long wait: mpirun sends it when another process's failure
-// made it end the job (SIGTERM, then SIGKILL a second later), and if a host is
-// unreachable mpirun would then wait for that host's daemon for minutes, with
-// nobody left to stop it. So such a process stops the run at once.
-inline bool stops_on_signal_in_long_wait() { return child_of_mpirun(); }
 
 // Ends the launcher that started this process on its machine, so that no
 // daemon is left waiting for a host it cannot reach: Open MPI's mpirun takes
