@@ -2,11 +2,13 @@
 // over the reduced dims (stride 0), so any combination of dims and any input
 // layout is one strided loop; max moves its dim last and scans rows.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "tensor/cpu/loops.h"
+#include "tensor/cpu/vec_math.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 
@@ -26,6 +28,26 @@ namespace {
 // bfloat16 rows are read as they are and summed in float32 (then float64), as
 // their widened copy would be: the same bits, without writing that copy (the
 // bias gradients of a bfloat16 step).
+// part[c] = x[0, c] + x[1, c] + ... + x[rows - 1, c] for c < n, rows `cols`
+// apart, in that order, in float32: for float32 and bfloat16 (widened
+// exactly) compiled per SIMD level, the loops of the generic group sum below
+// 512 bits wide (the bias gradients took 2% of a bfloat16 step at SSE2's width).
+AG_SIMD_CLONES void sum_group_f32(float* __restrict part, const float* x, std::int64_t rows, std::int64_t cols,
+                                  std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) part[c] = x[c];
+  for (std::int64_t r = 1; r < rows; ++r)
+    for (std::int64_t c = 0; c < n; ++c) part[c] += x[r * cols + c];
+}
+AG_SIMD_CLONES void sum_group_bf16(float* __restrict part, const std::uint16_t* x, std::int64_t rows,
+                                   std::int64_t cols, std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) part[c] = bfloat16_to_float(x[c]);
+  for (std::int64_t r = 1; r < rows; ++r)
+    for (std::int64_t c = 0; c < n; ++c) part[c] += bfloat16_to_float(x[r * cols + c]);
+}
+AG_SIMD_CLONES void add_group_f32(double* __restrict acc, const float* part, std::int64_t n) {
+  for (std::int64_t c = 0; c < n; ++c) acc[c] += part[c];
+}
+
 template <typename T>
 void sum_rows_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  // out[c] = sum_r x[r, c]
   using Part = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
@@ -39,12 +61,20 @@ void sum_rows_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  //
                  Part* __restrict part = group.data();
                  for (std::int64_t r0 = 0; r0 < rows; r0 += kGroup) {
                    const std::int64_t r1 = std::min(rows, r0 + kGroup);
-                   std::copy(x + r0 * cols + lo, x + r0 * cols + hi, part);
-                   for (std::int64_t r = r0 + 1; r < r1; ++r) {
-                     const T* __restrict row = x + r * cols + lo;
-                     for (std::int64_t c = 0; c < n; ++c) part[c] += row[c];
+                   if constexpr (std::is_same_v<Part, float>) {
+                     if constexpr (std::is_same_v<T, float>)
+                       sum_group_f32(part, x + r0 * cols + lo, r1 - r0, cols, n);
+                     else
+                       sum_group_bf16(part, reinterpret_cast<const std::uint16_t*>(x + r0 * cols + lo), r1 - r0, cols, n);
+                     add_group_f32(acc, part, n);
+                   } else {
+                     std::copy(x + r0 * cols + lo, x + r0 * cols + hi, part);
+                     for (std::int64_t r = r0 + 1; r < r1; ++r) {
+                       const T* __restrict row = x + r * cols + lo;
+                       for (std::int64_t c = 0; c < n; ++c) part[c] += row[c];
+                     }
+                     for (std::int64_t c = 0; c < n; ++c) acc[c] += part[c];
                    }
-                   for (std::int64_t c = 0; c < n; ++c) acc[c] += part[c];
                  }
                  for (std::int64_t c = 0; c < n; ++c) out[lo + c] = static_cast<T>(acc[c]);
                });
