@@ -118,6 +118,21 @@ AG_SIMD_CLONES void gelu_grad_f32(float* y, const float* x, std::int64_t n) {
 AG_SIMD_CLONES void gelu_backward_f32(float* y, const float* dy, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = dy[i] * gelu_grad(x[i]);
 }
+// The float32 arithmetic on contiguous data, compiled per SIMD level too: the
+// generic loop is built for the baseline (SSE2), and float32 adds and products
+// (gradients accumulated, residual streams) took 2.7% of a bfloat16 step there.
+AG_SIMD_CLONES void add_f32(float* y, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+AG_SIMD_CLONES void sub_f32(float* y, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i];
+}
+AG_SIMD_CLONES void mul_f32(float* y, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+AG_SIMD_CLONES void div_f32(float* y, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] / b[i];
+}
 
 // float32 <-> bfloat16 on contiguous data, the casts of mixed precision:
 // base/bfloat16.h's bit arithmetic, which vectorises lane by lane here.
@@ -163,10 +178,10 @@ void unary_f32_chunk(kernels::Unary op, float* y, const float* x, std::int64_t n
 void binary_f32_chunk(kernels::Binary op, float* y, const float* a, const float* b, std::int64_t n) {
   using B = kernels::Binary;
   switch (op) {
-    case B::add: for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i]; return;
-    case B::sub: for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i]; return;
-    case B::mul: for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i]; return;
-    case B::div: for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] / b[i]; return;
+    case B::add: return add_f32(y, a, b, n);
+    case B::sub: return sub_f32(y, a, b, n);
+    case B::mul: return mul_f32(y, a, b, n);
+    case B::div: return div_f32(y, a, b, n);
     case B::pow: for (std::int64_t i = 0; i < n; ++i) y[i] = std::pow(a[i], b[i]); return;
     case B::maximum: for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] >= b[i] ? a[i] : b[i]; return;
     case B::gelu_backward: return gelu_backward_f32(y, a, b, n);
@@ -298,6 +313,15 @@ void unary_typed(kernels::Unary op, const Tensor& out, const Tensor& x, T s) {
 template <typename T>
 void binary_typed(kernels::Binary op, const Tensor& out, const Tensor& a, const Tensor& b) {
   using B = kernels::Binary;
+  if constexpr (std::is_same_v<T, float>) {
+    switch (op) {
+      case B::add: return map2_f32(out, a, b, add_f32, [](float x, float y) { return x + y; });
+      case B::sub: return map2_f32(out, a, b, sub_f32, [](float x, float y) { return x - y; });
+      case B::mul: return map2_f32(out, a, b, mul_f32, [](float x, float y) { return x * y; });
+      case B::div: return map2_f32(out, a, b, div_f32, [](float x, float y) { return x / y; });
+      default: break;
+    }
+  }
   switch (op) {
     case B::add: return map2<T, T, T>(out, a, b, [](T x, T y) { return x + y; });
     case B::sub: return map2<T, T, T>(out, a, b, [](T x, T y) { return x - y; });
