@@ -100,11 +100,16 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_defined(name, a, "first operand");
   check_defined(name, b, "second operand");
   check_same_device(name, a, b);
-  check_same_dtype(name, a, b);
+  // float32 with bfloat16 (autocast's float32 residual plus a bfloat16 branch)
+  // is float32's op with the bfloat16 operand widened as it is read: the
+  // result PyTorch's promotion gives, without a widened copy of the operand.
+  const bool widening = !is_comparison(op) && (is_bf16(a) != is_bf16(b)) &&
+                        (a.dtype() == DType::f32 || b.dtype() == DType::f32);
+  if (!widening) check_same_dtype(name, a, b);
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
   if (is_bf16(a) && is_comparison(op)) return binary(op, widen(a), widen(b));
-  const DType out_dtype = is_comparison(op) ? DType::b8 : a.dtype();
+  const DType out_dtype = is_comparison(op) ? DType::b8 : widening ? DType::f32 : a.dtype();
   return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }
 

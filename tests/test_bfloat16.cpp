@@ -227,7 +227,57 @@ TEST_CASE("bfloat16: an op without bfloat16 support refuses it by name", "[bf16]
   CHECK_THROWS_WITH(kernels::adamw_step_(p, p, p, p, {.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8,
                                                       .weight_decay = 0, .step = 1}),
                     Catch::StartsWith("[adamw] parameters and their state are float32"));
-  CHECK_THROWS_WITH(kernels::binary(kernels::Binary::add, p, zeros({4})), Catch::Contains("dtypes differ"));
+  // float32 meets bfloat16 in arithmetic only (below); float64 never, nor in a comparison.
+  CHECK_THROWS_WITH(kernels::binary(kernels::Binary::add, p, zeros({4}, {DType::f64})), Catch::Contains("dtypes differ"));
+  CHECK_THROWS_WITH(kernels::binary(kernels::Binary::gt, p, zeros({4})), Catch::Contains("dtypes differ"));
+}
+
+// autocast's float32 residual plus a bfloat16 branch: the kernel widens the
+// bfloat16 operand as it reads it, and must give the float32 op of the widened
+// copy (its composed reference) to the bit, in either order, with broadcast
+// and strided operands, past a chunk's end; through autograd, each operand's
+// gradient comes back in its own dtype, as through the cast.
+TEST_CASE("float32 with bfloat16: the op of the widened operand, bit for bit, without widening a copy", "[bf16]") {
+  const auto wide = [](const Tensor& t) { return kernels::cast(t, DType::f32); };
+  const auto bf16_of = [](const Tensor& t) { return kernels::cast(t, DType::bf16); };
+  const Tensor x = randn({3, 1100}, {DType::f32});
+  const Tensor xt = transpose(randn({1100, 3}, {DType::f32}), 0, 1);  // strided, 3 x 1100
+  const Tensor b = bf16_of(randn({3, 1100}, {DType::f32}));
+  const Tensor bt = transpose(bf16_of(randn({1100, 3}, {DType::f32})), 0, 1);
+  const Tensor row = bf16_of(randn({1100}, {DType::f32}));
+  for (const Tensor& f : {x, xt})
+    for (const Tensor& h : {b, bt, row})
+      for (auto op : {kernels::Binary::add, kernels::Binary::sub, kernels::Binary::mul, kernels::Binary::div}) {
+        INFO(kernels::binary_name(op) << " " << shape_str(h.sizes()) << (f.is_contiguous() ? "" : " strided"));
+        const Tensor got = kernels::binary(op, f, h), got_swapped = kernels::binary(op, h, f);
+        REQUIRE(got.dtype() == DType::f32);
+        REQUIRE(got_swapped.dtype() == DType::f32);
+        CHECK(got.to_vector<float>() == kernels::binary(op, f, wide(h)).to_vector<float>());
+        CHECK(got_swapped.to_vector<float>() == kernels::binary(op, wide(h), f).to_vector<float>());
+      }
+  for (bool subtract : {false, true}) {
+    INFO((subtract ? "sub" : "add"));
+    Tensor residual = randn({3, 1100}, {DType::f32}), branch = bf16_of(randn({3, 1100}, {DType::f32}));
+    Tensor bias = bf16_of(randn({1100}, {DType::f32}));  // broadcast
+    Tensor r2 = kernels::clone(residual), br2 = kernels::clone(branch), bi2 = kernels::clone(bias);
+    for (Tensor* t : {&residual, &branch, &bias, &r2, &br2, &bi2}) t->set_requires_grad(true);
+    const Tensor weights = randn({3, 1100}, {DType::f32});
+    const auto combine = [&](const Tensor& r, const Tensor& br, const Tensor& bi) {
+      return subtract ? sub(sub(r, br), bi) : add(add(r, br), bi);
+    };
+    const Tensor y = combine(residual, branch, bias);
+    REQUIRE(y.dtype() == DType::f32);
+    backward(sum(mul(y, weights)));
+    const Tensor y2 = combine(r2, to(br2, DType::f32), to(bi2, DType::f32));  // the composed reference
+    backward(sum(mul(y2, weights)));
+    CHECK(y.to_vector<float>() == y2.to_vector<float>());
+    REQUIRE(residual.grad().dtype() == DType::f32);
+    REQUIRE(branch.grad().dtype() == DType::bf16);
+    REQUIRE(bias.grad().dtype() == DType::bf16);
+    CHECK(residual.grad().to_vector<float>() == r2.grad().to_vector<float>());
+    CHECK(wide(branch.grad()).to_vector<float>() == wide(br2.grad()).to_vector<float>());
+    CHECK(wide(bias.grad()).to_vector<float>() == wide(bi2.grad()).to_vector<float>());
+  }
 }
 
 TEST_CASE("bfloat16 tensors go through safetensors as BF16, bit for bit, and damaged ones are refused", "[bf16]") {

@@ -28,23 +28,37 @@ std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b) {
   if (b.dtype() == DType::bf16) return {a, to(b, a.dtype())};
   return {a, b};
 }
+
+// For add and sub, whose backward needs no operand: float32 with bfloat16 goes
+// to the kernel as it is (kernels::binary widens the bfloat16 operand as it
+// reads it: no widened copy), and that operand's gradient is rounded back to
+// bfloat16 here, as the cast promoted() inserts would do in its backward.
+std::pair<Tensor, Tensor> promoted_unless_widened_in_kernel(const Tensor& a, const Tensor& b) {
+  const bool f32_with_bf16 = a.defined() && b.defined() &&
+                             ((a.dtype() == DType::f32 && b.dtype() == DType::bf16) ||
+                              (a.dtype() == DType::bf16 && b.dtype() == DType::f32));
+  return f32_with_bf16 ? std::pair{a, b} : promoted(a, b);
+}
+Tensor in_dtype(const Tensor& g, DType dtype) { return g.dtype() == dtype ? g : kernels::cast(g, dtype); }
 }  // namespace
 
 Tensor add(const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = promoted(a_in, b_in);
+  const auto [a, b] = promoted_unless_widened_in_kernel(a_in, b_in);
   return record("add", kernels::binary(Binary::add, a, b), {a, b}, {},
-                [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+                [sa = a.sizes(), sb = b.sizes(), ta = a.dtype(), tb = b.dtype()](
+                    const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
                   // forward: y = a + b
-                  return {unbroadcast(g, sa), unbroadcast(g, sb)};
+                  return {in_dtype(unbroadcast(g, sa), ta), in_dtype(unbroadcast(g, sb), tb)};
                 });
 }
 
 Tensor sub(const Tensor& a_in, const Tensor& b_in) {
-  const auto [a, b] = promoted(a_in, b_in);
+  const auto [a, b] = promoted_unless_widened_in_kernel(a_in, b_in);
   return record("sub", kernels::binary(Binary::sub, a, b), {a, b}, {},
-                [sa = a.sizes(), sb = b.sizes()](const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
+                [sa = a.sizes(), sb = b.sizes(), ta = a.dtype(), tb = b.dtype()](
+                    const Tensor& g, const std::vector<Tensor>&) -> std::vector<Tensor> {
                   // forward: y = a - b
-                  return {unbroadcast(g, sa), unbroadcast(neg(g), sb)};
+                  return {in_dtype(unbroadcast(g, sa), ta), in_dtype(unbroadcast(neg(g), sb), tb)};
                 });
 }
 
