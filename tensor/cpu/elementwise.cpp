@@ -293,7 +293,8 @@ void map1_f32(const Tensor& out, const Tensor& in, void (*contiguous_kernel)(flo
   });
 }
 
-// map2 for float32 with a contiguous kernel for the all-contiguous case.
+// map2 for float32 with a contiguous kernel for the all-contiguous case (and
+// map2's loop for a broadcast second operand: a scalar-like row).
 template <typename F>
 void map2_f32(const Tensor& out, const Tensor& a, const Tensor& b,
               void (*contiguous_kernel)(float*, const float*, const float*, std::int64_t), F scalar) {
@@ -305,6 +306,11 @@ void map2_f32(const Tensor& out, const Tensor& a, const Tensor& b,
     if (s[0] == sizeof(float) && s[1] == sizeof(float) && s[2] == sizeof(float)) {
       contiguous_kernel(reinterpret_cast<float*>(p[0]), reinterpret_cast<const float*>(p[1]),
                         reinterpret_cast<const float*>(p[2]), n);
+    } else if (s[0] == sizeof(float) && s[1] == sizeof(float) && s[2] == 0) {
+      float* y = reinterpret_cast<float*>(p[0]);
+      const float* x = reinterpret_cast<const float*>(p[1]);
+      const float v = *reinterpret_cast<const float*>(p[2]);
+      for (std::int64_t i = 0; i < n; ++i) y[i] = scalar(x[i], v);
     } else {
       for (std::int64_t i = 0; i < n; ++i)
         *reinterpret_cast<float*>(p[0] + i * s[0]) =
