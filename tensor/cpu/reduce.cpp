@@ -16,21 +16,9 @@ namespace attograd::cpu {
 
 namespace {
 
-// Sums of a contiguous (rows, cols) matrix along one axis, in float64, split
-// over threads without sharing an accumulator: the two shapes that training
-// produces all the time (bias gradients sum over rows; row statistics sum
-// over cols). Every element's sum is accumulated in the same order whatever
-// the thread count, so results do not depend on it.
-//
-// Each group of kGroup rows is first summed in T, with T-wide vector adds,
-// then added into the float64 total: converting every element to double
-// halved the vector width and made this 4x slower than memory allows.
-// bfloat16 rows are read as they are and summed in float32 (then float64), as
-// their widened copy would be: the same bits, without writing that copy (the
-// bias gradients of a bfloat16 step).
 // part[c] = x[0, c] + x[1, c] + ... + x[rows - 1, c] for c < n, rows `cols`
 // apart, in that order, in float32: for float32 and bfloat16 (widened
-// exactly) compiled per SIMD level, the loops of the generic group sum below
+// exactly) compiled per SIMD level, the loops of sum_rows_of's group sum below
 // 512 bits wide (the bias gradients took 2% of a bfloat16 step at SSE2's width).
 AG_SIMD_CLONES void sum_group_f32(float* __restrict part, const float* x, std::int64_t rows, std::int64_t cols,
                                   std::int64_t n) {
@@ -48,6 +36,18 @@ AG_SIMD_CLONES void add_group_f32(double* __restrict acc, const float* part, std
   for (std::int64_t c = 0; c < n; ++c) acc[c] += part[c];
 }
 
+// Sums of a contiguous (rows, cols) matrix along one axis, in float64, split
+// over threads without sharing an accumulator: the two shapes that training
+// produces all the time (bias gradients sum over rows; row statistics sum
+// over cols). Every element's sum is accumulated in the same order whatever
+// the thread count, so results do not depend on it.
+//
+// Each group of kGroup rows is first summed in T, with T-wide vector adds,
+// then added into the float64 total: converting every element to double
+// halved the vector width and made this 4x slower than memory allows.
+// bfloat16 rows are read as they are and summed in float32 (then float64), as
+// their widened copy would be: the same bits, without writing that copy (the
+// bias gradients of a bfloat16 step).
 template <typename T>
 void sum_rows_of(const T* x, std::int64_t rows, std::int64_t cols, T* out) {  // out[c] = sum_r x[r, c]
   using Part = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;

@@ -269,9 +269,10 @@ class MpiWorld final : public Communicator {
       // to that much longer for one to fall silent: a link cut just before the
       // deadline (after an evaluation, under a sanitizer's slowness) was still
       // "heard" through the messages sent before it, and the line blamed nobody.
-      const bool grace = signal == 0 && liveness_ && now < deadline + std::chrono::seconds(Liveness::kRecentSeconds) &&
-                         liveness_->silent(now).empty();
-      if ((now >= deadline && !grace) || signal != 0) {
+      const bool past_deadline = now >= deadline;
+      const bool grace = past_deadline && signal == 0 && liveness_ &&
+                         now < deadline + std::chrono::seconds(Liveness::kRecentSeconds) && liveness_->silent(now).empty();
+      if ((past_deadline && !grace) || signal != 0) {
         const Silence silence{.rank = rank_,
                               .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
                               .step = step_,

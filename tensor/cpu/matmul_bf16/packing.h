@@ -99,8 +99,8 @@ constexpr std::int64_t packed_a_index(std::int64_t r, std::int64_t k, std::int64
 // Rows [r0, r1) (multiples of 16) of the packed A (m x k), zero past k and past
 // m. A row-major A is copied in runs of 32; any other layout 32 x 32 at a time,
 // so that a transposed A (row_stride 1: the backward's x^T) is read along its rows.
-AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp, std::int64_t r0,
-                        std::int64_t r1, bfloat16* out) {
+AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp,
+                                  std::int64_t r0, std::int64_t r1, bfloat16* out) {
   // Zeros where no value of A goes (rows from m, columns from k), rather than
   // a fill of the whole range first: that wrote every byte twice, 1% of a
   // bfloat16 training step.
