@@ -367,6 +367,40 @@ TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar mo
   }
 }
 
+TEST_CASE("a bfloat16 product of a transposed A with more rows than columns, computed as C^T = B^T A^T, bit for bit as "
+          "from a row-major A",
+          "[bf16][matmul]") {
+  // The weight gradient's shape (dy^T x with dy wider than x): gemm_bf16 packs
+  // the smaller operand transposed and writes C transposed; each value is the
+  // same sum in the same order as the product of a row-major copy of A.
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
+                                 cpu::Bf16Kernel::avx512_bf16_model}) {
+    if (!cpu::bf16_kernel_runs_here(kernel)) continue;
+    for (auto [m, n, k] : {std::tuple{70, 45, 100}, {96, 32, 64}, {33, 1, 7}}) {
+      INFO(cpu::bf16_kernel_name(kernel) << " " << m << " x " << n << " x " << k);
+      const Tensor a_t = transpose(kernels::cast(bf16_values({k, m}, 7), DType::bf16), 0, 1);  // A^T row-major
+      const Tensor a = kernels::contiguous(a_t);
+      const Tensor b = kernels::cast(bf16_values({k, n}, 8), DType::bf16);
+      const auto product = [&](const Tensor& lhs) {
+        Tensor c = empty({m, n}, {DType::bf16});
+        cpu::gemm_bf16({{lhs.data<bfloat16>(), lhs.stride(0), lhs.stride(1)},
+                        {b.data<bfloat16>(), b.stride(0), b.stride(1)},
+                        c.data<bfloat16>(),
+                        n,
+                        nullptr,
+                        m,
+                        n,
+                        k},
+                       kernel);
+        return c.to_vector<float>();
+      };
+      const std::vector<float> from_transposed = product(a_t), from_row_major = product(a);
+      REQUIRE(a_t.stride(0) == 1);
+      CHECK(from_transposed == from_row_major);
+    }
+  }
+}
+
 TEST_CASE("bfloat16 matmul: batches broadcast, transposed views and a bias, as float32's", "[bf16][matmul]") {
   const Tensor a32 = bf16_values({3, 1, 20, 40}, 4), b32 = bf16_values({2, 40, 24}, 5), bias32 = bf16_values({24}, 6);
   const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);

@@ -12,13 +12,15 @@
 
 namespace attograd::cpu {
 
-// C (m x n, rows ldc apart) = A (m x k) B (k x n) + bias (n values, or null).
+// C (m x n: element (i, j) at c[i * ldc + j * c_col_stride]) = A (m x k) B (k x n)
+// + bias (n values, or null).
 struct Bf16Gemm {
   bf16_gemm::Bf16Matrix a, b;
   bfloat16* c;
   std::int64_t ldc;
   const bfloat16* bias;
   std::int64_t m, n, k;
+  std::int64_t c_col_stride = 1;
 };
 
 // One product on `kernel` (which must run here: bf16_kernel_runs_here), on the
