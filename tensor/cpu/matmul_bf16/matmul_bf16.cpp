@@ -193,7 +193,7 @@ void pack_b_baseline(const Bf16Matrix& b, std::int64_t k, std::int64_t n, std::i
 #if AG_BF16_AVX512_KERNEL
 AG_TARGET_AVX512_BF16 void pack_a_avx512(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp,
                                          std::int64_t r0, std::int64_t r1, bfloat16* out) {
-  pack_a_rows(a, m, k, kp, r0, r1, out);
+  pack_a_rows<true>(a, m, k, kp, r0, r1, out);
 }
 AG_TARGET_AVX512_BF16 void pack_b_avx512(const Bf16Matrix& b, std::int64_t k, std::int64_t n, std::int64_t kp,
                                          std::int64_t p0, std::int64_t p1, bfloat16* out) {

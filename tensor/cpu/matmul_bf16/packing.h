@@ -21,9 +21,14 @@
 #include "base/bfloat16.h"
 #include "tensor/cpu/vec_math.h"
 
+#include "tensor/cpu/matmul_bf16/isa.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #include <xmmintrin.h>
+#endif
+#if AG_BF16_AVX512_KERNEL
+#include <immintrin.h>
 #endif
 
 namespace attograd::cpu::bf16_gemm {
@@ -96,9 +101,67 @@ constexpr std::int64_t packed_a_index(std::int64_t r, std::int64_t k, std::int64
   return ((r / 16) * (kp / kKStep) + k / kKStep) * 16 * kKStep + (r % 16) * kKStep + k % kKStep;
 }
 
+#if AG_BF16_AVX512_KERNEL
+// GCC 12's own _mm512_undefined_epi32 (`__Y = __Y`, the shuffles' pass-through)
+// trips -Wuninitialized (GCC bug 105593, mended in GCC 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// Rows [r0, r1) (a multiple of 32 of them) and K values [0, k / 32 * 32) of a
+// transposed A (A^T row-major: A(r, c) at data[r + c * col_stride], the weight
+// gradient's x^T or dy^T) into the packed A, 32 x 32 at a time: 32 lines of
+// A^T, one transpose of 16-bit values in registers, 32 tile rows of 64 bytes.
+// SSE2's 8 x 8 transposes spend 2.4 times the shuffles (the only port they run
+// on), and held this packing to two thirds of the row-major B's bandwidth.
+// Along K outermost, so that A^T is read a band of 32 whole rows at a time.
+// Called, not inlined: pack_a_rows itself is compiled for the baseline.
+__attribute__((target("avx512f,avx512bw"))) inline void pack_transposed_a_avx512(const Bf16Matrix& a, std::int64_t r0,
+                                                                                 std::int64_t r1, std::int64_t k,
+                                                                                 std::int64_t kp, bfloat16* out) {
+  for (std::int64_t c = 0; c + 32 <= k; c += 32)
+    for (std::int64_t r = r0; r < r1; r += 32) {
+      __m512i v[32];
+      for (int i = 0; i < 32; ++i) v[i] = _mm512_loadu_si512(a.data + r + (c + i) * a.col_stride);
+      // An 8 x 8 transpose in every 128-bit lane of each 8 rows (as transpose_8x8_u16):
+      // then lane l of v[8 g + q] is column 8 l + q of rows 8 g .. 8 g + 7.
+      for (int g = 0; g < 32; g += 8) {
+        __m512i t[8], u[8];
+        for (int i = 0; i < 8; i += 2) {
+          t[i] = _mm512_unpacklo_epi16(v[g + i], v[g + i + 1]);
+          t[i + 1] = _mm512_unpackhi_epi16(v[g + i], v[g + i + 1]);
+        }
+        for (int i = 0; i < 8; i += 4) {
+          u[i] = _mm512_unpacklo_epi32(t[i], t[i + 2]);
+          u[i + 1] = _mm512_unpackhi_epi32(t[i], t[i + 2]);
+          u[i + 2] = _mm512_unpacklo_epi32(t[i + 1], t[i + 3]);
+          u[i + 3] = _mm512_unpackhi_epi32(t[i + 1], t[i + 3]);
+        }
+        for (int i = 0; i < 4; ++i) {
+          v[g + 2 * i] = _mm512_unpacklo_epi64(u[i], u[i + 4]);
+          v[g + 2 * i + 1] = _mm512_unpackhi_epi64(u[i], u[i + 4]);
+        }
+      }
+      // Then a 4 x 4 transpose of lanes across v[q], v[8 + q], v[16 + q], v[24 + q]:
+      // lane g of column 8 l + q's register is lane l of v[8 g + q].
+      for (int q = 0; q < 8; ++q) {
+        const __m512i t0 = _mm512_shuffle_i64x2(v[q], v[8 + q], 0x44), t1 = _mm512_shuffle_i64x2(v[q], v[8 + q], 0xEE);
+        const __m512i t2 = _mm512_shuffle_i64x2(v[16 + q], v[24 + q], 0x44),
+                      t3 = _mm512_shuffle_i64x2(v[16 + q], v[24 + q], 0xEE);
+        _mm512_storeu_si512(out + packed_a_index(r + q, c, kp), _mm512_shuffle_i64x2(t0, t2, 0x88));
+        _mm512_storeu_si512(out + packed_a_index(r + 8 + q, c, kp), _mm512_shuffle_i64x2(t0, t2, 0xDD));
+        _mm512_storeu_si512(out + packed_a_index(r + 16 + q, c, kp), _mm512_shuffle_i64x2(t1, t3, 0x88));
+        _mm512_storeu_si512(out + packed_a_index(r + 24 + q, c, kp), _mm512_shuffle_i64x2(t1, t3, 0xDD));
+      }
+    }
+}
+#pragma GCC diagnostic pop
+#endif
+
 // Rows [r0, r1) (multiples of 16) of the packed A (m x k), zero past k and past
 // m. A row-major A is copied in runs of 32; any other layout 32 x 32 at a time,
-// so that a transposed A (row_stride 1: the backward's x^T) is read along its rows.
+// so that a transposed A (row_stride 1: the backward's x^T) is read along its
+// rows (with kAvx512, by pack_transposed_a_avx512: only from a caller compiled for it).
+template <bool kAvx512 = false>
 AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp,
                                   std::int64_t r0, std::int64_t r1, bfloat16* out) {
   // Zeros where no value of A goes (rows from m, columns from k), rather than
@@ -132,6 +195,14 @@ AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int6
         transpose_8x8_u16(v);
         for (int i = 0; i < 8; ++i) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + packed_a_index(r + i, c, kp)), v[i]);
       };
+#if AG_BF16_AVX512_KERNEL
+      if constexpr (kAvx512) {  // whole 32 x 32 blocks; then the columns past them 8 x 8
+        rows_done = r0 + (rows_end - r0) / 32 * 32;
+        pack_transposed_a_avx512(a, r0, rows_done, k, kp, out);
+        for (std::int64_t c = k / 32 * 32; c + 8 <= k; c += 8)
+          for (std::int64_t r = r0; r < rows_done; r += 8) transpose_block(r, c);
+      }
+#endif
       for (; rows_done + 32 <= rows_end; rows_done += 32)
         for (std::int64_t c = 0; c + 8 <= k; c += 8)
           for (std::int64_t r = rows_done; r < rows_done + 32; r += 8) transpose_block(r, c);
