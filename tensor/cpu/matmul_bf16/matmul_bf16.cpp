@@ -85,33 +85,51 @@ void choose_blocking(Packed& p, int threads) {
   }
 }
 
-// C's rows [r0, r0 + rows) and columns [c0, c0 + cols) = the float32 sums (rows
-// ld apart) plus the bias, rounded once.
+// A macro block's float32 sums, a 32 x 32 block of C after another (row
+// blocks of nc / 32 of them), each 4 KiB with rows 128 bytes apart: with the
+// macro block's rows 1 KiB apart, a C tile's 16 rows fell into 4 of L1's 64
+// sets, and the kernel's C loads and stores into conflicts with A's and B's.
+struct BlockedSums {
+  float* sums;
+  std::int64_t nc;
+  static constexpr std::int64_t kLd = kBlock;  // floats from one row of a block to the next
+  // Row r, columns [j, j + 32 - j % 32) of the macro block.
+  float* at(std::int64_t r, std::int64_t j) const {
+    return sums + ((r / kBlock) * (nc / kBlock) + j / kBlock) * kBlock * kBlock + (r % kBlock) * kLd + j % kBlock;
+  }
+};
+
+// C's rows [r0, r0 + rows) and columns [c0, c0 + cols) = the float32 sums plus
+// the bias, rounded once.
 AG_ALWAYS_INLINE void round_into_c(const Bf16Gemm& g, std::int64_t r0, std::int64_t rows, std::int64_t c0,
-                                   std::int64_t cols, const float* sums, std::int64_t ld) {
+                                   std::int64_t cols, const BlockedSums& sums) {
   if (g.c_col_stride != 1) {  // a transposed C (see transposed_product): written along its columns
     for (std::int64_t j = 0; j < cols; ++j) {
       bfloat16* out = g.c + r0 * g.ldc + (c0 + j) * g.c_col_stride;
       const float bias = g.bias ? static_cast<float>(g.bias[c0 + j]) : 0.0f;
-      for (std::int64_t r = 0; r < rows; ++r) out[r * g.ldc] = bfloat16(sums[r * ld + j] + bias);
+      for (std::int64_t r = 0; r < rows; ++r) out[r * g.ldc] = bfloat16(*sums.at(r, j) + bias);
     }
     return;
   }
-  for (std::int64_t r = 0; r < rows; ++r) {
-    bfloat16* out = g.c + (r0 + r) * g.ldc + c0;
-    const float* in = sums + r * ld;
-    if (g.bias) {
-      for (std::int64_t j = 0; j < cols; ++j) out[j] = bfloat16(in[j] + static_cast<float>(g.bias[c0 + j]));
-    } else {
-      for (std::int64_t j = 0; j < cols; ++j) out[j] = bfloat16(in[j]);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j0 = 0; j0 < cols; j0 += kBlock) {
+      bfloat16* out = g.c + (r0 + r) * g.ldc + c0 + j0;
+      const float* in = sums.at(r, j0);
+      const std::int64_t n = std::min(kBlock, cols - j0);
+      if (g.bias) {
+        const bfloat16* bias = g.bias + c0 + j0;
+        for (std::int64_t j = 0; j < n; ++j) out[j] = bfloat16(in[j] + static_cast<float>(bias[j]));
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) out[j] = bfloat16(in[j]);
+      }
     }
-  }
 }
 
 // Macro blocks [lo, hi), each over the whole of K, with `block` computing one
 // 32 x 32 block of a K chunk as amx_block does.
 template <typename Block>
-AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums, Block block) {
+AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* buffer, Block block) {
+  const BlockedSums sums{buffer, p.nc};
   for (std::int64_t t = lo; t < hi; ++t) {
     const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
     const std::int64_t rows = std::min(p.mc, p.mp - r0), cols = std::min(p.nc, p.np - c0);
@@ -119,10 +137,10 @@ AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_
       const std::int64_t steps = std::min(p.kc, p.kp - k0) / kKStep;
       for (std::int64_t j = 0; j < cols; j += kBlock)
         for (std::int64_t i = 0; i < rows; i += kBlock)
-          block(p.a_tiles(r0 + i, k0), p.panel(c0 + j, k0), p.panel(c0 + j + kPanel, k0), steps, sums + i * p.nc + j,
-                p.nc, k0 > 0);
+          block(p.a_tiles(r0 + i, k0), p.panel(c0 + j, k0), p.panel(c0 + j + kPanel, k0), steps, sums.at(i, j),
+                BlockedSums::kLd, k0 > 0);
     }
-    round_into_c(p.g, r0, std::min(rows, p.g.m - r0), c0, std::min(cols, p.g.n - c0), sums, p.nc);
+    round_into_c(p.g, r0, std::min(rows, p.g.m - r0), c0, std::min(cols, p.g.n - c0), sums);
   }
 }
 
