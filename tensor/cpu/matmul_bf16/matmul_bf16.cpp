@@ -7,7 +7,6 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <numeric>
 #include <vector>
 
 #include "tensor/cpu/matmul_bf16/amx.h"
@@ -60,16 +59,6 @@ struct Packed {
     return {a + packed_a_index(r, k, kp), a + packed_a_index(r + 16, k, kp), 16 * kKStep, kKStep};
   }
 };
-
-// Whether a tile's 16 rows, `row_stride` values apart, fall into at least 8
-// of L1's 64 sets (so a tile pair takes at most 4 lines of a 12-way set): then
-// A is read where it lies. At K = 2048 (4 KiB apart) all 16 shared one set, and
-// the product ran 15% slower than from the packed copy; K = 768 spreads them.
-bool rows_spread_over_l1(std::int64_t row_stride) {
-  const std::int64_t bytes = row_stride * 2;
-  if (bytes % 64 != 0) return true;  // rows straddle lines: they spread
-  return std::gcd(bytes / 64 % 64, std::int64_t{64}) <= 8;
-}
 
 // Macro blocks per thread: enough that a few spare ones even out the threads'
 // shares, yet blocks big enough to reuse what L2 holds.
@@ -296,7 +285,10 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
   const Blocks blocks = blocks_of(kernel);
   const Packing pack = packing_for(kernel);
   const std::int64_t kp = round_up(g.k, kKStep), mp = round_up(g.m, kBlock), np = round_up(g.n, kBlock);
-  const bool a_in_place = g.a.col_stride == 1 && g.k == kp && rows_spread_over_l1(g.a.row_stride);
+  // A row-major A is read where it lies, whatever its row stride: at K = 2048
+  // (rows 4 KiB apart, a tile's 16 rows in one L1 set) that was 15% slower than a
+  // packed copy while C's sums conflicted in L1 too (BlockedSums), 3% faster since.
+  const bool a_in_place = g.a.col_stride == 1 && g.k == kp;
   const std::int64_t a_packed_from = a_in_place ? g.m / kBlock * kBlock : 0;
   thread_local Scratch<bfloat16> a_buffer, b_buffer;
   bfloat16* a = scratch(a_buffer, (mp - a_packed_from) * kp);
