@@ -376,21 +376,23 @@ TEST_CASE("a bfloat16 product of a transposed A with more rows than columns, com
   for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
                                  cpu::Bf16Kernel::avx512_bf16_model}) {
     if (!cpu::bf16_kernel_runs_here(kernel)) continue;
-    for (auto [m, n, k] : {std::tuple{70, 45, 100}, {96, 32, 64}, {33, 1, 7}}) {
+    for (const auto& shape : {std::tuple{70, 45, 100}, {96, 32, 64}, {33, 1, 7}}) {
+      const auto [m, n, k] = shape;
+      const int rows = m, cols = n, depth = k;  // clang 14's lambdas capture no structured binding
       INFO(cpu::bf16_kernel_name(kernel) << " " << m << " x " << n << " x " << k);
       const Tensor a_t = transpose(kernels::cast(bf16_values({k, m}, 7), DType::bf16), 0, 1);  // A^T row-major
       const Tensor a = kernels::contiguous(a_t);
       const Tensor b = kernels::cast(bf16_values({k, n}, 8), DType::bf16);
       const auto product = [&](const Tensor& lhs) {
-        Tensor c = empty({m, n}, {DType::bf16});
+        Tensor c = empty({rows, cols}, {DType::bf16});
         cpu::gemm_bf16({{lhs.data<bfloat16>(), lhs.stride(0), lhs.stride(1)},
                         {b.data<bfloat16>(), b.stride(0), b.stride(1)},
                         c.data<bfloat16>(),
-                        n,
+                        cols,
                         nullptr,
-                        m,
-                        n,
-                        k},
+                        rows,
+                        cols,
+                        depth},
                        kernel);
         return c.to_vector<float>();
       };
