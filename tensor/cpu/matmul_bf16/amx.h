@@ -154,4 +154,69 @@ AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, c
   t.template store<3>(c + 16 * ldc + 16, c_stride);
 }
 
+// amx_block over `blocks` 32 x 32 blocks of one 32-column strip of C that
+// share B's panels: block i's A tiles a_of(i), its C at c + i * c_step. AMX's
+// tiles are not renamed, so a block's C could only be loaded once the last
+// one's was stored, after its last product: over 8 steps (a K chunk of 256)
+// the tile unit then waited a C store and load in every 40 instructions. Here
+// C tiles 0 and 1 are stored and the next block's loaded while the last step's
+// products into tiles 2 and 3 run.
+template <typename Tiles, typename AOf>
+AG_ALWAYS_INLINE void amx_strip(Tiles& t, AOf a_of, std::int64_t blocks, const bfloat16* b0, const bfloat16* b1,
+                                std::int64_t steps, float* c, std::int64_t c_step, std::int64_t ldc, bool accumulate) {
+  constexpr std::int64_t kTileRow = 64, kTileValues = 16 * kKStep;
+  const std::int64_t c_stride = ldc * 4;  // bytes from one row to the next
+  if (accumulate) {
+    t.template load<0>(c, c_stride);
+    t.template load<1>(c + 16, c_stride);
+    t.template load<2>(c + 16 * ldc, c_stride);
+    t.template load<3>(c + 16 * ldc + 16, c_stride);
+  } else {
+    t.template zero<0>();
+    t.template zero<1>();
+    t.template zero<2>();
+    t.template zero<3>();
+  }
+  for (std::int64_t i = 0; i < blocks; ++i) {
+    const ATiles a = a_of(i);
+    const std::int64_t a_stride = a.row * 2;
+    float* block_c = c + i * c_step;
+    float* next_c = block_c + c_step;
+    const bool more = i + 1 < blocks;
+    for (std::int64_t s = 0; s < steps; ++s) {
+      t.template load<4>(a.rows0 + s * a.step, a_stride);
+      t.template load<5>(a.rows16 + s * a.step, a_stride);
+      t.template load<6>(b0 + s * kTileValues, kTileRow);
+      t.template load<7>(b1 + s * kTileValues, kTileRow);
+      t.template dot<0, 4, 6>();
+      t.template dot<1, 4, 7>();
+      if (s + 1 < steps) {
+        t.template dot<2, 5, 6>();
+        t.template dot<3, 5, 7>();
+        continue;
+      }
+      t.template store<0>(block_c, c_stride);
+      t.template store<1>(block_c + 16, c_stride);
+      if (more && accumulate) {
+        t.template load<0>(next_c, c_stride);
+        t.template load<1>(next_c + 16, c_stride);
+      } else if (more) {
+        t.template zero<0>();
+        t.template zero<1>();
+      }
+      t.template dot<2, 5, 6>();
+      t.template dot<3, 5, 7>();
+      t.template store<2>(block_c + 16 * ldc, c_stride);
+      t.template store<3>(block_c + 16 * ldc + 16, c_stride);
+      if (more && accumulate) {
+        t.template load<2>(next_c + 16 * ldc, c_stride);
+        t.template load<3>(next_c + 16 * ldc + 16, c_stride);
+      } else if (more) {
+        t.template zero<2>();
+        t.template zero<3>();
+      }
+    }
+  }
+}
+
 }  // namespace attograd::cpu::bf16_gemm

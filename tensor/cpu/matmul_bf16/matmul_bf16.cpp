@@ -114,10 +114,10 @@ AG_ALWAYS_INLINE void round_into_c(const Bf16Gemm& g, std::int64_t r0, std::int6
     }
 }
 
-// Macro blocks [lo, hi), each over the whole of K, with `block` computing one
-// 32 x 32 block of a K chunk as amx_block does.
-template <typename Block>
-AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* buffer, Block block) {
+// Macro blocks [lo, hi), each over the whole of K, with `strip` computing the
+// 32 x 32 blocks of a K chunk down one 32-column strip as amx_strip does.
+template <typename Strip>
+AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* buffer, Strip strip) {
   const BlockedSums sums{buffer, p.nc};
   for (std::int64_t t = lo; t < hi; ++t) {
     const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
@@ -125,9 +125,9 @@ AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_
     for (std::int64_t k0 = 0; k0 < p.kp; k0 += p.kc) {
       const std::int64_t steps = std::min(p.kc, p.kp - k0) / kKStep;
       for (std::int64_t j = 0; j < cols; j += kBlock)
-        for (std::int64_t i = 0; i < rows; i += kBlock)
-          block(p.a_tiles(r0 + i, k0), p.panel(c0 + j, k0), p.panel(c0 + j + kPanel, k0), steps, sums.at(i, j),
-                BlockedSums::kLd, k0 > 0);
+        strip([&](std::int64_t i) { return p.a_tiles(r0 + i * kBlock, k0); }, rows / kBlock, p.panel(c0 + j, k0),
+              p.panel(c0 + j + kPanel, k0), steps, sums.at(0, j), sums.at(kBlock, j) - sums.at(0, j), BlockedSums::kLd,
+              k0 > 0);
     }
     round_into_c(p.g, r0, std::min(rows, p.g.m - r0), c0, std::min(cols, p.g.n - c0), sums);
   }
@@ -135,33 +135,38 @@ AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_
 
 // The two kernels as macro_blocks calls them. Functors with force-inlined
 // calls, not lambdas: a lambda's body is compiled for the build's baseline,
-// not for the target of the entry point that calls it.
+// not for the target of the entry point that calls it. (The A tiles' lambda
+// is only called from inside them, where it is inlined.)
 template <typename Tiles>
-struct AmxBlock {
+struct AmxStrip {
   Tiles& tiles;
-  AG_ALWAYS_INLINE void operator()(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
-                                   float* c, std::int64_t ldc, bool accumulate) const {
-    amx_block(tiles, a, b0, b1, steps, c, ldc, accumulate);
+  template <typename AOf>
+  AG_ALWAYS_INLINE void operator()(AOf a_of, std::int64_t blocks, const bfloat16* b0, const bfloat16* b1,
+                                   std::int64_t steps, float* c, std::int64_t c_step, std::int64_t ldc,
+                                   bool accumulate) const {
+    amx_strip(tiles, a_of, blocks, b0, b1, steps, c, c_step, ldc, accumulate);
   }
 };
 template <typename Vectors>
-struct Dpbf16Block {
-  AG_ALWAYS_INLINE void operator()(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
-                                   float* c, std::int64_t ldc, bool accumulate) const {
-    dpbf16_block<Vectors>(a, b0, b1, steps, c, ldc, accumulate);
+struct Dpbf16Strip {
+  template <typename AOf>
+  AG_ALWAYS_INLINE void operator()(AOf a_of, std::int64_t blocks, const bfloat16* b0, const bfloat16* b1,
+                                   std::int64_t steps, float* c, std::int64_t c_step, std::int64_t ldc,
+                                   bool accumulate) const {
+    for (std::int64_t i = 0; i < blocks; ++i) dpbf16_block<Vectors>(a_of(i), b0, b1, steps, c + i * c_step, ldc, accumulate);
   }
 };
 
 template <typename Tiles>
 AG_ALWAYS_INLINE void amx_macro_blocks(Tiles& tiles, const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
   tiles.configure(kernel_tile_config());
-  macro_blocks(p, lo, hi, sums, AmxBlock<Tiles>{tiles});
+  macro_blocks(p, lo, hi, sums, AmxStrip<Tiles>{tiles});
   tiles.release();
 }
 
 template <typename Vectors>
 AG_ALWAYS_INLINE void dpbf16_macro_blocks(const Packed& p, std::int64_t lo, std::int64_t hi, float* sums) {
-  macro_blocks(p, lo, hi, sums, Dpbf16Block<Vectors>{});
+  macro_blocks(p, lo, hi, sums, Dpbf16Strip<Vectors>{});
 }
 
 // The entry points: the hardware ones only where bf16_kernel() found their instructions.
