@@ -160,7 +160,8 @@ AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, c
 // one's was stored, after its last product: over 8 steps (a K chunk of 256)
 // the tile unit then waited a C store and load in every 40 instructions. Here
 // C tiles 0 and 1 are stored and the next block's loaded while the last step's
-// products into tiles 2 and 3 run.
+// products into tiles 2 and 3 run, and tiles 2 and 3 while the next block's
+// first products into 0 and 1 do.
 template <typename Tiles, typename AOf>
 AG_ALWAYS_INLINE void amx_strip(Tiles& t, AOf a_of, std::int64_t blocks, const bfloat16* b0, const bfloat16* b1,
                                 std::int64_t steps, float* c, std::int64_t c_step, std::int64_t ldc, bool accumulate) {
@@ -190,33 +191,36 @@ AG_ALWAYS_INLINE void amx_strip(Tiles& t, AOf a_of, std::int64_t blocks, const b
       t.template load<7>(b1 + s * kTileValues, kTileRow);
       t.template dot<0, 4, 6>();
       t.template dot<1, 4, 7>();
-      if (s + 1 < steps) {
-        t.template dot<2, 5, 6>();
-        t.template dot<3, 5, 7>();
-        continue;
+      if (s == 0 && i > 0) {  // the last block's tiles 2 and 3 are done
+        float* last_c = block_c - c_step;
+        t.template store<2>(last_c + 16 * ldc, c_stride);
+        t.template store<3>(last_c + 16 * ldc + 16, c_stride);
+        if (accumulate) {
+          t.template load<2>(block_c + 16 * ldc, c_stride);
+          t.template load<3>(block_c + 16 * ldc + 16, c_stride);
+        } else {
+          t.template zero<2>();
+          t.template zero<3>();
+        }
       }
-      t.template store<0>(block_c, c_stride);
-      t.template store<1>(block_c + 16, c_stride);
-      if (more && accumulate) {
-        t.template load<0>(next_c, c_stride);
-        t.template load<1>(next_c + 16, c_stride);
-      } else if (more) {
-        t.template zero<0>();
-        t.template zero<1>();
+      if (s + 1 == steps) {  // tiles 0 and 1 are done
+        t.template store<0>(block_c, c_stride);
+        t.template store<1>(block_c + 16, c_stride);
+        if (more && accumulate) {
+          t.template load<0>(next_c, c_stride);
+          t.template load<1>(next_c + 16, c_stride);
+        } else if (more) {
+          t.template zero<0>();
+          t.template zero<1>();
+        }
       }
       t.template dot<2, 5, 6>();
       t.template dot<3, 5, 7>();
-      t.template store<2>(block_c + 16 * ldc, c_stride);
-      t.template store<3>(block_c + 16 * ldc + 16, c_stride);
-      if (more && accumulate) {
-        t.template load<2>(next_c + 16 * ldc, c_stride);
-        t.template load<3>(next_c + 16 * ldc + 16, c_stride);
-      } else if (more) {
-        t.template zero<2>();
-        t.template zero<3>();
-      }
     }
   }
+  float* last_c = c + (blocks - 1) * c_step;
+  t.template store<2>(last_c + 16 * ldc, c_stride);
+  t.template store<3>(last_c + 16 * ldc + 16, c_stride);
 }
 
 }  // namespace attograd::cpu::bf16_gemm
