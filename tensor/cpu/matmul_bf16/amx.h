@@ -119,43 +119,10 @@ struct AmxModel {
   }
 };
 
-// One 32 x 32 block of C over `steps` steps of 32 K values: c (float32, rows
-// ldc apart) = (accumulate ? c : 0) + A B, with A's tiles as ATiles says, B's
-// from the panels at b0 and b1 (step s's tile the 1 KiB at 512 s values on).
-template <typename Tiles>
-AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
-                                float* c, std::int64_t ldc, bool accumulate) {
-  constexpr std::int64_t kTileRow = 64, kTileValues = 16 * kKStep;
-  const std::int64_t c_stride = ldc * 4, a_stride = a.row * 2;  // bytes from one row to the next
-  if (accumulate) {
-    t.template load<0>(c, c_stride);
-    t.template load<1>(c + 16, c_stride);
-    t.template load<2>(c + 16 * ldc, c_stride);
-    t.template load<3>(c + 16 * ldc + 16, c_stride);
-  } else {
-    t.template zero<0>();
-    t.template zero<1>();
-    t.template zero<2>();
-    t.template zero<3>();
-  }
-  for (std::int64_t s = 0; s < steps; ++s) {
-    t.template load<4>(a.rows0 + s * a.step, a_stride);
-    t.template load<5>(a.rows16 + s * a.step, a_stride);
-    t.template load<6>(b0 + s * kTileValues, kTileRow);
-    t.template load<7>(b1 + s * kTileValues, kTileRow);
-    t.template dot<0, 4, 6>();
-    t.template dot<1, 4, 7>();
-    t.template dot<2, 5, 6>();
-    t.template dot<3, 5, 7>();
-  }
-  t.template store<0>(c, c_stride);
-  t.template store<1>(c + 16, c_stride);
-  t.template store<2>(c + 16 * ldc, c_stride);
-  t.template store<3>(c + 16 * ldc + 16, c_stride);
-}
-
-// amx_block over `blocks` 32 x 32 blocks of one 32-column strip of C that
-// share B's panels: block i's A tiles a_of(i), its C at c + i * c_step. AMX's
+// `blocks` 32 x 32 blocks of one 32-column strip of C (float32, rows ldc
+// apart) = (accumulate ? C : 0) + A B over `steps` steps of 32 K values, the
+// blocks sharing B's panels at b0 and b1 (step s's tile the 1 KiB at 512 s
+// values on): block i's A tiles a_of(i), its C at c + i * c_step. AMX's
 // tiles are not renamed, so a block's C could only be loaded once the last
 // one's was stored, after its last product: over 8 steps (a K chunk of 256)
 // the tile unit then waited a C store and load in every 40 instructions. Here
@@ -221,6 +188,16 @@ AG_ALWAYS_INLINE void amx_strip(Tiles& t, AOf a_of, std::int64_t blocks, const b
   float* last_c = c + (blocks - 1) * c_step;
   t.template store<2>(last_c + 16 * ldc, c_stride);
   t.template store<3>(last_c + 16 * ldc + 16, c_stride);
+}
+
+// One 32 x 32 block of C over `steps` steps of 32 K values: c (float32, rows
+// ldc apart) = (accumulate ? c : 0) + A B, with A's tiles as ATiles says, B's
+// from the panels at b0 and b1 (step s's tile the 1 KiB at 512 s values on):
+// a strip of one block.
+template <typename Tiles>
+AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps,
+                                float* c, std::int64_t ldc, bool accumulate) {
+  amx_strip(t, [&a](std::int64_t) { return a; }, 1, b0, b1, steps, c, 0, ldc, accumulate);
 }
 
 }  // namespace attograd::cpu::bf16_gemm
