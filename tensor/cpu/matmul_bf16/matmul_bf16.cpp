@@ -265,11 +265,13 @@ void gemm_widened(const Bf16Gemm& g) {
 }
 
 // Whether C^T = B^T A^T packs for less than C = A B: a transposed A (the
-// weight gradient's dy^T) is packed by 8 x 8 transposes of lines from rows far
-// apart, at about twice the cost per value of the row-major B, so the smaller of
-// the two should be the transposed one. At the shakespeare_char size, dW of the
-// MLP's first layer (1536 x 384, K = 4096) took 5.0 ms, its transposed problem 3.0.
-// Each C value is the same sum in the same order either way.
+// weight gradient's dy^T) is packed by transposes of lines from rows far
+// apart, at more cost per value than the row-major B (about twice with SSE2's
+// 8 x 8 transposes, 1.3 times with AVX-512's 32 x 32), so the smaller of the
+// two should be the transposed one. At the shakespeare_char size, dW of the
+// MLP's first layer (1536 x 384, K = 4096) took 5.0 ms, its transposed problem
+// 3.2 (with SSE2's transposes). Each C value is the same sum in the same order
+// either way.
 bool transposed_pays(const Bf16Gemm& g) {
   const bool a_transposed = g.a.row_stride == 1 && g.a.col_stride != 1, b_row_major = g.b.col_stride == 1;
   return a_transposed && b_row_major && g.n < g.m && !g.bias;

@@ -19,9 +19,8 @@
 #include <cstring>
 
 #include "base/bfloat16.h"
-#include "tensor/cpu/vec_math.h"
-
 #include "tensor/cpu/matmul_bf16/isa.h"
+#include "tensor/cpu/vec_math.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
