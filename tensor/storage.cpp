@@ -1,12 +1,12 @@
 #include "tensor/storage.h"
 
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "base/error.h"
 #include "cuda/runtime.h"
+#include "tensor/cpu/host_memory.h"
 
 namespace attograd {
 namespace {
@@ -28,7 +28,7 @@ class CpuCache {
       return p;
     }
     ++stats_.allocations;
-    void* p = std::aligned_alloc(64, round_up(nbytes));
+    void* p = cpu::allocate_host(nbytes);
     if (!p) fail("alloc", "out of memory allocating {} bytes", nbytes);
     return p;
   }
@@ -36,7 +36,7 @@ class CpuCache {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= nbytes;
     if (stats_.bytes_cached + nbytes > kMaxCachedBytes) {
-      std::free(p);  // the cache is full: sizes this varied are not a training loop's
+      cpu::free_host(p);  // the cache is full: sizes this varied are not a training loop's
       return;
     }
     stats_.bytes_cached += nbytes;
@@ -45,7 +45,7 @@ class CpuCache {
   void release() {
     std::lock_guard lock(mutex_);
     for (auto& [size, blocks] : free_)
-      for (void* p : blocks) std::free(p);
+      for (void* p : blocks) cpu::free_host(p);
     free_.clear();
     stats_.bytes_cached = 0;
   }
@@ -56,7 +56,6 @@ class CpuCache {
 
  private:
   static constexpr std::size_t kMaxCachedBytes = std::size_t{4} << 30;  // 4 GiB
-  static std::size_t round_up(std::size_t n) { return (std::max<std::size_t>(n, 1) + 63) / 64 * 64; }
   std::mutex mutex_;
   std::map<std::size_t, std::vector<void*>> free_;
   CpuAllocStats stats_;

@@ -2,9 +2,12 @@
 // and the allocation cache that makes steady-state steps allocation-free.
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <thread>
 
 #include "helpers.h"
+#include "tensor/cpu/host_memory.h"
 #include "tensor/parallel.h"
 
 using namespace attograd;
@@ -133,4 +136,22 @@ TEST_CASE("a repeated computation is served from the allocation cache", "[parall
   const CpuAllocStats after = cpu_alloc_stats();
   CHECK(after.allocations == before.allocations);
   CHECK(after.reuses > before.reuses);
+}
+
+TEST_CASE("host blocks start on a cache line, and from 2 MiB on a huge page's boundary", "[parallel][alloc]") {
+  constexpr std::size_t huge = cpu::kHugePageBytes;
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, huge - 64, huge, 3 * huge + 100}) {
+    void* p = cpu::allocate_host(n);
+    REQUIRE(p != nullptr);
+    const auto address = reinterpret_cast<std::uintptr_t>(p);
+    CHECK(address % 64 == 0);
+    CHECK((n < huge || address % huge == 0));
+    std::memset(p, 1, n);  // all of it usable: ASan's build checks the bounds
+    cpu::free_host(p);
+  }
+  // A tensor's storage is such a block, from the cache or fresh.
+  for (int i = 0; i < 2; ++i) {
+    const Tensor big = empty({std::int64_t(huge)});  // 8 MiB of float32
+    CHECK(reinterpret_cast<std::uintptr_t>(big.raw_data()) % huge == 0);
+  }
 }
