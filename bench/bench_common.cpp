@@ -10,6 +10,7 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "tensor/cpu/attention/attention.h"
+#include "tensor/cpu/blas_setup.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
 
@@ -32,7 +33,9 @@ const bool context_added = [] {
     benchmark::AddCustomContext("bf16_isa", e.what());
   }
   // OpenBLAS's kernel family ("SkylakeX", "Haswell"): its own choice for this
-  // CPU, or OPENBLAS_CORETYPE's, which some environments set.
+  // CPU, OPENBLAS_CORETYPE's, which some environments set, or prepare_blas's
+  // where OpenBLAS does not know the CPU.
+  prepare_blas();
   benchmark::AddCustomContext("blas_core", openblas_get_corename());
   return true;
 }();

@@ -1,7 +1,5 @@
 #include "tensor/parallel.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,8 +10,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "base/error.h"
 
@@ -201,33 +197,6 @@ void set_num_threads(int n) {
   AG_CHECK(n >= 1, "set_num_threads", "thread count must be >= 1, got {}", n);
   std::lock_guard lock(run_mutex);
   pool().resize(n);
-}
-
-void ensure_blas_single_threaded() {
-  static const bool done = [] {
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
-}
-
-std::string blas_kernels_note() {
-#if defined(__x86_64__)
-  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
-  if (!chosen || !*chosen) return "";  // OpenBLAS's own choice
-  const std::string core = openblas_get_corename();
-  __builtin_cpu_init();
-  const bool avx512_kernels = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-  const bool avx512_cpu = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  if (!avx512_cpu || avx512_kernels) return "";
-  // Measured on a Zen 5 core: a 2048-cube SGEMM took 133 ms on the Haswell kernels, 69 on OpenBLAS's own choice.
-  return fmt::format("note: OPENBLAS_CORETYPE={} keeps OpenBLAS on its {} kernels on this AVX-512 CPU, where its own "
-                     "choice multiplies about twice as fast (unset it unless that is meant)",
-                     chosen, core);
-#else
-  return "";
-#endif
 }
 
 int get_num_threads() { return pool().size(); }

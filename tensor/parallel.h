@@ -2,13 +2,13 @@
 // attograd's one threading scheme on the CPU: a small pool of workers runs
 // every parallel loop, GEMMs included; between jobs they wait actively for at
 // most 50 us, then sleep (tensor/parallel.cpp). OpenBLAS is kept
-// single-threaded and called from our workers on slices of each product: its
-// own pthread pool spins in sched_yield between calls, and beside ours on two
-// cores that made 2 threads 2.3x slower than 1 on a training step.
+// single-threaded (tensor/cpu/blas_setup.h) and called from our workers on
+// slices of each product: its own pthread pool spins in sched_yield between
+// calls, and beside ours on two cores that made 2 threads 2.3x slower than 1
+// on a training step.
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <string>
 
 namespace attograd {
 
@@ -16,12 +16,6 @@ namespace attograd {
 inline constexpr std::int64_t kParallelGrain = 32768;
 
 void set_num_threads(int n);  // n >= 1
-// Keeps OpenBLAS single-threaded; called before any BLAS call (cheap after the first).
-void ensure_blas_single_threaded();
-// A line for the user when OPENBLAS_CORETYPE keeps OpenBLAS on kernels
-// narrower than this CPU runs (its AVX2 ones on an AVX-512 CPU: half the
-// speed of every product); empty otherwise.
-std::string blas_kernels_note();
 int get_num_threads();
 
 // Calls fn(begin, end) on disjoint chunks covering [begin, end), at least

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -31,6 +33,7 @@
 #include "fuzz/targets.h"
 #include "helpers.h"
 #include "program_helpers.h"
+#include "tensor/cpu/blas_setup.h"
 #include "train/cli/cli.h"
 #include "train/cli/commands.h"
 #include "train/data/tasks.h"
@@ -504,6 +507,36 @@ TEST_CASE("OPENBLAS_CORETYPE that narrows OpenBLAS's kernels on an AVX-512 CPU g
     else
       CHECK_THAT(run.out(), !Catch::Contains("note: OPENBLAS_CORETYPE"));
   }
+}
+
+// OpenBLAS 0.3.21 (Debian 12's) took an Emerald Rapids Xeon (family 6 model
+// 207), which its tables do not know, for a Prescott: SSE3 kernels, a ninth of
+// the speed of every float32 product. Where it falls back so, and the user did
+// not choose, prepare_blas gives it this CPU's kernels.
+TEST_CASE("OpenBLAS's generic fallback kernels are replaced by the CPU's own, a user's choice is kept", "[reliability][blas]") {
+  cpu::VectorIsa avx512_bf16, avx512, avx2, sse;
+  avx512_bf16.avx2_fma = avx512_bf16.avx512 = avx512_bf16.avx512_bf16 = true;
+  avx512.avx2_fma = avx512.avx512 = true;
+  avx2.avx2_fma = true;
+  CHECK(std::string(cpu::blas_kernels_instead_of("Prescott", avx512_bf16)) == "Cooperlake");
+  CHECK(std::string(cpu::blas_kernels_instead_of("Prescott", avx512)) == "SkylakeX");
+  CHECK(std::string(cpu::blas_kernels_instead_of("Katmai", avx2)) == "Haswell");
+  CHECK(cpu::blas_kernels_instead_of("Prescott", sse) == nullptr);  // nothing better to give
+  for (const char* known : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen"})
+    CHECK(cpu::blas_kernels_instead_of(known, avx512_bf16) == nullptr);  // OpenBLAS's own pick of a known CPU
+
+  // This process: after prepare_blas, OpenBLAS runs no generic kernels on a CPU with AVX2
+  // (unless OPENBLAS_CORETYPE chose them), and a CLI run says when it replaced them.
+  prepare_blas();
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if ((!forced || !*forced) && cpu::this_cpu_vector_isa().avx2_fma) {
+    INFO("OpenBLAS core: " << openblas_get_corename());
+    CHECK(cpu::blas_kernels_instead_of(openblas_get_corename(), cpu::this_cpu_vector_isa()) == nullptr);
+  }
+  TempDir tmp;
+  Child forced_run(tiny_run(tmp / "a", 1), tmp.path, {"OPENBLAS_CORETYPE=Prescott"});
+  REQUIRE(forced_run.exit_code() == 0);
+  CHECK_THAT(forced_run.out(), !Catch::Contains("attograd gave it"));  // the user's choice stands
 }
 
 // ---- interrupted runs ------------------------------------------------------------------

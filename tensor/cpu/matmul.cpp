@@ -9,6 +9,7 @@
 // wide and short), one single-threaded GEMM each.
 #include <cblas.h>
 
+#include "tensor/cpu/blas_setup.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
@@ -53,7 +54,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
   const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
   const MatmulBatches batch(a.t, b.t, batch_shape);
   const std::int64_t batches = batch.count();
-  ensure_blas_single_threaded();
+  prepare_blas();
   AG_DISPATCH_FLOAT(out.dtype(), "matmul", [&] {
     const auto* pa = a.t.data<scalar_t>();
     const auto* pb = b.t.data<scalar_t>();

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
+#include "tensor/cpu/blas_setup.h"
 #include "tensor/kernels.h"
 #include "tensor/parallel.h"
 #include "train/cli/commands.h"

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "tensor/cpu/blas_setup.h"
 #include "tensor/cpu/matmul_bf16/amx.h"
 #include "tensor/cpu/matmul_bf16/dpbf16.h"
 #include "tensor/cpu/scratch.h"
@@ -253,7 +254,7 @@ void gemm_widened(const Bf16Gemm& g) {
     for (std::int64_t kk = 0; kk < g.k; ++kk) a[r * g.k + kk] = g.a.at(r, kk);
   for (std::int64_t kk = 0; kk < g.k; ++kk)
     for (std::int64_t j = 0; j < g.n; ++j) b[kk * g.n + j] = g.b.at(kk, j);
-  ensure_blas_single_threaded();
+  prepare_blas();
   parallel_for(0, g.m, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(g.n, 1)),
                [&](std::int64_t lo, std::int64_t hi) {
                  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, g.n, g.k, 1.0f, a.data() + lo * g.k,

@@ -1,0 +1,99 @@
+#include "tensor/cpu/blas_setup.h"
+
+#include <cblas.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+// OpenBLAS's DYNAMIC_ARCH entry points and its thread server's shutdown
+// (exported by Debian's build, not declared in cblas.h): weak, so that a BLAS
+// without them links too, and keeps its own kernels. Between quit and init
+// OpenBLAS has no kernel table, and any thread of its own that allocates a
+// buffer then (its server threads do as they start, at load time) picks the
+// table again by itself: that raced with ours and crashed 1 start in 40. So
+// its server threads, idle anyway (attograd calls OpenBLAS single-threaded),
+// are joined first, and no BLAS call runs before prepare_blas is done.
+extern "C" {
+__attribute__((weak)) void gotoblas_dynamic_init(void);
+__attribute__((weak)) void gotoblas_dynamic_quit(void);
+__attribute__((weak)) int blas_thread_shutdown_(void);
+}
+
+namespace attograd {
+namespace cpu {
+
+VectorIsa this_cpu_vector_isa() {
+  VectorIsa isa;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  isa.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  isa.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  isa.avx512_bf16 = isa.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+  return isa;
+}
+
+const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& cpu) {
+  // The cores OpenBLAS falls back to on a CPU its tables do not know: 32-bit
+  // or SSE3-era kernels no x86-64 CPU with AVX2 should run.
+  const bool generic = picked == "Prescott" || picked == "Katmai" || picked == "Core2" || picked == "Unknown";
+  if (!generic) return nullptr;
+  if (cpu.avx512_bf16) return "Cooperlake";
+  if (cpu.avx512) return "SkylakeX";
+  if (cpu.avx2_fma) return "Haswell";
+  return nullptr;
+}
+
+}  // namespace cpu
+
+namespace {
+
+std::string replaced_core;  // OpenBLAS's own pick, when prepare_blas replaced it
+
+// OpenBLAS's kernels chosen again, as OPENBLAS_CORETYPE would at load time,
+// where its own pick was a generic one and the user did not choose.
+void choose_blas_kernels() {
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if ((forced && *forced) || !gotoblas_dynamic_init || !gotoblas_dynamic_quit || !blas_thread_shutdown_) return;
+  const std::string picked = openblas_get_corename();
+  const char* instead = cpu::blas_kernels_instead_of(picked, cpu::this_cpu_vector_isa());
+  if (!instead) return;
+  blas_thread_shutdown_();
+  gotoblas_dynamic_quit();
+  setenv("OPENBLAS_CORETYPE", instead, 1);  // read by gotoblas_dynamic_init, as at load time
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");  // child processes decide for themselves
+  replaced_core = picked;
+}
+
+}  // namespace
+
+void prepare_blas() {
+  static const bool done = [] {
+    choose_blas_kernels();
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
+
+std::string blas_kernels_note() {
+  prepare_blas();
+  if (!replaced_core.empty())
+    return fmt::format("note: OpenBLAS took this CPU for a {} (SSE3 kernels); attograd gave it its {} kernels "
+                       "(OPENBLAS_CORETYPE chooses others)",
+                       replaced_core, openblas_get_corename());
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  if (!chosen || !*chosen) return "";  // OpenBLAS's own choice
+  const std::string core = openblas_get_corename();
+  const bool avx512_kernels = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  if (!cpu::this_cpu_vector_isa().avx512 || avx512_kernels) return "";
+  // Measured on a Zen 5 core: a 2048-cube SGEMM took 133 ms on the Haswell kernels, 69 on OpenBLAS's own choice.
+  return fmt::format("note: OPENBLAS_CORETYPE={} keeps OpenBLAS on its {} kernels on this AVX-512 CPU, where its own "
+                     "choice multiplies about twice as fast (unset it unless that is meant)",
+                     chosen, core);
+}
+
+}  // namespace attograd

@@ -1,0 +1,33 @@
+#pragma once
+// OpenBLAS, set up once before its first call: single-threaded (the pool's
+// threads each call it on their own slice), and on the AVX-512 or AVX2
+// kernels of this CPU where OpenBLAS's own detection does not know the CPU and
+// falls back to its generic SSE3 ones (Debian 12's 0.3.21 on an Emerald
+// Rapids Xeon, family 6 model 207: a ninth of the speed of every product).
+#include <string>
+
+namespace attograd {
+
+// Called before any BLAS call (cheap after the first).
+void prepare_blas();
+
+namespace cpu {
+
+// What prepare_blas decides from the kernels OpenBLAS picked by itself and
+// this CPU's vector instructions: the kernel family to give it instead
+// ("Cooperlake", "SkylakeX", "Haswell"), or nullptr to keep its pick.
+struct VectorIsa {
+  bool avx2_fma = false, avx512 = false, avx512_bf16 = false;
+};
+VectorIsa this_cpu_vector_isa();
+const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& cpu);
+
+}  // namespace cpu
+
+// A line for the user about OpenBLAS's kernels, or empty: when prepare_blas
+// replaced OpenBLAS's own pick, or when OPENBLAS_CORETYPE keeps it on kernels
+// narrower than this CPU runs (its AVX2 ones on an AVX-512 CPU: half the
+// speed of every product).
+std::string blas_kernels_note();
+
+}  // namespace attograd
