@@ -81,9 +81,11 @@ Bf16Kernel widest() {
 
 // The default: AMX where it runs, else the product widened to float32. The
 // AVX512_BF16 kernel runs only when ATTOGRAD_BF16_ISA names it: on the Sapphire
-// Rapids class Xeon it was measured on, 2048^3 ran at 144 GFLOP/s on 2 threads,
-// half the widened product's 277 (OpenBLAS's float32), at 23% of VDPBF16PS's
-// own peak there (bench: matmul_bf16/2048, bf16_peak/avx512_bf16).
+// and Emerald Rapids class Xeons it was measured on, VDPBF16PS issues about once
+// every 2 cycles, so its peak is half float32's FMA rate (bf16_peak/avx512_bf16
+// 141 GFLOP/s against fma_peak/avx512's 290, 2 threads), and the kernel, at 70%
+// of it (matmul_bf16/2048 98 GFLOP/s), takes twice the widened product's time
+// (190, OpenBLAS's float32). Not measured on AMD Zen 4/5.
 Bf16Kernel preferred() { return runs().amx ? Bf16Kernel::amx : Bf16Kernel::widen; }
 
 }  // namespace
