@@ -526,7 +526,7 @@ TEST_CASE("OpenBLAS's generic fallback kernels are replaced by the CPU's own, a 
     CHECK(cpu::blas_kernels_instead_of(known, avx512_bf16) == nullptr);  // OpenBLAS's own pick of a known CPU
 
   // This process: after prepare_blas, OpenBLAS runs no generic kernels on a CPU with AVX2
-  // (unless OPENBLAS_CORETYPE chose them), and a CLI run says when it replaced them.
+  // (unless OPENBLAS_CORETYPE chose them); a CLI run whose user chose them keeps them.
   prepare_blas();
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   if ((!forced || !*forced) && cpu::this_cpu_vector_isa().avx2_fma) {
