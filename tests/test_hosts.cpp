@@ -144,7 +144,8 @@ std::unique_ptr<Child> start_endless(const Hosts& hosts, int n, const std::strin
 void check_stopped(Child& run, Clock::time_point failed, const std::string& dir, const std::string& silent) {
   const int status = run.wait(60s);
   const double stopped = seconds_since(failed);
-  INFO("stdout: " << run.out() << "\nstderr: " << run.err());
+  // stderr first: a failure's report is cut short, and stdout holds only progress.
+  INFO("stderr: " << run.err() << "\nstdout: " << run.out());
   CHECK(stopped < kStopsWithin);
   CHECK(failed_status(status));
   CHECK(std::regex_search(run.err(), std::regex("attograd: error: rank 0 \\(h1\\) stopped the run at step [0-9]+: .* "
@@ -171,6 +172,98 @@ TEST_CASE("silence_message names the rank, its host, the step, the operation and
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("every process answered"));
   s.signal = "SIGTERM";
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("(SIGTERM from mpirun before --comm-timeout 10)"));
+}
+
+namespace {
+
+using train::distributed::SignsOfLife;
+
+// Polls from `from` to `to` every `every`, as a wait does; `on_poll` sees each.
+template <typename OnPoll>
+SignsOfLife::Clock::time_point poll_for(SignsOfLife& signs, SignsOfLife::Clock::time_point from,
+                                        SignsOfLife::Clock::duration to, SignsOfLife::Clock::duration every,
+                                        OnPoll on_poll) {
+  SignsOfLife::Clock::time_point now = from;
+  for (; now < from + to; now += every) {
+    signs.poll(now);
+    on_poll(now);
+  }
+  return now;
+}
+
+}  // namespace
+
+TEST_CASE("signs of life: a peer heard every second stays heard, and falls silent 3 s of polling after its last",
+          "[hosts]") {
+  SignsOfLife signs(3, 0);
+  const SignsOfLife::Clock::time_point t0{};
+  signs.begin(t0);
+  CHECK(signs.silent() == std::vector<int>{1, 2});  // nobody heard yet
+  // Rank 1 every second for 5 s, rank 2 never.
+  SignsOfLife::Clock::time_point last = t0;
+  auto now = poll_for(signs, t0, 5s, 10ms, [&](auto at) {
+    if (at - last >= 1s) signs.heard(1), last = at;
+  });
+  CHECK(signs.silent() == std::vector<int>{2});
+  now = poll_for(signs, now, last + 2900ms - now, 10ms, [](auto) {});  // 2.9 s after rank 1's last
+  CHECK(signs.silent() == std::vector<int>{2});
+  poll_for(signs, now, 200ms, 10ms, [](auto) {});
+  CHECK(signs.silent() == std::vector<int>{1, 2});
+}
+
+TEST_CASE("signs of life: a message read late, after this process stalled past the deadline, still lets the "
+          "cut-off peer be named",
+          "[hosts]") {
+  SignsOfLife signs(2, 0);
+  const SignsOfLife::Clock::time_point t0{};
+  const SignsOfLife::Clock::time_point deadline = t0 + 5s;
+  signs.begin(t0);
+  auto now = poll_for(signs, t0, 900ms, 10ms, [](auto) {});
+  // Descheduled for 4.3 s; then rank 1's message, sent before its link went
+  // down, is read (on the wall clock it is fresh at the deadline).
+  now += 4300ms;
+  signs.poll(now);
+  signs.heard(1);
+  REQUIRE(now > deadline);
+  CHECK(signs.silent().empty());
+  bool waiting = true;
+  while (waiting) {
+    now += 10ms;
+    signs.poll(now);
+    waiting = signs.grace(now, deadline);
+  }
+  CHECK(signs.silent() == std::vector<int>{1});
+  CHECK(now - deadline < 3500ms);  // 0.2 s late + 3 s of polling
+}
+
+TEST_CASE("signs of life: the grace past the deadline is bounded, for a peer that answers and for a starved poller",
+          "[hosts]") {
+  const SignsOfLife::Clock::time_point t0{};
+  const SignsOfLife::Clock::time_point deadline = t0 + 5s;
+  SECTION("a peer heard every second, its operation never done: the grace ends after 3.5 s of polling") {
+    SignsOfLife signs(2, 0);
+    signs.begin(t0);
+    auto now = t0;
+    SignsOfLife::Clock::time_point last = t0;
+    for (; now < deadline || signs.grace(now, deadline); now += 10ms) {
+      signs.poll(now);
+      if (now - last >= 1s) signs.heard(1), last = now;
+    }
+    CHECK(signs.silent().empty());
+    CHECK(now - deadline >= 3400ms);
+    CHECK(now - deadline <= 3600ms);
+  }
+  SECTION("polls 1 s apart (each counts 0.1 s of polling): the wall clock ends the grace 6 s past the deadline") {
+    SignsOfLife signs(2, 0);
+    signs.begin(t0);
+    auto now = t0;
+    for (; now < deadline || signs.grace(now, deadline); now += 1s) {
+      signs.poll(now);
+      signs.heard(1);
+    }
+    CHECK(now - deadline >= 6s);
+    CHECK(now - deadline <= 7s);
+  }
 }
 
 TEST_CASE("a --comm-timeout outside [1, 86400] seconds is refused, naming the flag", "[hosts]") {

@@ -48,13 +48,12 @@ using Clock = std::chrono::steady_clock;
 // run's can match one), carrying the number of collectives it has started.
 // Every process starts the same collectives in the same order, so a message
 // counts as a sign of life in this wait only if its sender has reached this
-// collective: one sent in an earlier wait, read late, does not.
+// collective: one sent in an earlier wait, read late, does not. When each was
+// heard, and who fell silent, is SignsOfLife's (watchdog.h).
 class Liveness {
  public:
-  static constexpr int kRecentSeconds = 3;  // three of the messages a second
-  explicit Liveness(int size) : heard_(static_cast<std::size_t>(size)) {
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");
-    MPI_Comm_rank(comm_, &rank_);
+  Liveness(int size, int rank) : rank_(rank), size_(size), signs_(size, rank) {
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup");  // a duplicate: the same ranks
     post_receive();
   }
   ~Liveness() {
@@ -66,14 +65,15 @@ class Liveness {
   // A wait in collective number `collective` has lasted kQuietSeconds: from now on, listen.
   void begin(std::int64_t collective, Clock::time_point now) {
     collective_ = collective;
-    std::fill(heard_.begin(), heard_.end(), Clock::time_point{});
+    signs_.begin(now);
     next_send_ = now;
   }
   // Sends this second's messages (once a second) and reads what arrived.
   void poll(Clock::time_point now) {
+    signs_.poll(now);
     if (now >= next_send_) {
       sent_ = collective_;  // one buffer for every send: it must outlive them, and never changes under them
-      for (int r = 0; r < static_cast<int>(heard_.size()); ++r) {
+      for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
         MPI_Request request;
         // Never waited for: a message to a host that is gone may never leave.
@@ -86,20 +86,15 @@ class Liveness {
       MPI_Status status;
       check(MPI_Test(&incoming_, &arrived, &status), "MPI_Test");
       if (!arrived) return;
-      if (received_ >= collective_) heard_[static_cast<std::size_t>(status.MPI_SOURCE)] = now;
+      if (received_ >= collective_) signs_.heard(status.MPI_SOURCE);
       post_receive();
     }
   }
-  // The ranks nothing was heard from in the last kRecentSeconds. Not "since
-  // begin()": what a host sent just before its link went down can still be read
-  // after (sent while this process was busy elsewhere, say evaluating).
-  std::vector<int> silent(Clock::time_point now) const {
-    std::vector<int> ranks;
-    for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
-      if (r != rank_ && now - heard_[static_cast<std::size_t>(r)] > std::chrono::seconds(kRecentSeconds))
-        ranks.push_back(r);
-    return ranks;
-  }
+  // The ranks nothing was heard from lately. Not "since begin()": what a host
+  // sent just before its link went down can still be read after (sent while
+  // this process was busy elsewhere, say evaluating).
+  std::vector<int> silent() const { return signs_.silent(); }
+  bool grace(Clock::time_point now, Clock::time_point deadline) { return signs_.grace(now, deadline); }
 
  private:
   static constexpr int kTag = 1;
@@ -109,9 +104,9 @@ class Liveness {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Request incoming_ = MPI_REQUEST_NULL;
-  int rank_ = 0;
+  int rank_ = 0, size_ = 0;
   std::int64_t received_ = 0, sent_ = 0, collective_ = 0;
-  std::vector<Clock::time_point> heard_;  // when each rank was last heard in this wait
+  SignsOfLife signs_;
   Clock::time_point next_send_;
 };
 
@@ -156,7 +151,7 @@ class MpiWorld final : public Communicator {
     MPI_Get_library_version(version, &length);
     engine_ = std::string(version, static_cast<std::size_t>(length));
     engine_ = engine_.substr(0, engine_.find_first_of(",\n"));  // "Open MPI v4.1.4"
-    liveness_.emplace(size_);
+    liveness_.emplace(size_, rank_);
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
     hosts_ = all_gather(host);
@@ -265,13 +260,12 @@ class MpiWorld final : public Communicator {
         liveness_->poll(now);
       }
       const int signal = stop_signal_ && child_of_mpirun_ ? stop_signal_() : 0;
-      // At the deadline with every rank heard from in the last kRecentSeconds, up
-      // to that much longer for one to fall silent: a link cut just before the
-      // deadline (after an evaluation, under a sanitizer's slowness) was still
-      // "heard" through the messages sent before it, and the line blamed nobody.
+      // At the deadline with every rank heard from lately, a little longer for one
+      // to fall silent: a link cut just before the deadline (after an evaluation,
+      // under a sanitizer's slowness) was still "heard" through the messages sent
+      // before it, and the line blamed nobody.
       const bool past_deadline = now >= deadline;
-      const bool grace = past_deadline && signal == 0 && liveness_ &&
-                         now < deadline + std::chrono::seconds(Liveness::kRecentSeconds) && liveness_->silent(now).empty();
+      const bool grace = past_deadline && signal == 0 && liveness_ && liveness_->grace(now, deadline);
       if ((past_deadline && !grace) || signal != 0) {
         const Silence silence{.rank = rank_,
                               .host = hosts_.empty() ? "" : hosts_[static_cast<std::size_t>(rank_)],
@@ -279,7 +273,7 @@ class MpiWorld final : public Communicator {
                               .operation = operation,
                               .waited = std::chrono::duration<double>(now - start).count(),
                               .timeout = timeout_,
-                              .silent = liveness_ ? liveness_->silent(now) : std::vector<int>{},
+                              .silent = liveness_ ? liveness_->silent() : std::vector<int>{},
                               .hosts = hosts_,
                               .signal = signal == 0 ? "" : fmt::format("SIG{}", ::sigabbrev_np(signal))};
         if (signal != 0) stop_run_after_signal(silence_message(silence));

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,39 @@ std::string silence_message(const Silence& s) {
                                    : fmt::format("--comm-timeout {:g}", s.timeout);
   return fmt::format("attograd: error: {} stopped the run {}: {} waited {:.0f} s ({}) and {}",
                      rank_and_host(s.rank, s.hosts), when, s.operation, s.waited, why, who);
+}
+
+SignsOfLife::SignsOfLife(int size, int rank) : rank_(rank), heard_(static_cast<std::size_t>(size), kNever) {}
+
+void SignsOfLife::begin(Clock::time_point now) {
+  std::fill(heard_.begin(), heard_.end(), kNever);
+  polled_ = 0;
+  polled_at_deadline_ = kNever;
+  last_poll_ = now;
+}
+
+void SignsOfLife::poll(Clock::time_point now) {
+  polled_ += std::min(std::chrono::duration<double>(now - last_poll_).count(), kLongestGap);
+  last_poll_ = now;
+}
+
+void SignsOfLife::heard(int rank) {
+  if (rank >= 0 && static_cast<std::size_t>(rank) < heard_.size()) heard_[static_cast<std::size_t>(rank)] = polled_;
+}
+
+std::vector<int> SignsOfLife::silent() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
+    if (r != rank_ && polled_ - heard_[static_cast<std::size_t>(r)] > kRecentSeconds) ranks.push_back(r);
+  return ranks;
+}
+
+bool SignsOfLife::grace(Clock::time_point now, Clock::time_point deadline) {
+  if (polled_at_deadline_ == kNever) polled_at_deadline_ = polled_;
+  const bool polling_left = polled_ - polled_at_deadline_ < kRecentSeconds + 0.5;
+  const bool wall_left = now < deadline + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(2 * kRecentSeconds));
+  return polling_left && wall_left && silent().empty();
 }
 
 bool child_of_mpirun() {

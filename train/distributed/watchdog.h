@@ -13,6 +13,7 @@
 // beyond kQuietSeconds, every waiting process sends each other one a small
 // message a second on a communicator of their own, so that at the deadline it
 // can tell who went silent. These parts need no MPI.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,6 +43,44 @@ struct Silence {
 // (h1) stopped the run at step 57: the all-reduce of gradients waited 10 s
 // (--comm-timeout 10) and heard nothing from rank 1 (h2)".
 std::string silence_message(const Silence& s);
+
+// Who was heard from lately in one long wait, timed on a clock that runs only
+// while this process polls. A message is read when this process next polls, not
+// when it came: after this process was descheduled for seconds (a loaded or
+// slow machine), what a peer sent just before its link went down is read late,
+// and timed by the wall clock it would look recent at the deadline. On the
+// polling clock a gap between two polls counts as kLongestGap at most, so such
+// a peer falls silent after kRecentSeconds of polling, as it would have without
+// the gap. The MPI messages themselves are mpi_communicator.cpp's.
+class SignsOfLife {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr double kRecentSeconds = 3;  // three of the messages a second
+  static constexpr double kLongestGap = 0.1;   // seconds of polling a gap between polls counts as, at most
+
+  SignsOfLife(int size, int rank);
+  // A new wait: nobody heard from yet, the deadline not yet passed.
+  void begin(Clock::time_point now);
+  // A poll at `now`: advances the polling clock.
+  void poll(Clock::time_point now);
+  // A sign of life from `rank`, read at the latest poll.
+  void heard(int rank);
+  // The ranks heard nothing from in the last kRecentSeconds of polling.
+  std::vector<int> silent() const;
+  // Past the deadline with every rank heard lately: whether to poll on for one
+  // to fall silent, so that a link cut just before the deadline is named. Up
+  // to kRecentSeconds and half a second of polling past the deadline, and no
+  // more than twice kRecentSeconds of wall time.
+  bool grace(Clock::time_point now, Clock::time_point deadline);
+
+ private:
+  static constexpr double kNever = -1e30;
+  int rank_;
+  std::vector<double> heard_;  // the polling clock when each rank was last heard from
+  double polled_ = 0;          // seconds of polling in this wait
+  double polled_at_deadline_ = kNever;
+  Clock::time_point last_poll_;
+};
 
 // Whether this process's parent is Open MPI's mpirun itself (the processes on
 // the first host), not a daemon of it. Such a process must not wait for its
