@@ -14,11 +14,12 @@
 //   gelu over n elements            fwd 9 n (x^3 2, c x^3 + x 2, scale 1, exp 1, 1 + e 1, divide 1, x s 1)
 //                                   bwd 18 n (s again 8, then s + 2 x s (1 - s) k (1 + 3 c x^2) 9, dy * 1)
 //   sum over the N rows of (N, C)   N C
+//   adamw over n elements           14 n (m 3, v 4, the update 7 with its square root and division)
 // Bytes per iteration are the compulsory float32 traffic: each input read once
 // and each output written once (4 bytes an element), not what the caches see:
 //   matmul 4 (MK + KN + MN); softmax fwd 8 R n, bwd 12 R n (reads y, dy; writes dx);
 //   layer_norm fwd 8 N C, bwd 12 N C; cross_entropy fwd 4 N V, bwd 8 N V;
-//   gelu fwd 8 n, bwd 12 n; sum 4 N C + 4 C.
+//   gelu fwd 8 n, bwd 12 n; sum 4 N C + 4 C; adamw 28 n (reads p, g, m, v; writes p, m, v).
 // A "_fwdbwd" case counts fwd + bwd.
 #include <algorithm>
 #include <cmath>
@@ -239,6 +240,32 @@ void sum_rows_case(benchmark::State& state, std::int64_t N, std::int64_t C) {
 // Case names: matmul/<n> (square), matmul_bf16/<n>, matmul/proj/<shape> ((B*T, C) @ (C, C)),
 // softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
 // cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
+// ---- AdamW ------------------------------------------------------------------------
+
+// One float32 AdamW update of n elements (kernels::adamw_step_, as
+// train::optim::AdamW calls it), checked on its first element against the
+// formula in float64 first.
+void adamw_case(benchmark::State& state, std::int64_t n) {
+  const Tensor param = random_input({n}, 1), grad = random_input({n}, 2);
+  const Tensor m = zeros({n}), v = zeros({n});
+  const std::vector<kernels::AdamWParameter> params = {{param, grad, m, v, true}};
+  const kernels::AdamWStep step{.lr = 1e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .step = 1};
+  {
+    const double p0 = param.data<float>()[0], g0 = grad.data<float>()[0];
+    kernels::adamw_step_(params, step);
+    // Step 1: m^ = g, v^ = g^2, so p = p (1 - lr wd) - lr g / (|g| + eps).
+    const double want = p0 * (1 - 1e-5) - 1e-4 * g0 / (std::abs(g0) + 1e-8);
+    if (std::abs(param.data<float>()[0] - want) > 1e-6 * (1 + std::abs(want))) {
+      state.SkipWithError(("check failed: AdamW's first element " + std::to_string(param.data<float>()[0]) +
+                           ", the formula gives " + std::to_string(want))
+                              .c_str());
+      return;
+    }
+  }
+  for (auto _ : state) kernels::adamw_step_(params, step);
+  set_counters(state, 14.0 * n, 28.0 * n);
+}
+
 const bool registered = [] {
   for (std::int64_t n : {256, 512, 1024, 2048}) {
     register_case("matmul/" + std::to_string(n), [n](benchmark::State& st) { matmul_case(st, n, n, n); });
@@ -267,6 +294,8 @@ const bool registered = [] {
   }
   // The toy GPT's widest bias gradient, its qkv projection's: 4096 tokens, 3 x 128.
   register_case("sum_rows/gpt", [](benchmark::State& st) { sum_rows_case(st, 4096, 384); });
+  // GPT-2 small's 124,439,808 parameters, updated as one.
+  register_case("adamw/gpt2", [](benchmark::State& st) { adamw_case(st, 124439808); });
   return true;
 }();
 

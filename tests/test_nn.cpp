@@ -2,6 +2,7 @@
 // the basic layers and the optimizers.
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "helpers.h"
 #include "nn/gpt.h"
@@ -296,6 +297,46 @@ TEST_CASE("nn: AdamW float32 fused step equals the float64 one", "[nn][optimizer
   }
   CHECK(all_close(p32, p64, 1e-6, 1e-5));
   CHECK(max_abs_diff(p64, start) > 0.01);  // it moved
+}
+
+// The float32 update runs on the widest vectors the CPU has (AG_SIMD_CLONES), in
+// parallel chunks, each a vector body and a tail: every element must be the
+// formula's, evaluated in float64 from the same float32 inputs, within float32's
+// roundings (GCC may contract a product and a sum into one FMA on the wider
+// levels: a rounding fewer). A slip of index or lane in a body or tail is off by
+// far more.
+TEST_CASE("nn: AdamW's float32 kernel gives the formula's values in every vector body and tail", "[nn][optimizer]") {
+  Generator gen(7);
+  const std::int64_t n = 70001;  // several parallel chunks, and tails of every length mod 16
+  const Tensor p = randn({n}, {}, gen), g = randn({n}, {}, gen), m = randn({n}, {}, gen);
+  const Tensor r = randn({n}, {}, gen), v = mul(r, r);
+  for (std::int64_t i = 0; i < n; i += 97) v.data<float>()[i] = -1000;  // never from AdamW, but sqrt's NaN must pass through
+  const std::vector<float> p0(p.data<float>(), p.data<float>() + n), m0(m.data<float>(), m.data<float>() + n),
+      v0(v.data<float>(), v.data<float>() + n);
+  const kernels::AdamWStep step{.lr = 3e-3, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .step = 3};
+  kernels::adamw_step_({{p, g, m, v, true}}, step);
+  const double decay = 1.0 - 3e-3 * 0.1, step_size = 3e-3 / (1.0 - std::pow(0.9, 3.0));
+  const double inv_sqrt_bc2 = 1.0 / std::sqrt(1.0 - std::pow(0.99, 3.0));
+  // Up to 8 float32 roundings (the update's chain: products, sum, square root,
+  // division), each of half an ulp of the largest term.
+  const double ulp = std::ldexp(1.0, -23), roundings = 8;
+  std::int64_t wrong = 0, nans = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double gi = g.data<float>()[i];
+    const double mi = 0.9 * m0[i] + 0.1 * gi, vi = 0.99 * v0[i] + 0.01 * gi * gi;
+    const double update = step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + 1e-8), pi = p0[i] * decay - update;
+    const float got_m = m.data<float>()[i], got_v = v.data<float>()[i], got_p = p.data<float>()[i];
+    bool ok = std::abs(got_m - mi) <= roundings * ulp * (std::abs(0.9 * m0[i]) + std::abs(0.1 * gi)) &&
+              std::abs(got_v - vi) <= roundings * ulp * (std::abs(0.99 * v0[i]) + 0.01 * gi * gi);
+    if (vi < 0) {
+      ok = ok && std::isnan(got_p), ++nans;
+    } else {
+      ok = ok && std::abs(got_p - pi) <= roundings * ulp * (std::abs(p0[i] * decay) + std::abs(update));
+    }
+    wrong += !ok;
+  }
+  CHECK(wrong == 0);
+  CHECK(nans == (n + 96) / 97);
 }
 
 TEST_CASE("nn: SGD with momentum matches hand-computed steps", "[nn][optimizer]") {
