@@ -178,13 +178,13 @@ namespace {
 
 using train::distributed::SignsOfLife;
 
-// Polls from `from` to `to` every `every`, as a wait does; `on_poll` sees each.
+// Polls for `length` from `from`, every `every`, as a wait does; `on_poll` sees each.
 template <typename OnPoll>
 SignsOfLife::Clock::time_point poll_for(SignsOfLife& signs, SignsOfLife::Clock::time_point from,
-                                        SignsOfLife::Clock::duration to, SignsOfLife::Clock::duration every,
+                                        SignsOfLife::Clock::duration length, SignsOfLife::Clock::duration every,
                                         OnPoll on_poll) {
   SignsOfLife::Clock::time_point now = from;
-  for (; now < from + to; now += every) {
+  for (; now < from + length; now += every) {
     signs.poll(now);
     on_poll(now);
   }

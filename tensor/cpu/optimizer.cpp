@@ -46,13 +46,9 @@ AG_ALWAYS_INLINE void adamw_range(T* __restrict p, const T* __restrict g, T* __r
 // float32 on the widest vectors: the square root and the division (vectorised
 // since -fno-math-errno) bound this loop more than memory does. As in the other
 // clones, GCC contracts products and sums into FMAs on the levels that have them.
-AG_SIMD_CLONES void adamw_f32(float* p, const float* g, float* m, float* v, std::int64_t n,
-                              const AdamWScalars<float>& s) {
+AG_SIMD_CLONES void adamw_chunk(float* p, const float* g, float* m, float* v, std::int64_t n,
+                                const AdamWScalars<float>& s) {
   adamw_range(p, g, m, v, n, s);
-}
-
-void adamw_chunk(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWScalars<float>& s) {
-  adamw_f32(p, g, m, v, n, s);
 }
 void adamw_chunk(double* p, const double* g, double* m, double* v, std::int64_t n, const AdamWScalars<double>& s) {
   adamw_range(p, g, m, v, n, s);
