@@ -32,6 +32,11 @@ const bool context_added = [] {
   } catch (const Error& e) {  // a bad ATTOGRAD_BF16_ISA
     benchmark::AddCustomContext("bf16_isa", e.what());
   }
+  try {  // the float32 products' kernel: "avx512", "openblas", "portable"
+    benchmark::AddCustomContext("f32_gemm", kernels::f32_matmul_kernel());
+  } catch (const Error& e) {  // a bad ATTOGRAD_F32_GEMM
+    benchmark::AddCustomContext("f32_gemm", e.what());
+  }
   // OpenBLAS's kernel family ("SkylakeX", "Haswell"): its own choice for this
   // CPU, OPENBLAS_CORETYPE's, which some environments set, or prepare_blas's
   // where OpenBLAS does not know the CPU.

@@ -144,6 +144,10 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 // "widen" (float32 through OpenBLAS), or the one ATTOGRAD_BF16_ISA names.
 const char* bf16_matmul_kernel();
 
+// The kernel float32 matrix products run on here: "avx512" (ours), "openblas",
+// or "portable" (ours on 16-byte vectors), or the one ATTOGRAD_F32_GEMM names.
+const char* f32_matmul_kernel();
+
 // ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;

@@ -1,6 +1,9 @@
 // Views, reductions and matmul: known values and float64 gradchecks on odd,
 // transposed and broadcast shapes.
+#include <cstring>
+
 #include "helpers.h"
+#include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/parallel.h"
 
 using namespace attograd;
@@ -171,6 +174,112 @@ TEST_CASE("matmul with a bias equals matmul + bias on every threading path", "[m
   set_num_threads(2);
   REQUIRE_THROWS_WITH(kernels::matmul(zeros({2, 3}), zeros({3, 4}), zeros({3})),
                       Catch::Contains("[matmul] bias [3] does not match the 4 columns of b [3,4]"));
+}
+
+namespace {
+
+// A float32 product's element against its float64 value: each of the K
+// multiply-adds (and the addition onto C's old value) rounds once, by at most
+// 2^-24 of its result, so |computed - exact| <= (K + 1) 2^-24 (sum |a_i b_i| + |c|).
+double float32_product_bound(std::int64_t k, double abs_sum) { return static_cast<double>(k + 1) * 0x1p-24 * abs_sum; }
+
+const std::vector<cpu::F32Kernel> kF32Kernels = {cpu::F32Kernel::avx512, cpu::F32Kernel::portable,
+                                                 cpu::F32Kernel::openblas};
+
+struct F32Operands {
+  std::int64_t m, n, k;
+  bool a_transposed, b_transposed;
+  std::vector<float> a, b;  // stored with 3 spare columns a row: leading dimensions wider than the matrix
+  std::int64_t lda, ldb;
+  float a_at(std::int64_t i, std::int64_t p) const { return a_transposed ? a[p * lda + i] : a[i * lda + p]; }
+  float b_at(std::int64_t p, std::int64_t j) const { return b_transposed ? b[j * ldb + p] : b[p * ldb + j]; }
+};
+
+F32Operands f32_operands(std::int64_t m, std::int64_t n, std::int64_t k, bool a_transposed, bool b_transposed) {
+  F32Operands o{m, n, k, a_transposed, b_transposed, {}, {}, (a_transposed ? m : k) + 3, (b_transposed ? k : n) + 3};
+  Generator gen(static_cast<std::uint64_t>(m * 131 + n * 17 + k));
+  const auto values = [&](std::int64_t count) {
+    return randn({count}, {DType::f32}, gen).to_vector<float>();
+  };
+  o.a = values((a_transposed ? k : m) * o.lda);
+  o.b = values((b_transposed ? n : k) * o.ldb);
+  return o;
+}
+
+}  // namespace
+
+// Every shape class the blocking meets: rows not a multiple of the register
+// block's (6 on AVX-512), columns not of its 64, K past one chunk (384) and
+// unevenly split, columns past one block (512), one row or column alone.
+TEST_CASE("float32 products on every kernel this CPU runs (avx512, portable, openblas), every layout, within float32's bound",
+          "[matmul]") {
+  for (const cpu::F32Kernel kernel : kF32Kernels) {
+    if (!cpu::f32_kernel_runs_here(kernel)) {
+      WARN("skipped: this CPU has no " << cpu::f32_kernel_name(kernel));
+      continue;
+    }
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {6, 64, 8}, {7, 65, 13}, {13, 130, 385}, {25, 600, 40},
+                           {61, 33, 700}, {8, 104, 20}, {1, 300, 50}, {300, 1, 50}})
+      for (bool a_transposed : {false, true})
+        for (bool b_transposed : {false, true})
+          for (bool accumulate : {false, true}) {
+            INFO(cpu::f32_kernel_name(kernel) << " " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "")
+                                             << (b_transposed ? " B^T" : "") << (accumulate ? " C +=" : ""));
+            const F32Operands o = f32_operands(m, n, k, a_transposed, b_transposed);
+            const std::int64_t ldc = n + 2;
+            std::vector<float> c(static_cast<std::size_t>(m * ldc));
+            for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+            const std::vector<float> c_before = c;
+            cpu::gemm_f32({.a_transposed = a_transposed, .b_transposed = b_transposed, .m = m, .n = n, .k = k,
+                           .a = o.a.data(), .lda = o.lda, .b = o.b.data(), .ldb = o.ldb, .c = c.data(), .ldc = ldc,
+                           .accumulate = accumulate},
+                          kernel);
+            std::int64_t outside_bound = 0, columns_touched = 0;
+            for (std::int64_t i = 0; i < m; ++i) {
+              for (std::int64_t j = 0; j < n; ++j) {
+                const double c0 = accumulate ? c_before[i * ldc + j] : 0.0;
+                double exact = c0, abs_sum = std::fabs(c0);
+                for (std::int64_t p = 0; p < k; ++p) {
+                  const double term = static_cast<double>(o.a_at(i, p)) * o.b_at(p, j);
+                  exact += term;
+                  abs_sum += std::fabs(term);
+                }
+                if (std::fabs(c[i * ldc + j] - exact) > float32_product_bound(k, abs_sum)) ++outside_bound;
+              }
+              for (std::int64_t j = n; j < ldc; ++j) columns_touched += c[i * ldc + j] != c_before[i * ldc + j];
+            }
+            CHECK(outside_bound == 0);
+            CHECK(columns_touched == 0);  // nothing written past C's n columns
+          }
+  }
+}
+
+// The header's promise, which a fixed split's equal bits on 1, 2 and 4 processes
+// rest on: an element's sum runs over K in the same order wherever the block
+// boundaries fall, so a product cut into row or column blocks (as the threads cut
+// it) is the whole product, bit for bit.
+TEST_CASE("a float32 product cut into row or column blocks gives the whole product's bits", "[matmul]") {
+  for (const cpu::F32Kernel kernel : kF32Kernels) {
+    if (!cpu::f32_kernel_runs_here(kernel) || kernel == cpu::F32Kernel::openblas) continue;
+    INFO(cpu::f32_kernel_name(kernel));
+    const std::int64_t m = 50, n = 150, k = 500;
+    const F32Operands o = f32_operands(m, n, k, false, true);
+    const auto product = [&](std::int64_t row0, std::int64_t rows, std::int64_t col0, std::int64_t cols,
+                             std::vector<float>& c) {
+      cpu::gemm_f32({.b_transposed = true, .m = rows, .n = cols, .k = k, .a = o.a.data() + row0 * o.lda,
+                     .lda = o.lda, .b = o.b.data() + col0 * o.ldb, .ldb = o.ldb, .c = c.data() + row0 * n + col0,
+                     .ldc = n},
+                    kernel);
+    };
+    std::vector<float> whole(m * n), by_rows(m * n), by_columns(m * n);
+    product(0, m, 0, n, whole);
+    product(0, 17, 0, n, by_rows);
+    product(17, m - 17, 0, n, by_rows);
+    product(0, m, 0, 70, by_columns);
+    product(0, m, 70, n - 70, by_columns);
+    CHECK(std::memcmp(whole.data(), by_rows.data(), whole.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(whole.data(), by_columns.data(), whole.size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("gradcheck matmul and linear", "[matmul][gradcheck]") {

@@ -466,6 +466,17 @@ TEST_CASE("an unknown or too wide ATTOGRAD_ATTENTION_ISA is one line naming it, 
   }
 }
 
+TEST_CASE("an unknown ATTOGRAD_F32_GEMM is one line naming it, exit 1, no run, and a known one trains", "[reliability]") {
+  TempDir tmp;
+  Child bad(tiny_run(tmp / "a", 2), tmp.path, {"ATTOGRAD_F32_GEMM=mkl"});
+  CHECK(bad.exit_code() == 1);
+  CHECK(bad.err() == "attograd: error: [matmul] ATTOGRAD_F32_GEMM=mkl is not one of avx512, portable, openblas\n");
+  CHECK_FALSE(fs::exists(tmp / "a/ckpt.safetensors"));
+  Child portable(tiny_run(tmp / "b", 2), tmp.path, {"ATTOGRAD_F32_GEMM=portable"});
+  INFO("stderr: " << portable.err());
+  CHECK(portable.exit_code() == 0);
+}
+
 TEST_CASE("an unknown ATTOGRAD_CUDA_ATTENTION or ATTOGRAD_CUDA_MATMUL is one line naming it, exit 1, no run",
           "[reliability]") {
   if (cuda::device_count() == 0) {

@@ -1,4 +1,5 @@
-// Batched matmul on OpenBLAS. Each matrix operand goes to BLAS as it lies in
+// Batched matmul: float32 on gemm_f32 (tensor/cpu/matmul_f32/sgemm.h: our
+// AVX-512 kernel, else OpenBLAS), float64 on OpenBLAS. Each matrix operand goes to BLAS as it lies in
 // memory when its last two dims are row-major (strides [ld, 1]) or
 // column-major (strides [1, ld], i.e. a transposed view): the latter becomes
 // a transpose flag, not a copy. Anything else is copied to contiguous first.
@@ -11,6 +12,7 @@
 
 #include "tensor/cpu/blas_setup.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
+#include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 #include "tensor/parallel.h"
@@ -20,19 +22,18 @@ namespace {
 
 // C = op(A) op(B), plus bias[j] in every row when bias is given: the bias is
 // written into C first and the product accumulated onto it (beta = 1), which
-// saves the pass over C a separate addition takes, and OpenBLAS's own
-// zeroing of C for beta = 0.
+// saves the pass over C a separate addition takes.
 template <typename T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T* c, std::int64_t ldc, const T* bias) {
   const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
   if (bias)
     for (std::int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
-  const T beta = bias ? 1 : 0;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, tra, trb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b,
+              .ldb = ldb, .c = c, .ldc = ldc, .accumulate = bias != nullptr});
   else
-    cblas_dgemm(CblasRowMajor, tra, trb, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+    cblas_dgemm(CblasRowMajor, tra, trb, m, n, k, 1.0, a, lda, b, ldb, bias ? 1.0 : 0.0, c, ldc);
 }
 
 // Below this many FLOPs a product runs on one thread: waking a worker costs

@@ -1,0 +1,272 @@
+// float32 products: Goto's blocking (as BLIS and OpenBLAS do it), one thread.
+//
+//   for each K chunk of kc values:
+//     for each block of nc columns:   pack B (kc x nc) as panels of kc x NR   [L2]
+//       for each panel of MR rows:    pack A (MR x kc), k by k                [L1]
+//         for each panel of B:        C[MR x NR] (+)= A panel x B panel       [registers]
+//
+// The micro-kernel holds its MR x NR block of C in registers over the whole
+// chunk, each step one row of B's panel (NR / lanes vector loads) and MR of
+// A's values (broadcast), MR x NR / lanes multiply-adds. A C element's sum runs
+// k = 0, 1, 2, ... whatever the block it falls in, so a product cut into row
+// or column blocks for threads gives the same bits as one computed whole.
+#include "tensor/cpu/matmul_f32/sgemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+
+#include "base/error.h"
+#include "tensor/cpu/blas_setup.h"
+#include "tensor/cpu/scratch.h"
+#include "tensor/cpu/vec_math.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AG_F32_AVX512_KERNEL 1
+#define AG_TARGET_F32_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+#else
+#define AG_F32_AVX512_KERNEL 0
+#define AG_TARGET_F32_AVX512
+#endif
+
+namespace attograd::cpu {
+namespace {
+
+constexpr const char* kNames[] = {"avx512", "portable", "openblas"};
+
+// The register block: kRows rows of C, each kVecs vectors of kLanes floats.
+// AVX-512 has 32 registers: 24 for C, 4 for B's row, 1 for the broadcast; 6 x 64
+// took fewer loads a multiply-add (10 for 24) and was 0-10% faster than 12 x 32
+// (14 for 24) and 8 x 48 on the Emerald Rapids Xeon. The baseline's 16 of 16
+// bytes: 12 for C.
+struct TileAvx512 {
+  static constexpr int kBytes = 64, kRows = 6, kVecs = 4;
+};
+struct TilePortable {
+  static constexpr int kBytes = 16, kRows = 6, kVecs = 2;
+};
+
+// K chunk and column block: an A panel (6 x 384 floats, 9 KiB) stays in L1
+// while the column block's B panels (384 x 64, 96 KiB each; 768 KiB in all)
+// stream from L2 (2 MiB a core on the Xeons measured; 1 MiB on Zen 4/5).
+constexpr std::int64_t kKc = 384, kNc = 512;
+
+template <typename Tile>
+struct Kernel {
+  static constexpr int kLanes = Tile::kBytes / 4, MR = Tile::kRows, NR = Tile::kVecs * kLanes;
+  typedef float Vec __attribute__((vector_size(Tile::kBytes)));
+
+  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc), k by k; rows past m are 0.
+  AG_ALWAYS_INLINE static void pack_a(const F32Gemm& g, std::int64_t i0, std::int64_t k0, std::int64_t kc,
+                                      float* ap) {
+    const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
+    if (g.a_transposed) {  // A^T: op(A)'s rows lie side by side
+      for (std::int64_t k = 0; k < kc; ++k) {
+        float* dst = ap + k * MR;
+        const float* src = g.a + (k0 + k) * g.lda + i0;
+        if (rows == MR) {  // a copy of known length: a few moves, not a rep movs
+          std::memcpy(dst, src, sizeof(float) * MR);
+        } else {
+          std::memcpy(dst, src, sizeof(float) * rows);
+          std::fill(dst + rows, dst + MR, 0.0f);
+        }
+      }
+    } else {
+      for (int r = 0; r < MR; ++r) {
+        if (r >= rows) {
+          for (std::int64_t k = 0; k < kc; ++k) ap[k * MR + r] = 0.0f;
+          continue;
+        }
+        const float* src = g.a + (i0 + r) * g.lda + k0;
+        for (std::int64_t k = 0; k < kc; ++k) ap[k * MR + r] = src[k];
+      }
+    }
+  }
+
+  // op(B)'s K values [k0, k0 + kc) and columns [j0, j0 + nc) as panels of NR
+  // columns, each kc rows of NR; columns past n are 0.
+  AG_ALWAYS_INLINE static void pack_b(const F32Gemm& g, std::int64_t k0, std::int64_t kc, std::int64_t j0,
+                                      std::int64_t nc, float* bp) {
+    for (std::int64_t p = 0; p < nc; p += NR, bp += kc * NR) {
+      const std::int64_t cols = std::min<std::int64_t>(NR, nc - p), j = j0 + p;
+      if (g.b_transposed) {  // B^T: op(B)'s columns are rows
+        for (int c = 0; c < NR; ++c) {
+          if (c >= cols) {
+            for (std::int64_t k = 0; k < kc; ++k) bp[k * NR + c] = 0.0f;
+            continue;
+          }
+          const float* src = g.b + (j + c) * g.ldb + k0;
+          for (std::int64_t k = 0; k < kc; ++k) bp[k * NR + c] = src[k];
+        }
+      } else {
+        for (std::int64_t k = 0; k < kc; ++k) {
+          float* dst = bp + k * NR;
+          const float* src = g.b + (k0 + k) * g.ldb + j;
+          if (cols == NR) {
+            std::memcpy(dst, src, sizeof(float) * NR);
+          } else {
+            std::memcpy(dst, src, sizeof(float) * cols);
+            std::fill(dst + cols, dst + NR, 0.0f);
+          }
+        }
+      }
+    }
+  }
+
+  // C[MR x V vectors] (+)= the panels' product over kc values of K (V < kVecs
+  // for a last panel that narrow: the LM head's 65 columns are one whole panel
+  // and one of a single vector), A's value (r, k) at a[r * row_step + k * k_step]:
+  // a packed panel, or A's rows in place.
+  template <int V>
+  AG_ALWAYS_INLINE static void block(const float* a, std::int64_t row_step, std::int64_t k_step, const float* bp,
+                                     std::int64_t kc, float* c, std::int64_t ldc, bool add) {
+    Vec acc[MR][V] = {};
+    for (std::int64_t k = 0; k < kc; ++k, a += k_step, bp += NR) {
+      Vec b[V];
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + v * kLanes, sizeof(Vec));
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const float a_rk = a[r * row_step];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) acc[r][v] += a_rk * b[v];
+      }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        float* out = c + r * ldc + v * kLanes;
+        if (add) {
+          Vec old;
+          std::memcpy(&old, out, sizeof(Vec));
+          acc[r][v] += old;
+        }
+        std::memcpy(out, &acc[r][v], sizeof(Vec));
+      }
+    }
+  }
+
+  // The edge block of `cols` columns into `edge` (rows NR apart), on as few vectors as cover them.
+  AG_ALWAYS_INLINE static void edge_block(const float* a, std::int64_t row_step, std::int64_t k_step,
+                                          const float* bp, std::int64_t kc, std::int64_t cols, float* edge) {
+    const std::int64_t vectors = (cols + kLanes - 1) / kLanes;
+    if (vectors == 1) return block<1>(a, row_step, k_step, bp, kc, edge, NR, false);
+    if constexpr (Tile::kVecs > 2)
+      if (vectors == 2) return block<2>(a, row_step, k_step, bp, kc, edge, NR, false);
+    if constexpr (Tile::kVecs > 3)
+      if (vectors == 3) return block<3>(a, row_step, k_step, bp, kc, edge, NR, false);
+    block<Tile::kVecs>(a, row_step, k_step, bp, kc, edge, NR, false);
+  }
+
+  AG_ALWAYS_INLINE static void run(const F32Gemm& g) {
+    // Column blocks of whole panels; the buffers fit the largest chunk and block.
+    constexpr std::int64_t kBlockCols = kNc / NR * NR;
+    // K in chunks of equal length (2048 as 6 of 344, not 5 of 384 and one of 128):
+    // each chunk loads and stores C's blocks once.
+    const std::int64_t chunks = (g.k + kKc - 1) / kKc, kc_max = (g.k + chunks - 1) / chunks;
+    const std::int64_t nc_max = std::min((g.n + NR - 1) / NR * NR, kBlockCols);
+    // Grown, never shrunk: a vector resized up zero-fills what it adds, and the
+    // products of a step alternate between shapes.
+    thread_local Scratch<float> a_buf, b_buf;
+    if (a_buf.size() < static_cast<std::size_t>(MR * kc_max)) a_buf.resize(static_cast<std::size_t>(MR * kc_max));
+    if (b_buf.size() < static_cast<std::size_t>(kc_max * nc_max)) b_buf.resize(static_cast<std::size_t>(kc_max * nc_max));
+    float edge[MR * NR];  // a block of C cut by the matrix's edge
+    for (std::int64_t k0 = 0; k0 < g.k; k0 += kc_max) {
+      const std::int64_t kc = std::min(kc_max, g.k - k0);
+      const bool add = g.accumulate || k0 > 0;
+      for (std::int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
+        const std::int64_t nc = std::min(kBlockCols, g.n - j0);
+        pack_b(g, k0, kc, j0, nc, b_buf.data());
+        for (std::int64_t i0 = 0; i0 < g.m; i0 += MR) {
+          const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
+          // A row-major A's whole panels are read where they lie: packing them
+          // (a transpose, 6 rows to k by k) cost a quarter of the products' time at n = 128.
+          const bool in_place = !g.a_transposed && rows == MR;
+          const float* a = in_place ? g.a + i0 * g.lda + k0 : a_buf.data();
+          const std::int64_t row_step = in_place ? g.lda : 1, k_step = in_place ? 1 : MR;
+          if (!in_place) pack_a(g, i0, k0, kc, a_buf.data());
+          for (std::int64_t p = 0; p < nc; p += NR) {
+            const float* bp = b_buf.data() + p / NR * kc * NR;
+            float* c = g.c + i0 * g.ldc + j0 + p;
+            const std::int64_t cols = std::min<std::int64_t>(NR, nc - p);
+            if (rows == MR && cols == NR) {
+              block<Tile::kVecs>(a, row_step, k_step, bp, kc, c, g.ldc, add);
+              continue;
+            }
+            edge_block(a, row_step, k_step, bp, kc, cols, edge);
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t col = 0; col < cols; ++col)
+                c[r * g.ldc + col] = add ? c[r * g.ldc + col] + edge[r * NR + col] : edge[r * NR + col];
+          }
+        }
+      }
+    }
+  }
+};
+
+#if AG_F32_AVX512_KERNEL
+AG_TARGET_F32_AVX512 void gemm_avx512(const F32Gemm& g) { Kernel<TileAvx512>::run(g); }
+#endif
+void gemm_portable(const F32Gemm& g) { Kernel<TilePortable>::run(g); }
+
+void gemm_openblas(const F32Gemm& g) {
+  prepare_blas();
+  cblas_sgemm(CblasRowMajor, g.a_transposed ? CblasTrans : CblasNoTrans, g.b_transposed ? CblasTrans : CblasNoTrans,
+              g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.accumulate ? 1.0f : 0.0f, g.c, g.ldc);
+}
+
+bool avx512_runs_here() {
+#if AG_F32_AVX512_KERNEL
+  static const bool runs = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  }();
+  return runs;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+const char* f32_kernel_name(F32Kernel kernel) { return kNames[static_cast<int>(kernel)]; }
+
+bool f32_kernel_runs_here(F32Kernel kernel) { return kernel != F32Kernel::avx512 || avx512_runs_here(); }
+
+F32Kernel f32_kernel() {
+  static const F32Kernel kernel = [] {
+    const char* env = std::getenv("ATTOGRAD_F32_GEMM");
+    if (env == nullptr || *env == '\0') return avx512_runs_here() ? F32Kernel::avx512 : F32Kernel::openblas;
+    for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
+      if (std::strcmp(env, kNames[i]) != 0) continue;
+      const auto chosen = static_cast<F32Kernel>(i);
+      AG_CHECK(f32_kernel_runs_here(chosen), "matmul", "ATTOGRAD_F32_GEMM={}: this CPU has no AVX-512", env);
+      return chosen;
+    }
+    fail("matmul", "ATTOGRAD_F32_GEMM={} is not one of avx512, portable, openblas", env);
+  }();
+  return kernel;
+}
+
+void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
+  if (g.m == 0 || g.n == 0) return;
+  if (g.k == 0) {
+    if (!g.accumulate)
+      for (std::int64_t i = 0; i < g.m; ++i) std::fill(g.c + i * g.ldc, g.c + i * g.ldc + g.n, 0.0f);
+    return;
+  }
+  switch (kernel) {
+#if AG_F32_AVX512_KERNEL
+    case F32Kernel::avx512: gemm_avx512(g); return;
+#endif
+    case F32Kernel::portable: gemm_portable(g); return;
+    default: gemm_openblas(g); return;
+  }
+}
+
+}  // namespace attograd::cpu

@@ -1,0 +1,47 @@
+#pragma once
+// float32 matrix products of our own, for CPUs with AVX-512: OpenBLAS's
+// SkylakeX/Cooperlake sgemm, which Debian 12's 0.3.21 runs there, reached
+// 65-110 GFLOP/s a core on the products of a GPT's layers (K = 128..512, one
+// operand transposed in the backward pass) where the core's FMA peak is about
+// 150 and MKL's sgemm ran at 120-160. The kernels:
+//   avx512    6 x 64 blocks of C in 24 registers of 16 floats, A's values
+//             broadcast, B's rows loaded (sgemm.cpp says how it is blocked)
+//   portable  the same code on 16-byte vectors (6 x 8 blocks), for every
+//             machine: tests run the packing and the blocking everywhere
+//   openblas  cblas_sgemm
+// avx512 where the CPU has it, else openblas, or the one ATTOGRAD_F32_GEMM
+// names (one the CPU cannot run is refused).
+#include <cstdint>
+
+namespace attograd::cpu {
+
+enum class F32Kernel { avx512, portable, openblas };
+
+// "avx512", "portable", "openblas".
+const char* f32_kernel_name(F32Kernel kernel);
+
+// The kernel float32 products run on here (read once; a bad
+// ATTOGRAD_F32_GEMM throws "[matmul] ATTOGRAD_F32_GEMM=... ").
+F32Kernel f32_kernel();
+
+// Whether this CPU can run `kernel`: portable and openblas always can.
+bool f32_kernel_runs_here(F32Kernel kernel);
+
+// C (m x n, row-major, rows ldc apart) = op(A) op(B), or C += op(A) op(B)
+// when `accumulate`; op(A) is m x k: A row-major with rows lda apart, or
+// (a_transposed) A^T of a row-major k x m; op(B) is k x n likewise. One
+// thread: the caller cuts a product into blocks for its threads.
+struct F32Gemm {
+  bool a_transposed = false, b_transposed = false;
+  std::int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  std::int64_t lda = 0;
+  const float* b = nullptr;
+  std::int64_t ldb = 0;
+  float* c = nullptr;
+  std::int64_t ldc = 0;
+  bool accumulate = false;
+};
+void gemm_f32(const F32Gemm& g, F32Kernel kernel = f32_kernel());
+
+}  // namespace attograd::cpu
