@@ -2,8 +2,10 @@
 // float32 matrix products of our own, for CPUs with AVX-512: OpenBLAS's
 // SkylakeX/Cooperlake sgemm, which Debian 12's 0.3.21 runs there, reached
 // 65-110 GFLOP/s a core on the products of a GPT's layers (K = 128..512, one
-// operand transposed in the backward pass) where the core's FMA peak is about
-// 150 and MKL's sgemm ran at 120-160. The kernels:
+// operand transposed in the backward pass) where MKL's ran at 90-165 (an
+// Emerald Rapids Xeon, its FMA peak 123-166 as the shared host swung). Ours is
+// 1.0-1.3x OpenBLAS's on most of them, 0.86-0.97x on weight gradients with
+// 384-512 rows (docs/performance.md). The kernels:
 //   avx512    6 x 64 blocks of C in 24 registers of 16 floats, A's values
 //             broadcast, B's rows loaded (sgemm.cpp says how it is blocked)
 //   portable  the same code on 16-byte vectors (6 x 8 blocks), for every
