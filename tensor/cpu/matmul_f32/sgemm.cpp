@@ -59,31 +59,38 @@ struct Kernel {
   static constexpr int kLanes = Tile::kBytes / 4, MR = Tile::kRows, NR = Tile::kVecs * kLanes;
   typedef float Vec __attribute__((vector_size(Tile::kBytes)));
 
-  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc), k by k; rows past m are 0.
+  // A panel of W lanes, k by k (dst[k * W + lane]), from `count` lanes of a
+  // matrix whose lanes lie side by side: lane c of step k at src[k * step + c].
+  // Lanes past count are 0.
+  template <int W>
+  AG_ALWAYS_INLINE static void pack_lanes_side_by_side(const float* src, std::int64_t step, std::int64_t count,
+                                                       std::int64_t kc, float* dst) {
+    for (std::int64_t k = 0; k < kc; ++k, dst += W, src += step) {
+      if (count == W) {  // a copy of known length: a few moves, not a rep movs
+        std::memcpy(dst, src, sizeof(float) * W);
+      } else {
+        std::memcpy(dst, src, sizeof(float) * count);
+        std::fill(dst + count, dst + W, 0.0f);
+      }
+    }
+  }
+
+  // The same from a matrix whose lanes are its rows: lane c of step k at src[c * step + k].
+  template <int W>
+  AG_ALWAYS_INLINE static void pack_lanes_from_rows(const float* src, std::int64_t step, std::int64_t count,
+                                                    std::int64_t kc, float* dst) {
+    for (int c = 0; c < W; ++c)
+      for (std::int64_t k = 0; k < kc; ++k) dst[k * W + c] = c < count ? src[c * step + k] : 0.0f;
+  }
+
+  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc); rows past m are 0.
   AG_ALWAYS_INLINE static void pack_a(const F32Gemm& g, std::int64_t i0, std::int64_t k0, std::int64_t kc,
                                       float* ap) {
     const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
-    if (g.a_transposed) {  // A^T: op(A)'s rows lie side by side
-      for (std::int64_t k = 0; k < kc; ++k) {
-        float* dst = ap + k * MR;
-        const float* src = g.a + (k0 + k) * g.lda + i0;
-        if (rows == MR) {  // a copy of known length: a few moves, not a rep movs
-          std::memcpy(dst, src, sizeof(float) * MR);
-        } else {
-          std::memcpy(dst, src, sizeof(float) * rows);
-          std::fill(dst + rows, dst + MR, 0.0f);
-        }
-      }
-    } else {
-      for (int r = 0; r < MR; ++r) {
-        if (r >= rows) {
-          for (std::int64_t k = 0; k < kc; ++k) ap[k * MR + r] = 0.0f;
-          continue;
-        }
-        const float* src = g.a + (i0 + r) * g.lda + k0;
-        for (std::int64_t k = 0; k < kc; ++k) ap[k * MR + r] = src[k];
-      }
-    }
+    if (g.a_transposed)  // A^T: op(A)'s rows lie side by side
+      pack_lanes_side_by_side<MR>(g.a + k0 * g.lda + i0, g.lda, rows, kc, ap);
+    else
+      pack_lanes_from_rows<MR>(g.a + i0 * g.lda + k0, g.lda, rows, kc, ap);
   }
 
   // op(B)'s K values [k0, k0 + kc) and columns [j0, j0 + nc) as panels of NR
@@ -92,27 +99,10 @@ struct Kernel {
                                       std::int64_t nc, float* bp) {
     for (std::int64_t p = 0; p < nc; p += NR, bp += kc * NR) {
       const std::int64_t cols = std::min<std::int64_t>(NR, nc - p), j = j0 + p;
-      if (g.b_transposed) {  // B^T: op(B)'s columns are rows
-        for (int c = 0; c < NR; ++c) {
-          if (c >= cols) {
-            for (std::int64_t k = 0; k < kc; ++k) bp[k * NR + c] = 0.0f;
-            continue;
-          }
-          const float* src = g.b + (j + c) * g.ldb + k0;
-          for (std::int64_t k = 0; k < kc; ++k) bp[k * NR + c] = src[k];
-        }
-      } else {
-        for (std::int64_t k = 0; k < kc; ++k) {
-          float* dst = bp + k * NR;
-          const float* src = g.b + (k0 + k) * g.ldb + j;
-          if (cols == NR) {
-            std::memcpy(dst, src, sizeof(float) * NR);
-          } else {
-            std::memcpy(dst, src, sizeof(float) * cols);
-            std::fill(dst + cols, dst + NR, 0.0f);
-          }
-        }
-      }
+      if (g.b_transposed)  // B^T: op(B)'s columns are rows
+        pack_lanes_from_rows<NR>(g.b + j * g.ldb + k0, g.ldb, cols, kc, bp);
+      else
+        pack_lanes_side_by_side<NR>(g.b + k0 * g.ldb + j, g.ldb, cols, kc, bp);
     }
   }
 
