@@ -321,6 +321,12 @@ void check_cut_stops_every_process(int n) {
   SKIP_WITHOUT_HOSTS(hosts);
   const std::string dir = tmp / "run";
   auto run = start_endless(hosts, n, dir);
+  // The cut comes in the steady steps after the first evaluation, not at its end:
+  // rank 0 checkpoints and evaluates while the others already wait in the next
+  // all-reduce (so a timeout must outlast an evaluation: docs/scaling-out.md),
+  // and under the sanitizers, or on a slow host, the 2000 problems took seconds
+  // of the 5: rank 1's deadline then came first, and it named rank 0.
+  REQUIRE(wait_until([&] { return read_metrics(dir + "/metrics.jsonl").losses.size() >= 23; }, 60s));
   hosts.cut(2);
   const Clock::time_point cut = Clock::now();
   check_stopped(*run, cut, dir, "rank 1 \\(h2\\)\n");
