@@ -123,10 +123,14 @@ constexpr double kTimeout = 5;        // --comm-timeout in the cases below
 constexpr double kStopsWithin = kTimeout + 5;  // "the timeout plus a few seconds"
 
 // A run that would go on for ever, with a checkpoint every 20 steps (a batch
-// of 96 splits over two and three hosts).
+// of 96 splits over two and three hosts). The others wait through rank 0's
+// checkpoint and evaluation, so a timeout must outlast them (docs/scaling-out.md):
+// 200 held-out problems, not 2000, whose evaluation under the sanitizers on a
+// loaded host took more than the 5 s, and rank 1 stopped a run nobody had cut.
 std::vector<std::string> endless_run(const std::string& dir, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> flags = {"--steps", "1000000", "--eval-interval", "20", "--batch", "96", "--comm-timeout",
-                                    fmt::format("{:g}", kTimeout)};
+  std::vector<std::string> flags = {"--steps",   "1000000", "--eval-interval", "20",
+                                    "--batch",   "96",      "--heldout",       "200",
+                                    "--comm-timeout", fmt::format("{:g}", kTimeout)};
   flags.insert(flags.end(), extra.begin(), extra.end());
   return default_run(dir, flags);
 }
@@ -321,11 +325,9 @@ void check_cut_stops_every_process(int n) {
   SKIP_WITHOUT_HOSTS(hosts);
   const std::string dir = tmp / "run";
   auto run = start_endless(hosts, n, dir);
-  // The cut comes in the steady steps after the first evaluation, not at its end:
-  // rank 0 checkpoints and evaluates while the others already wait in the next
-  // all-reduce (so a timeout must outlast an evaluation: docs/scaling-out.md),
-  // and under the sanitizers, or on a slow host, the 2000 problems took seconds
-  // of the 5: rank 1's deadline then came first, and it named rank 0.
+  // The cut comes in the steady steps after the first evaluation, not at its end,
+  // when rank 1 has been waiting through rank 0's evaluation: its deadline would
+  // come first, and it would name rank 0.
   REQUIRE(wait_until([&] { return read_metrics(dir + "/metrics.jsonl").losses.size() >= 23; }, 60s));
   hosts.cut(2);
   const Clock::time_point cut = Clock::now();
