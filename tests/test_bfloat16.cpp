@@ -335,8 +335,10 @@ TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar mo
       WARN("skipped: this CPU has no " << cpu::bf16_kernel_name(kernel));
       continue;
     }
-    // (70, 45, 64): a row-major A read in place (K whole steps, rows 128 bytes apart) but for its last 6 rows.
-    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {31, 33, 32}, {33, 17, 65}, {64, 64, 64}, {70, 45, 64}, {70, 45, 100}})
+    // (70, 45, 64): a row-major A read in place (K whole steps, rows 128 bytes apart) but for its last 6 rows;
+    // (40, 9, 1024): K whole steps, but rows 2 KiB apart, in 2 of L1's sets: packed.
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {31, 33, 32}, {33, 17, 65}, {64, 64, 64}, {70, 45, 64}, {70, 45, 100},
+                           {40, 9, 1024}})
       for (bool a_transposed : {false, true})
         for (bool b_transposed : {false, true})
           for (bool with_bias : {false, true}) {

@@ -7,6 +7,8 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <vector>
 
 #include "tensor/cpu/blas_setup.h"
@@ -297,6 +299,19 @@ bool transposed_pays(const Bf16Gemm& g) {
   return a_transposed && b_row_major && g.n < g.m && !g.bias;
 }
 
+// Whether a block's 32 rows of A, `row_stride` values apart, can stay in L1
+// together when read where they lie: they must fall into at least 4 of its 64
+// sets (of 64-byte lines), 4 x 12 ways for 32 lines on the Xeons here. Rows
+// 4 KiB apart (K = 2048) all fall into one set and evicted each other: in place,
+// the product at 2048 took 1/0.87 of its time with A packed (Emerald Rapids,
+// interleaved rounds); at K = 768 (rows 1.5 KiB apart, 8 sets) packing cost 11%.
+bool rows_spread_in_l1(std::int64_t row_stride) {
+  const std::int64_t bytes = row_stride * static_cast<std::int64_t>(sizeof(bfloat16));
+  std::uint64_t sets = 0;
+  for (std::int64_t r = 0; r < kBlock; ++r) sets |= std::uint64_t{1} << (r * bytes / 64 % 64);
+  return std::popcount(sets) >= 4;
+}
+
 // C^T (n x m) = B^T A^T, written into C's place transposed.
 Bf16Gemm transposed_product(const Bf16Gemm& g) {
   return {{g.b.data, g.b.col_stride, g.b.row_stride}, {g.a.data, g.a.col_stride, g.a.row_stride}, g.c,
@@ -312,10 +327,7 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
   const Blocks blocks = blocks_of(kernel);
   const Packing pack = packing_for(kernel);
   const std::int64_t kp = round_up(g.k, kKStep), mp = round_up(g.m, kBlock), np = round_up(g.n, kBlock);
-  // A row-major A is read where it lies, whatever its row stride: at K = 2048
-  // (rows 4 KiB apart, a tile's 16 rows in one L1 set) that was 15% slower than a
-  // packed copy while C's sums conflicted in L1 too (BlockedSums), 3% faster since.
-  const bool a_in_place = g.a.col_stride == 1 && g.k == kp;
+  const bool a_in_place = g.a.col_stride == 1 && g.k == kp && rows_spread_in_l1(g.a.row_stride);
   const std::int64_t a_packed_from = a_in_place ? g.m / kBlock * kBlock : 0;
   thread_local Scratch<bfloat16> a_buffer, b_buffer;
   bfloat16* a = scratch(a_buffer, (mp - a_packed_from) * kp);
