@@ -2,7 +2,8 @@
 //
 //   for each K chunk of kc values:
 //     for each block of nc columns:   pack B (kc x nc) as panels of kc x NR   [L2]
-//       for each panel of MR rows:    pack A (MR x kc), k by k                [L1]
+//       for each panel of MR rows:    A's MR x kc: a row-major A's rows where
+//                                     they lie, else packed k by k            [L1]
 //         for each panel of B:        C[MR x NR] (+)= A panel x B panel       [registers]
 //
 // The micro-kernel holds its MR x NR block of C in registers over the whole
@@ -53,6 +54,9 @@ struct TilePortable {
 // while the column block's B panels (384 x 64, 96 KiB each; 768 KiB in all)
 // stream from L2 (2 MiB a core on the Xeons measured; 1 MiB on Zen 4/5).
 constexpr std::int64_t kKc = 384, kNc = 512;
+
+// How many steps ahead of the micro-kernel B's panel is asked into L1.
+constexpr std::int64_t kPrefetchSteps = 8;
 
 template <typename Tile>
 struct Kernel {
@@ -114,7 +118,19 @@ struct Kernel {
   AG_ALWAYS_INLINE static void block(const float* a, std::int64_t row_step, std::int64_t k_step, const float* bp,
                                      std::int64_t kc, float* c, std::int64_t ldc, bool add) {
     Vec acc[MR][V] = {};
+    // C's lines are wanted only after the loop, but from wherever they lie
+    // (L3, at m = 4096): asked for now, they arrive while it runs.
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) __builtin_prefetch(c + r * ldc + v * kLanes, 1, 3);
     for (std::int64_t k = 0; k < kc; ++k, a += k_step, bp += NR) {
+      // B's panel streams from L2 a row of NR floats a step: asked for 8 steps
+      // ahead, it is in L1 when wanted. (With the C lines above: 2-9% faster
+      // products, 5% on average over gpt_step's and the MHA's shapes; 4 and 12
+      // steps ahead did no better.)
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) __builtin_prefetch(bp + kPrefetchSteps * NR + v * kLanes, 0, 3);
       Vec b[V];
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) std::memcpy(&b[v], bp + v * kLanes, sizeof(Vec));
