@@ -505,7 +505,7 @@ TEST_CASE("two machines stood in for by one (a hostfile, ssh replaced): the run 
   const auto alone = on_nodes({"train", "--steps", "1", "--out", tmp / "alone", "--quiet"});
   INFO("stdout: " << alone->out() << "\nstderr: " << alone->err());
   REQUIRE(alone->exit_code(300s) == 0);
-  CHECK_THAT(alone->out(), Catch::Contains(fmt::format("; {} threads, cpu;", std::thread::hardware_concurrency())));
+  CHECK_THAT(alone->out(), Catch::Contains(fmt::format("; {} threads, cpu, float32 (", std::thread::hardware_concurrency())));
 }
 
 namespace {

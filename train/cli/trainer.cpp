@@ -190,6 +190,13 @@ class TrainingRun {
   }
 
   // ---- 3. the header: the data, the model, the processes
+  // What the matrix products run on, after the device: ", bfloat16 (amx)", or
+  // ", float32 (avx512)" on the CPU.
+  std::string products_kernel() const {
+    if (dtype_ == DType::bf16) return fmt::format(", bfloat16 ({})", kernels::bf16_matmul_kernel());
+    return device_.is_cpu() ? fmt::format(", float32 ({})", kernels::f32_matmul_kernel()) : "";
+  }
+
   void print_header() {
     std::fprintf(out_, "attograd train: %s\n", describe_data(o_, *data_).c_str());
     std::fprintf(out_,
@@ -198,9 +205,7 @@ class TrainingRun {
                  static_cast<long long>(o_.layers), static_cast<long long>(o_.heads), static_cast<long long>(o_.width),
                  static_cast<long long>(o_.block), static_cast<long long>(model_->num_parameters()),
                  o_.optimizer.c_str(), o_.lr, static_cast<long long>(o_.batch), static_cast<long long>(o_.steps),
-                 get_num_threads(), device_.str().c_str(),
-                 dtype_ == DType::bf16 ? fmt::format(", bfloat16 ({})", kernels::bf16_matmul_kernel()).c_str() : "",
-                 o_.out.c_str());
+                 get_num_threads(), device_.str().c_str(), products_kernel().c_str(), o_.out.c_str());
     optimizer_bytes_ = sharded_ ? sharded_->state_bytes() : distributed::optimizer_state_bytes(*optimizer_);
     if (o_.fixed_split > 0 || comm_.size() > 1 || o_.grad_accum > 1) {
       const std::string split =
@@ -216,7 +221,8 @@ class TrainingRun {
                    comm_.engine().c_str(), split.c_str(), megabytes(optimizer_bytes_).c_str(),
                    sharded_ ? " (sharded, ZeRO-1)" : "");
     }
-    if (device_.is_cpu())  // OpenBLAS multiplies only on the CPU
+    // OpenBLAS multiplies a run's products only on the CPU where it is float32's kernel.
+    if (device_.is_cpu() && std::string(kernels::f32_matmul_kernel()) == "openblas")
       if (const std::string note = blas_kernels_note(); !note.empty()) std::fprintf(out_, "%s\n", note.c_str());
     if (first_step_ > 0)
       std::fprintf(out_, "resuming from %s at step %lld\n", o_.resume.c_str(), static_cast<long long>(first_step_));

@@ -4,16 +4,14 @@
 // C, the bias added first.
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <vector>
 
-#include "tensor/cpu/blas_setup.h"
 #include "tensor/cpu/matmul_bf16/amx.h"
 #include "tensor/cpu/matmul_bf16/dpbf16.h"
+#include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/cpu/scratch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
@@ -267,7 +265,7 @@ T* scratch(Scratch<T>& buffer, std::int64_t n) {
 }
 
 // Without bfloat16 instructions, one product as gemm_bf16 is handed it: the
-// operands widened to float32 (exactly), OpenBLAS's sgemm. (matmul_bf16, the
+// operands widened to float32 (exactly), float32's product (gemm_f32). (matmul_bf16, the
 // tensors' product, widens whole tensors and runs float32's matmul instead.)
 void gemm_widened(const Bf16Gemm& g) {
   std::vector<float> a(g.m * g.k), b(g.k * g.n), c(g.m * g.n);
@@ -275,11 +273,10 @@ void gemm_widened(const Bf16Gemm& g) {
     for (std::int64_t kk = 0; kk < g.k; ++kk) a[r * g.k + kk] = g.a.at(r, kk);
   for (std::int64_t kk = 0; kk < g.k; ++kk)
     for (std::int64_t j = 0; j < g.n; ++j) b[kk * g.n + j] = g.b.at(kk, j);
-  prepare_blas();
   parallel_for(0, g.m, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(g.n, 1)),
                [&](std::int64_t lo, std::int64_t hi) {
-                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, g.n, g.k, 1.0f, a.data() + lo * g.k,
-                             g.k, b.data(), g.n, 0.0f, c.data() + lo * g.n, g.n);
+                 gemm_f32({false, false, hi - lo, g.n, g.k, a.data() + lo * g.k, g.k, b.data(), g.n,
+                           c.data() + lo * g.n, g.n, false});
                });
   for (std::int64_t r = 0; r < g.m; ++r)
     for (std::int64_t j = 0; j < g.n; ++j)
@@ -366,7 +363,7 @@ Tensor widened_operand(const Tensor& x) {
 Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
   const Bf16Kernel kernel = bf16_kernel();
   if (kernel == Bf16Kernel::widen) {
-    // Without bfloat16 instructions: float32's product (OpenBLAS, its threading
+    // Without bfloat16 instructions: float32's matmul (its kernel, threading
     // and bias) of the widened operands, rounded once. Widening costs a pass over
     // each operand, so --dtype bfloat16 stays near float32's speed there.
     const Tensor wide_bias = bias.defined() ? kernels::cast(bias, DType::f32) : Tensor();
