@@ -222,23 +222,25 @@ TEST_CASE("float32 products on every kernel this CPU runs (avx512, portable, ope
                            {61, 33, 700}, {8, 104, 20}, {1, 300, 50}, {300, 1, 50}})
       for (bool a_transposed : {false, true})
         for (bool b_transposed : {false, true})
-          for (bool accumulate : {false, true}) {
+          for (auto [accumulate, with_bias] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
             INFO(cpu::f32_kernel_name(kernel) << " " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "")
-                                             << (b_transposed ? " B^T" : "") << (accumulate ? " C +=" : ""));
+                                             << (b_transposed ? " B^T" : "") << (accumulate ? " C +=" : "")
+                                             << (with_bias ? " +bias" : ""));
             const F32Operands o = f32_operands(m, n, k, a_transposed, b_transposed);
             const std::int64_t ldc = n + 2;
-            std::vector<float> c(static_cast<std::size_t>(m * ldc));
+            std::vector<float> c(static_cast<std::size_t>(m * ldc)), bias(static_cast<std::size_t>(n));
             for (std::size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+            for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = static_cast<float>(j % 5) * 0.75f - 1.5f;
             const std::vector<float> c_before = c;
             cpu::gemm_f32({.a_transposed = a_transposed, .b_transposed = b_transposed, .m = m, .n = n, .k = k,
                            .a = o.a.data(), .lda = o.lda, .b = o.b.data(), .ldb = o.ldb, .c = c.data(), .ldc = ldc,
-                           .accumulate = accumulate},
+                           .accumulate = accumulate, .bias = with_bias ? bias.data() : nullptr},
                           kernel);
             std::int64_t outside_bound = 0, columns_touched = 0;
             for (std::int64_t i = 0; i < m; ++i) {
               for (std::int64_t j = 0; j < n; ++j) {
-                const double c0 = accumulate ? c_before[i * ldc + j] : 0.0;
-                double exact = c0, abs_sum = std::fabs(c0);
+                const double c_old = accumulate ? c_before[i * ldc + j] : 0.0, b = with_bias ? bias[j] : 0.0;
+                double exact = c_old + b, abs_sum = std::fabs(c_old) + std::fabs(b);
                 for (std::int64_t p = 0; p < k; ++p) {
                   const double term = static_cast<double>(o.a_at(i, p)) * o.b_at(p, j);
                   exact += term;
@@ -250,6 +252,19 @@ TEST_CASE("float32 products on every kernel this CPU runs (avx512, portable, ope
             }
             CHECK(outside_bound == 0);
             CHECK(columns_touched == 0);  // nothing written past C's n columns
+            if (with_bias && !accumulate && kernel != cpu::F32Kernel::openblas) {
+              // The header's promise: the bits of C = bias, then C += op(A) op(B).
+              std::vector<float> c_then(static_cast<std::size_t>(m * ldc));
+              for (std::int64_t i = 0; i < m; ++i) std::copy(bias.begin(), bias.end(), c_then.begin() + i * ldc);
+              cpu::gemm_f32({.a_transposed = a_transposed, .b_transposed = b_transposed, .m = m, .n = n, .k = k,
+                             .a = o.a.data(), .lda = o.lda, .b = o.b.data(), .ldb = o.ldb, .c = c_then.data(),
+                             .ldc = ldc, .accumulate = true},
+                            kernel);
+              std::int64_t differ = 0;
+              for (std::int64_t i = 0; i < m; ++i)
+                for (std::int64_t j = 0; j < n; ++j) differ += c[i * ldc + j] != c_then[i * ldc + j];
+              CHECK(differ == 0);
+            }
           }
   }
 }

@@ -116,7 +116,7 @@ struct Kernel {
   // a packed panel, or A's rows in place.
   template <int V>
   AG_ALWAYS_INLINE static void block(const float* a, std::int64_t row_step, std::int64_t k_step, const float* bp,
-                                     std::int64_t kc, float* c, std::int64_t ldc, bool add) {
+                                     std::int64_t kc, float* c, std::int64_t ldc, bool add, const float* bias) {
     Vec acc[MR][V] = {};
     // C's lines are wanted only after the loop, but from wherever they lie
     // (L3, at m = 4096): asked for now, they arrive while it runs.
@@ -151,6 +151,11 @@ struct Kernel {
           std::memcpy(&old, out, sizeof(Vec));
           acc[r][v] += old;
         }
+        if (bias) {
+          Vec b;
+          std::memcpy(&b, bias + v * kLanes, sizeof(Vec));
+          acc[r][v] += b;
+        }
         std::memcpy(out, &acc[r][v], sizeof(Vec));
       }
     }
@@ -160,12 +165,12 @@ struct Kernel {
   AG_ALWAYS_INLINE static void edge_block(const float* a, std::int64_t row_step, std::int64_t k_step,
                                           const float* bp, std::int64_t kc, std::int64_t cols, float* edge) {
     const std::int64_t vectors = (cols + kLanes - 1) / kLanes;
-    if (vectors == 1) return block<1>(a, row_step, k_step, bp, kc, edge, NR, false);
+    if (vectors == 1) return block<1>(a, row_step, k_step, bp, kc, edge, NR, false, nullptr);
     if constexpr (Tile::kVecs > 2)
-      if (vectors == 2) return block<2>(a, row_step, k_step, bp, kc, edge, NR, false);
+      if (vectors == 2) return block<2>(a, row_step, k_step, bp, kc, edge, NR, false, nullptr);
     if constexpr (Tile::kVecs > 3)
-      if (vectors == 3) return block<3>(a, row_step, k_step, bp, kc, edge, NR, false);
-    block<Tile::kVecs>(a, row_step, k_step, bp, kc, edge, NR, false);
+      if (vectors == 3) return block<3>(a, row_step, k_step, bp, kc, edge, NR, false, nullptr);
+    block<Tile::kVecs>(a, row_step, k_step, bp, kc, edge, NR, false, nullptr);
   }
 
   AG_ALWAYS_INLINE static void run(const F32Gemm& g) {
@@ -184,6 +189,7 @@ struct Kernel {
     for (std::int64_t k0 = 0; k0 < g.k; k0 += kc_max) {
       const std::int64_t kc = std::min(kc_max, g.k - k0);
       const bool add = g.accumulate || k0 > 0;
+      const float* bias = k0 == 0 ? g.bias : nullptr;  // with the first chunk's sums
       for (std::int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
         const std::int64_t nc = std::min(kBlockCols, g.n - j0);
         pack_b(g, k0, kc, j0, nc, b_buf.data());
@@ -207,14 +213,18 @@ struct Kernel {
             const float* bp = b_buf.data() + p / NR * kc * NR;
             float* c = g.c + i0 * g.ldc + j0 + p;
             const std::int64_t cols = std::min<std::int64_t>(NR, nc - p);
+            const float* block_bias = bias ? bias + j0 + p : nullptr;
             if (rows == MR && cols == NR) {
-              block<Tile::kVecs>(a, row_step, k_step, bp, kc, c, g.ldc, add);
+              block<Tile::kVecs>(a, row_step, k_step, bp, kc, c, g.ldc, add, block_bias);
               continue;
             }
             edge_block(a, row_step, k_step, bp, kc, cols, edge);
             for (std::int64_t r = 0; r < rows; ++r)
-              for (std::int64_t col = 0; col < cols; ++col)
-                c[r * g.ldc + col] = add ? c[r * g.ldc + col] + edge[r * NR + col] : edge[r * NR + col];
+              for (std::int64_t col = 0; col < cols; ++col) {
+                float sum = add ? edge[r * NR + col] + c[r * g.ldc + col] : edge[r * NR + col];
+                if (block_bias) sum += block_bias[col];
+                c[r * g.ldc + col] = sum;
+              }
           }
         }
       }
@@ -227,10 +237,23 @@ AG_TARGET_F32_AVX512 void gemm_avx512(const F32Gemm& g) { Kernel<TileAvx512>::ru
 #endif
 void gemm_portable(const F32Gemm& g) { Kernel<TilePortable>::run(g); }
 
+// C's rows (+)= bias: where the product is then accumulated onto C (OpenBLAS's
+// beta = 1, or K = 0).
+void add_bias_rows(const F32Gemm& g) {
+  for (std::int64_t i = 0; i < g.m; ++i) {
+    float* row = g.c + i * g.ldc;
+    if (g.accumulate)
+      for (std::int64_t j = 0; j < g.n; ++j) row[j] += g.bias[j];
+    else
+      std::copy(g.bias, g.bias + g.n, row);
+  }
+}
+
 void gemm_openblas(const F32Gemm& g) {
   prepare_blas();
+  if (g.bias) add_bias_rows(g);
   cblas_sgemm(CblasRowMajor, g.a_transposed ? CblasTrans : CblasNoTrans, g.b_transposed ? CblasTrans : CblasNoTrans,
-              g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.accumulate ? 1.0f : 0.0f, g.c, g.ldc);
+              g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.accumulate || g.bias ? 1.0f : 0.0f, g.c, g.ldc);
 }
 
 bool avx512_runs_here() {
@@ -270,7 +293,9 @@ F32Kernel f32_kernel() {
 void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {
-    if (!g.accumulate)
+    if (g.bias)
+      add_bias_rows(g);
+    else if (!g.accumulate)
       for (std::int64_t i = 0; i < g.m; ++i) std::fill(g.c + i * g.ldc, g.c + i * g.ldc + g.n, 0.0f);
     return;
   }
