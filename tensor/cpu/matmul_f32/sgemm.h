@@ -30,12 +30,13 @@ F32Kernel f32_kernel();
 bool f32_kernel_runs_here(F32Kernel kernel);
 
 // C (m x n, row-major, rows ldc apart) = op(A) op(B), or C += op(A) op(B)
-// when `accumulate`, and + bias[j] in every row j's column when `bias` is
+// when `accumulate`, plus bias[j] in column j of every row when `bias` is
 // given; op(A) is m x k: A row-major with rows lda apart, or (a_transposed)
 // A^T of a row-major k x m; op(B) is k x n likewise. One thread: the caller
 // cuts a product into blocks for its threads. The bias is added as the first
 // K chunk's sums are stored, so C = (the chunk's sums + C or 0) + bias, then
-// each later chunk's sums are added: the bits of C = bias, then C += op(A) op(B).
+// each later chunk's sums are added: without `accumulate`, the bits of
+// C = bias, then C += op(A) op(B).
 struct F32Gemm {
   bool a_transposed = false, b_transposed = false;
   std::int64_t m = 0, n = 0, k = 0;
