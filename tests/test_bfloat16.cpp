@@ -10,9 +10,11 @@
 #include <limits>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "base/bfloat16.h"
 #include "helpers.h"
+#include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "train/output/safetensors.h"
 
@@ -82,6 +84,39 @@ TEST_CASE("bfloat16 rounds to nearest even, keeps NaN, infinities and signed zer
       ++checked;
     }
   CHECK(checked == 7 * 65536);
+}
+
+TEST_CASE("arrays round to bfloat16 as bfloat16_bits does, bit for bit, on VCVTNE2PS2BF16 where the CPU has it",
+          "[bf16]") {
+  INFO((cpu::rounds_bf16_by_instruction() ? "by VCVTNE2PS2BF16" : "by bfloat16_bits' arithmetic"));
+  // Every pattern of the high half with a spread of low halves: NaNs with their
+  // payloads, infinities, ties, denormals (which the instruction alone would flush).
+  std::vector<float> x;
+  for (std::uint32_t high = 0; high < 0x10000u; ++high)
+    for (std::uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xbeefu, 0xffffu}) {
+      const std::uint32_t u = high << 16 | low;
+      float v;
+      std::memcpy(&v, &u, sizeof v);
+      x.push_back(v);
+    }
+  // Runs of 32 with one denormal among normal values, and runs without.
+  for (int run = 0; run < 64; ++run)
+    for (int i = 0; i < 32; ++i) x.push_back(i == run % 32 && run < 32 ? 0x1.8p-130f : 1.0f + i * 0x1p-9f + run * 0x1p-14f);
+  std::vector<std::uint16_t> y(x.size());
+  cpu::round_to_bf16(y.data(), x.data(), static_cast<std::int64_t>(x.size()));
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) differ += y[i] != bfloat16_bits(x[i]);
+  CHECK(differ == 0);
+  // Lengths that end inside a run of 32, from offsets that start inside one,
+  // among the patterns near 1.0 (high half 0x3f80).
+  const std::int64_t near_one = 0x3f80 * 7;
+  for (std::int64_t offset : {0, 3, 17})
+    for (std::int64_t n : {1, 15, 16, 31, 33, 47}) {
+      std::vector<std::uint16_t> part(n + 1, 0x1234);
+      cpu::round_to_bf16(part.data(), x.data() + near_one + offset, n);
+      for (std::int64_t i = 0; i < n; ++i) REQUIRE(part[i] == bfloat16_bits(x[near_one + offset + i]));
+      CHECK(part[n] == 0x1234);  // nothing written past n
+    }
 }
 
 TEST_CASE("bfloat16 tensors: casts round once and widen exactly, print, and stay on the CPU", "[bf16]") {

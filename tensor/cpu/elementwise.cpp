@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/device_kernels.h"
@@ -135,10 +136,8 @@ AG_SIMD_CLONES void div_f32(float* y, const float* a, const float* b, std::int64
 }
 
 // float32 <-> bfloat16 on contiguous data, the casts of mixed precision:
-// base/bfloat16.h's bit arithmetic, which vectorises lane by lane here.
-AG_SIMD_CLONES void round_to_bf16(std::uint16_t* y, const float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_bits(x[i]);
-}
+// rounding by bf16_rounding.h, widening by base/bfloat16.h's bit arithmetic,
+// which vectorises lane by lane here.
 AG_SIMD_CLONES void widen_bf16(float* y, const std::uint16_t* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);
 }
