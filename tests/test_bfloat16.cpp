@@ -440,6 +440,34 @@ TEST_CASE("a bfloat16 product of a transposed A with more rows than columns, com
   }
 }
 
+TEST_CASE("a bfloat16 product's sums plus the bias round into C as bfloat16(sum + bias), bit for bit, on every kernel",
+          "[bf16][matmul]") {
+  // Small integers make every sum exact in float32 whatever order a kernel adds
+  // in, so C is known to the bit: the float32 sum plus the bias, rounded once.
+  // The biases have fractions that sum + bias cannot keep in 8 bits, ties among
+  // them; the shapes leave partial blocks and strips at the edges.
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::widen,
+                                 cpu::Bf16Kernel::amx_model, cpu::Bf16Kernel::avx512_bf16_model}) {
+    if (!cpu::bf16_kernel_runs_here(kernel)) continue;
+    for (auto [m, n, k] : {std::tuple{40, 50, 64}, {33, 70, 96}, {5, 3, 7}}) {
+      INFO(cpu::bf16_kernel_name(kernel) << " " << m << " x " << n << " x " << k);
+      std::vector<bfloat16> a(m * k), b(k * n), bias(n), c(m * n);
+      for (int i = 0; i < m * k; ++i) a[i] = bfloat16(static_cast<float>((i * 7) % 7 - 3));
+      for (int i = 0; i < k * n; ++i) b[i] = bfloat16(static_cast<float>((i * 5) % 9 - 4));
+      for (int j = 0; j < n; ++j) bias[j] = bfloat16(0.5f + static_cast<float>(j % 16) * 0x1p-5f - static_cast<float>(j % 3));
+      cpu::gemm_bf16({{a.data(), k, 1}, {b.data(), n, 1}, c.data(), n, bias.data(), m, n, k}, kernel);
+      std::int64_t differ = 0;
+      for (int r = 0; r < m; ++r)
+        for (int j = 0; j < n; ++j) {
+          float sum = 0;  // exact: integers far below 2^24
+          for (int q = 0; q < k; ++q) sum += static_cast<float>(a[r * k + q]) * static_cast<float>(b[q * n + j]);
+          differ += c[r * n + j].bits != bfloat16_bits(sum + static_cast<float>(bias[j]));
+        }
+      CHECK(differ == 0);
+    }
+  }
+}
+
 TEST_CASE("bfloat16 matmul: batches broadcast, transposed views and a bias, as float32's", "[bf16][matmul]") {
   const Tensor a32 = bf16_values({3, 1, 20, 40}, 4), b32 = bf16_values({2, 40, 24}, 5), bias32 = bf16_values({24}, 6);
   const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);
