@@ -8,7 +8,7 @@ AG_SIMD_CLONES void round_to_bf16_arithmetic(std::uint16_t* y, const float* x, s
 }
 
 #if AG_BF16_AVX512_KERNEL
-AG_TARGET_BF16_ROUNDING void round_to_bf16_instruction(std::uint16_t* y, const float* x, std::int64_t n) {
+AG_TARGET_AVX512_BF16 void round_to_bf16_instruction(std::uint16_t* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; i += 32) round_bf16_avx512(y + i, x + i, nullptr, n - i);
 }
 #endif

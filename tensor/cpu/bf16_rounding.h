@@ -29,9 +29,8 @@ bool rounds_bf16_by_instruction();
 
 namespace attograd::cpu {
 
-// For callers compiled for AVX512_BF16 (the bfloat16 kernels' entry points, by
-// their target attribute), into which these are always inlined.
-#define AG_TARGET_BF16_ROUNDING __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// For callers compiled for AVX512_BF16 (AG_TARGET_AVX512_BF16: the bfloat16
+// kernels' entry points), into which these are always inlined.
 
 // GCC 12's own _mm512_undefined_epi32 trips -Wuninitialized (GCC bug 105593, as in packing.h).
 #pragma GCC diagnostic push
@@ -39,19 +38,19 @@ namespace attograd::cpu {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // Lanes holding a float32 denormal: exponent bits all zero, fraction bits not.
-AG_TARGET_BF16_ROUNDING AG_ALWAYS_INLINE __mmask16 denormal_lanes(__m512 x) {
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE __mmask16 denormal_lanes(__m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
   return _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7f800000)) &
          _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x007fffff));
 }
 
 // 16 bfloat16 values widened to float32 (exactly).
-AG_TARGET_BF16_ROUNDING AG_ALWAYS_INLINE __m512 widen_bf16x16(__m256i b) {
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE __m512 widen_bf16x16(__m256i b) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
 // out[j] = bfloat16(in[j] + (bias ? float(bias[j]) : 0)) for j < n <= 32.
-AG_TARGET_BF16_ROUNDING AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out, const float* in,
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out, const float* in,
                                                                 const std::uint16_t* bias, std::int64_t n) {
   const __mmask32 all = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
   const __mmask16 lo_mask = static_cast<__mmask16>(all), hi_mask = static_cast<__mmask16>(all >> 16);
