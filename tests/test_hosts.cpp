@@ -176,6 +176,9 @@ TEST_CASE("silence_message names the rank, its host, the step, the operation and
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("every process answered"));
   s.signal = "SIGTERM";
   CHECK_THAT(train::distributed::silence_message(s), Catch::Contains("(SIGTERM from mpirun before --comm-timeout 10)"));
+  s.signal = "", s.rank = 0, s.silent = {1}, s.stopped = {2};
+  CHECK_THAT(train::distributed::silence_message(s),
+             Catch::EndsWith("heard nothing from rank 1 (h2); rank 2 (h3) stopped the run first"));
 }
 
 namespace {
@@ -213,6 +216,22 @@ TEST_CASE("signs of life: a peer heard every second stays heard, and falls silen
   CHECK(signs.silent() == std::vector<int>{2});
   poll_for(signs, now, 200ms, 10ms, [](auto) {});
   CHECK(signs.silent() == std::vector<int>{1, 2});
+}
+
+TEST_CASE("signs of life: a peer that said it stopped the run is never named silent, in this wait or the next",
+          "[hosts]") {
+  SignsOfLife signs(3, 0);
+  const SignsOfLife::Clock::time_point t0{};
+  signs.begin(t0);
+  signs.heard(1), signs.heard(2);
+  auto now = poll_for(signs, t0, 1s, 10ms, [](auto) {});
+  signs.stopped(2);  // rank 2's own deadline came first
+  now = poll_for(signs, now, 5s, 10ms, [](auto) {});
+  CHECK(signs.silent() == std::vector<int>{1});
+  CHECK(signs.stopped() == std::vector<int>{2});
+  signs.begin(now);
+  CHECK(signs.silent() == std::vector<int>{1});
+  CHECK(signs.stopped() == std::vector<int>{2});
 }
 
 TEST_CASE("signs of life: a message read late, after this process stalled past the deadline, still lets the "
@@ -318,7 +337,8 @@ TEST_CASE("three hosts follow the one-process run, and their checkpoint resumes 
 namespace {
 
 // Host 2's cable pulled mid-run on `n` hosts: rank 0 names rank 1 (h2) alone
-// (on three hosts rank 2 still answers), and every process on every host ends.
+// as silent (on three hosts rank 2 still answers, or, when its own deadline came
+// first, says it stopped the run), and every process on every host ends.
 void check_cut_stops_every_process(int n) {
   TempDir tmp;
   Hosts hosts(tmp, n);
@@ -331,7 +351,7 @@ void check_cut_stops_every_process(int n) {
   REQUIRE(wait_until([&] { return read_metrics(dir + "/metrics.jsonl").losses.size() >= 23; }, 60s));
   hosts.cut(2);
   const Clock::time_point cut = Clock::now();
-  check_stopped(*run, cut, dir, "rank 1 \\(h2\\)\n");
+  check_stopped(*run, cut, dir, "rank 1 \\(h2\\)(; rank 2 \\(h3\\) stopped the run first)?\n");
   const double all_gone = seconds_until_none_left(hosts, cut, 30);
   INFO("every process on the " << n << " hosts ended " << all_gone << " s after the cut");
   CHECK(all_gone < kStopsWithin);

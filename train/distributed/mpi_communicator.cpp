@@ -49,7 +49,9 @@ using Clock = std::chrono::steady_clock;
 // Every process starts the same collectives in the same order, so a message
 // counts as a sign of life in this wait only if its sender has reached this
 // collective: one sent in an earlier wait, read late, does not. When each was
-// heard, and who fell silent, is SignsOfLife's (watchdog.h).
+// heard, and who fell silent, is SignsOfLife's (watchdog.h). A process that
+// stops the run says so first (another tag), so that a process whose deadline
+// comes later does not take its silence for a cut link.
 class Liveness {
  public:
   Liveness(int size, int rank) : rank_(rank), size_(size), signs_(size, rank) {
@@ -86,20 +88,43 @@ class Liveness {
       MPI_Status status;
       check(MPI_Test(&incoming_, &arrived, &status), "MPI_Test");
       if (!arrived) return;
-      if (received_ >= collective_) signs_.heard(status.MPI_SOURCE);
+      if (status.MPI_TAG == kStoppingTag) signs_.stopped(status.MPI_SOURCE);
+      else if (received_ >= collective_) signs_.heard(status.MPI_SOURCE);
       post_receive();
+    }
+  }
+  // Tells every other process that this one stops the run, and gives the
+  // messages up to kStoppingSendSeconds to leave (one to a host that is gone
+  // never does). Then the process exits.
+  void say_stopping() {
+    std::vector<MPI_Request> requests;
+    for (int r = 0; r < size_; ++r) {
+      MPI_Request request;
+      if (r != rank_ && MPI_Isend(&sent_, 1, MPI_INT64_T, r, kStoppingTag, comm_, &request) == MPI_SUCCESS)
+        requests.push_back(request);
+    }
+    const Clock::time_point until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(kStoppingSendSeconds));
+    int done = 0;
+    while (!done && Clock::now() < until) {
+      if (MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return;
+      ::usleep(1000);
     }
   }
   // The ranks nothing was heard from lately. Not "since begin()": what a host
   // sent just before its link went down can still be read after (sent while
   // this process was busy elsewhere, say evaluating).
   std::vector<int> silent() const { return signs_.silent(); }
+  std::vector<int> stopped() const { return signs_.stopped(); }
   bool grace(Clock::time_point now, Clock::time_point deadline) { return signs_.grace(now, deadline); }
 
  private:
-  static constexpr int kTag = 1;
+  static constexpr int kTag = 1;          // a sign of life
+  static constexpr int kStoppingTag = 2;  // "I stop the run"
+  static constexpr double kStoppingSendSeconds = 0.2;
   void post_receive() {
-    check(MPI_Irecv(&received_, 1, MPI_INT64_T, MPI_ANY_SOURCE, kTag, comm_, &incoming_), "MPI_Irecv");
+    check(MPI_Irecv(&received_, 1, MPI_INT64_T, MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &incoming_), "MPI_Irecv");
   }
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -274,8 +299,10 @@ class MpiWorld final : public Communicator {
                               .waited = std::chrono::duration<double>(now - start).count(),
                               .timeout = timeout_,
                               .silent = liveness_ ? liveness_->silent() : std::vector<int>{},
+                              .stopped = liveness_ ? liveness_->stopped() : std::vector<int>{},
                               .hosts = hosts_,
                               .signal = signal == 0 ? "" : fmt::format("SIG{}", ::sigabbrev_np(signal))};
+        if (liveness_) liveness_->say_stopping();
         if (signal != 0) stop_run_after_signal(silence_message(silence));
         stop_run_after_silence(silence_message(silence));
       }

@@ -34,10 +34,12 @@ std::string process_name(pid_t pid) {
 }  // namespace
 
 std::string silence_message(const Silence& s) {
-  std::vector<std::string> silent;
+  std::vector<std::string> silent, stopped;
   for (const int r : s.silent) silent.push_back(rank_and_host(r, s.hosts));
-  const std::string who = silent.empty() ? "every process answered, yet the operation did not complete"
-                                         : fmt::format("heard nothing from {}", fmt::join(silent, ", "));
+  for (const int r : s.stopped) stopped.push_back(rank_and_host(r, s.hosts));
+  std::string who = silent.empty() ? "every process answered, yet the operation did not complete"
+                                   : fmt::format("heard nothing from {}", fmt::join(silent, ", "));
+  if (!stopped.empty()) who += fmt::format("; {} stopped the run first", fmt::join(stopped, ", "));
   const std::string when = s.step > 0 ? fmt::format("at step {}", s.step) : "while setting up";
   const std::string why = !s.signal.empty() ? fmt::format("{} from mpirun before --comm-timeout {:g}", s.signal, s.timeout)
                                    : fmt::format("--comm-timeout {:g}", s.timeout);
@@ -45,7 +47,8 @@ std::string silence_message(const Silence& s) {
                      rank_and_host(s.rank, s.hosts), when, s.operation, s.waited, why, who);
 }
 
-SignsOfLife::SignsOfLife(int size, int rank) : rank_(rank), heard_(static_cast<std::size_t>(size), kNever) {}
+SignsOfLife::SignsOfLife(int size, int rank)
+    : rank_(rank), heard_(static_cast<std::size_t>(size), kNever), stopped_(static_cast<std::size_t>(size), false) {}
 
 void SignsOfLife::begin(Clock::time_point now) {
   std::fill(heard_.begin(), heard_.end(), kNever);
@@ -63,10 +66,23 @@ void SignsOfLife::heard(int rank) {
   if (rank >= 0 && static_cast<std::size_t>(rank) < heard_.size()) heard_[static_cast<std::size_t>(rank)] = polled_;
 }
 
+void SignsOfLife::stopped(int rank) {
+  if (rank >= 0 && static_cast<std::size_t>(rank) < stopped_.size()) stopped_[static_cast<std::size_t>(rank)] = true;
+}
+
 std::vector<int> SignsOfLife::silent() const {
   std::vector<int> ranks;
-  for (int r = 0; r < static_cast<int>(heard_.size()); ++r)
-    if (r != rank_ && polled_ - heard_[static_cast<std::size_t>(r)] > kRecentSeconds) ranks.push_back(r);
+  for (int r = 0; r < static_cast<int>(heard_.size()); ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (r != rank_ && !stopped_[i] && polled_ - heard_[i] > kRecentSeconds) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+std::vector<int> SignsOfLife::stopped() const {
+  std::vector<int> ranks;
+  for (int r = 0; r < static_cast<int>(stopped_.size()); ++r)
+    if (stopped_[static_cast<std::size_t>(r)]) ranks.push_back(r);
   return ranks;
 }
 

@@ -35,13 +35,15 @@ struct Silence {
   double waited = 0;                // seconds
   double timeout = 0;               // --comm-timeout
   std::vector<int> silent;          // ranks nothing was heard from in the wait
+  std::vector<int> stopped;         // ranks that said they stopped the run themselves, before this one
   std::vector<std::string> hosts;   // every rank's host, by rank
   std::string signal;               // a stop signal that came before the deadline ("SIGTERM"), or ""
 };
 
 // The line a process prints when its deadline passes, e.g. "attograd: rank 0
 // (h1) stopped the run at step 57: the all-reduce of gradients waited 10 s
-// (--comm-timeout 10) and heard nothing from rank 1 (h2)".
+// (--comm-timeout 10) and heard nothing from rank 1 (h2)", with "; rank 2 (h3)
+// stopped the run first" where another process's deadline came sooner.
 std::string silence_message(const Silence& s);
 
 // Who was heard from lately in one long wait, timed on a clock that runs only
@@ -65,8 +67,14 @@ class SignsOfLife {
   void poll(Clock::time_point now);
   // A sign of life from `rank`, read at the latest poll.
   void heard(int rank);
-  // The ranks heard nothing from in the last kRecentSeconds of polling.
+  // `rank` said it stopped the run (its own deadline came first): it falls
+  // silent from now on, and must not be blamed for it. Kept across waits.
+  void stopped(int rank);
+  // The ranks heard nothing from in the last kRecentSeconds of polling, those
+  // that said they stopped left out.
   std::vector<int> silent() const;
+  // The ranks that said they stopped the run.
+  std::vector<int> stopped() const;
   // Past the deadline with every rank heard lately: whether to poll on for one
   // to fall silent, so that a link cut just before the deadline is named. Up
   // to kRecentSeconds and half a second of polling past the deadline, and no
@@ -77,6 +85,7 @@ class SignsOfLife {
   static constexpr double kNever = -1e30;
   int rank_;
   std::vector<double> heard_;  // the polling clock when each rank was last heard from
+  std::vector<bool> stopped_;  // whether each rank said it stopped the run
   double polled_ = 0;          // seconds of polling in this wait
   double polled_at_deadline_ = kNever;
   Clock::time_point last_poll_;
