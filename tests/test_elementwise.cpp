@@ -1,5 +1,9 @@
 // Elementwise ops: known values and float64 gradchecks on odd, transposed and broadcast shapes.
+#include <bit>
+#include <limits>
+
 #include "helpers.h"
+#include "tensor/cpu/vec_math.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -108,6 +112,45 @@ TEST_CASE("float32 gelu and gelu_grad stay close to float64 over [-12, 12]", "[e
     CHECK(worst_abs < 5e-6);
     CHECK(worst_rel < 1e-4);
   }
+}
+
+TEST_CASE("the float32 reciprocal without a division is within 1 ulp of 1 / d over [1, 2^100]", "[elementwise]") {
+  // Every 4099th float of the range (its estimate's error repeats with every
+  // power of two, so this walks every binade at many mantissas) and both ends.
+  std::uint32_t worst_ulps = 0;
+  float worst_at = 1;
+  auto check_at = [&](float d) {
+    const float want = 1.0f / d, got = cpu::reciprocal_in_range(d);
+    const std::uint32_t a = std::bit_cast<std::uint32_t>(want), b = std::bit_cast<std::uint32_t>(got);
+    const std::uint32_t ulps = a > b ? a - b : b - a;
+    if (ulps > worst_ulps) worst_ulps = ulps, worst_at = d;
+  };
+  for (std::uint32_t bits = std::bit_cast<std::uint32_t>(1.0f); bits <= std::bit_cast<std::uint32_t>(cpu::kReciprocalMax);
+       bits += 4099)
+    check_at(std::bit_cast<float>(bits));
+  check_at(cpu::kReciprocalMax);
+  CHECK(cpu::reciprocal_in_range(1.0f) == 1.0f);  // GELU's s = 1 exactly for large x (its gradient's 1 - s)
+  INFO("worst: " << worst_ulps << " ulps at d = " << worst_at);
+  CHECK(worst_ulps <= 1);
+}
+
+TEST_CASE("float32 gelu at the edges: NaN stays NaN, +inf gives +inf, a huge negative x gives 0", "[elementwise]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor x = from_vector(std::vector<float>{nan, inf, -1e30f, -3e4f, -20.0f, 0.0f, 20.0f, 1e30f}, {8});
+  const auto y = kernels::unary(kernels::Unary::gelu, x).to_vector<float>();
+  CHECK(std::isnan(y[0]));
+  CHECK(y[1] == inf);
+  CHECK(y[2] == 0.0f);  // x s with s exactly 0, not x times a tiny s
+  CHECK(y[3] == 0.0f);
+  CHECK(std::abs(y[4]) < 1e-30f);
+  CHECK(y[5] == 0.0f);
+  CHECK(y[6] == 20.0f);
+  CHECK(y[7] == 1e30f);
+  const auto g = kernels::unary(kernels::Unary::gelu_grad, x).to_vector<float>();
+  CHECK(std::isnan(g[0]));
+  CHECK(g[3] == 0.0f);
+  CHECK(g[5] == 0.5f);
+  CHECK(g[6] == 1.0f);
 }
 
 TEST_CASE("gelu_backward equals dy * gelu_grad(x) on every layout", "[elementwise]") {
