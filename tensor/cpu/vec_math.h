@@ -53,9 +53,9 @@ inline float exp_fast(float x) {
   return x != x ? x : (underflow ? 0.0f : (overflow ? INFINITY : y));
 }
 
-// 1 / d for d in [1, 2^100], with no checks and no division: VDIVPS issues
-// once every 10-16 cycles for 16 values on the Xeons here. An estimate from
-// the bits (the "magic constant" 0x7EF311C7 minus them, within 12%), then three
+// 1 / d for d in [1, 2^100], with no checks and no division (a vector
+// division issues several times less often than a multiply-add). An estimate
+// from the bits (the "magic constant" 0x7EF311C7 minus them, within 12%), then three
 // Newton steps, each squaring the relative error, the last written as a
 // correction r + r (1 - d r) so that d = 1 gives exactly 1 (GELU's s = 1 for
 // large x, where 1 - s is multiplied by x^3 in its gradient): within 1 ulp of
