@@ -6,6 +6,13 @@
 
 namespace attograd {
 
+// GELU's tanh-form constants, for both devices: k = sqrt(2/pi), and c, the
+// cubic term's weight.
+template <typename T>
+constexpr T kGeluScale = T(0.7978845608028654);
+template <typename T>
+constexpr T kGeluCubic = T(0.044715);
+
 #define AG_UNARY_OPS(X)                                                    \
   X(neg)          /* -x */                                                 \
   X(exp) X(log) X(sqrt) X(tanh) X(abs)                                     \

@@ -33,7 +33,7 @@ void for_each(const StridedLayout<N>& layout, const Body& body, cudaStream_t str
 // cancellation of 1 + tanh(u) for very negative x.
 template <typename T>
 __device__ __forceinline__ T gelu_sigmoid(T x) {
-  const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2/pi)
+  const T k = kGeluScale<T>, c = kGeluCubic<T>;
   return T(1) / (T(1) + dmath::exp(T(-2) * k * (x + c * x * x * x)));
 }
 template <typename T>
@@ -43,7 +43,7 @@ __device__ __forceinline__ T gelu(T x) {
 template <typename T>
 __device__ __forceinline__ T gelu_grad(T x) {
   // forward: y = x s, s = sigmoid(2u); so dy/dx = s + 2 x s (1 - s) k (1 + 3 c x^2)
-  const T k = T(0.7978845608028654), c = T(0.044715);
+  const T k = kGeluScale<T>, c = kGeluCubic<T>;
   const T s = gelu_sigmoid(x);
   return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }

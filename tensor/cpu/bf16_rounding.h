@@ -29,8 +29,8 @@ bool rounds_bf16_by_instruction();
 
 namespace attograd::cpu {
 
-// For callers compiled for AVX512_BF16 (AG_TARGET_AVX512_BF16: the bfloat16
-// kernels' entry points), into which these are always inlined.
+// The helpers below are always inlined, into callers compiled for
+// AVX512_BF16 (AG_TARGET_AVX512_BF16: the bfloat16 kernels' entry points).
 
 // GCC 12's own _mm512_undefined_epi32 trips -Wuninitialized (GCC bug 105593, as in packing.h).
 #pragma GCC diagnostic push
@@ -51,7 +51,7 @@ AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE __m512 widen_bf16x16(__m256i b) {
 
 // out[j] = bfloat16(in[j] + (bias ? float(bias[j]) : 0)) for j < n <= 32.
 AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out, const float* in,
-                                                                const std::uint16_t* bias, std::int64_t n) {
+                                                               const std::uint16_t* bias, std::int64_t n) {
   const __mmask32 all = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
   const __mmask16 lo_mask = static_cast<__mmask16>(all), hi_mask = static_cast<__mmask16>(all >> 16);
   __m512 lo = _mm512_maskz_loadu_ps(lo_mask, in), hi = _mm512_maskz_loadu_ps(hi_mask, in + 16);

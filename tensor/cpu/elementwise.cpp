@@ -21,7 +21,7 @@ namespace {
 // overflows to inf for very negative x, giving s = 0 as it should.
 template <typename T>
 T gelu_sigmoid(T x) {
-  const T k = T(0.7978845608028654), c = T(0.044715);  // sqrt(2/pi)
+  const T k = kGeluScale<T>, c = kGeluCubic<T>;
   return T(1) / (T(1) + exp_of(T(-2) * k * (x + c * x * x * x)));
 }
 // The same in float32 without a division, nor exp_fast's handling of NaN and
@@ -34,7 +34,7 @@ T gelu_sigmoid(T x) {
 // gives a NaN y = x s and a NaN gradient through its x terms, whatever s is.
 template <>
 float gelu_sigmoid(float x) {
-  const float k = 0.7978845608028654f, c = 0.044715f;
+  const float k = kGeluScale<float>, c = kGeluCubic<float>;
   constexpr float kLargest = 69.0f;  // e^69 < 2^100
   const float z = -2.0f * k * (x + c * x * x * x);
   const float zc = z > kExpMin ? (z < kLargest ? z : kLargest) : kExpMin;
@@ -49,7 +49,7 @@ template <typename T>
 T gelu_grad(T x) {
   // forward: y = x s, s = sigmoid(2u), u = k (x + c x^3)
   // so dy/dx = s + x s (1 - s) 2 du/dx = s + 2 x s (1 - s) k (1 + 3 c x^2)
-  const T k = T(0.7978845608028654), c = T(0.044715);
+  const T k = kGeluScale<T>, c = kGeluCubic<T>;
   const T s = gelu_sigmoid(x);
   return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
 }
