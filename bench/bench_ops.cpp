@@ -237,7 +237,7 @@ void sum_rows_case(benchmark::State& state, std::int64_t N, std::int64_t C) {
   set_counters(state, static_cast<double>(N * C), 4.0 * static_cast<double>(N * C + C));
 }
 
-// Case names: matmul/<n> (square), matmul_bf16/<n>, matmul/proj/<shape> ((B*T, C) @ (C, C)),
+// Case names: matmul/<n> (square), matmul_bf16/<n|mlp_up|mlp_down>, matmul/proj/<shape> ((B*T, C) @ (C, C)),
 // softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
 // cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
 // ---- AdamW ------------------------------------------------------------------------
@@ -272,6 +272,10 @@ const bool registered = [] {
   }
   for (std::int64_t n : {768, 2048})
     register_case("matmul_bf16/" + std::to_string(n), [n](benchmark::State& st) { matmul_bf16_case(st, n, n, n); });
+  // The shakespeare_char MLP's products (batch 16 x block 256 tokens, width 384):
+  // its first layer forward, and the gradient of its input through the second.
+  register_case("matmul_bf16/mlp_up", [](benchmark::State& st) { matmul_bf16_case(st, 4096, 384, 1536); });
+  register_case("matmul_bf16/mlp_down", [](benchmark::State& st) { matmul_bf16_case(st, 4096, 1536, 384); });
   for (const AttentionShape& s : kAttentionShapes) {
     register_case(std::string("matmul/proj/") + s.name,
                   [s](benchmark::State& st) { matmul_case(st, s.B * s.T, s.C, s.C); });

@@ -355,16 +355,16 @@ def matmul_case(M, K, N, a_transposed=False):
     return step, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N), None
 
 
-def matmul_bf16_case(n):
+def matmul_bf16_case(M, K, N):
     """bfloat16 operands and result (oneDNN's kernels: AMX or AVX512_BF16 where the CPU has them)."""
-    a, b = randn(n, n, seed=1).bfloat16(), randn(n, n, seed=2).bfloat16()
+    a, b = randn(M, K, seed=1).bfloat16(), randn(K, N, seed=2).bfloat16()
     check_close("matmul_bf16", (a @ b)[:16, :16].double(), a[:16].double() @ b[:, :16].double(),
-                1e-3 * math.sqrt(n), 1.0 / 128)
+                1e-3 * math.sqrt(K), 1.0 / 128)
 
     def step():
         return a @ b
 
-    return step, 2.0 * n * n * n, 2.0 * 3 * n * n, None
+    return step, 2.0 * M * K * N, 2.0 * (M * K + K * N + M * N), None
 
 
 def softmax_case(shape_name, backward_too):
@@ -472,7 +472,10 @@ def all_cases():
     for n in (256, 512, 1024, 2048):
         cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
     for n in (768, 2048):
-        cases.append((f"matmul_bf16/{n}", lambda n=n: matmul_bf16_case(n)))
+        cases.append((f"matmul_bf16/{n}", lambda n=n: matmul_bf16_case(n, n, n)))
+    # The shakespeare_char MLP's products, as bench_ops.cpp's.
+    cases.append(("matmul_bf16/mlp_up", lambda: matmul_bf16_case(4096, 384, 1536)))
+    cases.append(("matmul_bf16/mlp_down", lambda: matmul_bf16_case(4096, 1536, 384)))
     for s, (B, T, C, H) in SHAPES.items():
         cases.append((f"matmul/proj/{s}", lambda B=B, T=T, C=C: matmul_case(B * T, C, C)))
     for bwd in (False, True):
