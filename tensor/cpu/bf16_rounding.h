@@ -49,25 +49,55 @@ AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE __m512 widen_bf16x16(__m256i b) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
 }
 
-// out[j] = bfloat16(in[j] + (bias ? float(bias[j]) : 0)) for j < n <= 32.
-AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out, const float* in,
-                                                               const std::uint16_t* bias, std::int64_t n) {
-  const __mmask32 all = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
-  const __mmask16 lo_mask = static_cast<__mmask16>(all), hi_mask = static_cast<__mmask16>(all >> 16);
-  __m512 lo = _mm512_maskz_loadu_ps(lo_mask, in), hi = _mm512_maskz_loadu_ps(hi_mask, in + 16);
-  if (bias) {
-    lo = _mm512_add_ps(lo, widen_bf16x16(_mm256_maskz_loadu_epi16(lo_mask, bias)));
-    hi = _mm512_add_ps(hi, widen_bf16x16(_mm256_maskz_loadu_epi16(hi_mask, bias + 16)));
-  }
+// The first n <= 32 lanes of two vectors, as masks: all of them, lo's (the first 16), hi's.
+struct Lanes32 {
+  __mmask32 all;
+  __mmask16 lo, hi;
+  explicit Lanes32(std::int64_t n)
+      : all(n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1),
+        lo(static_cast<__mmask16>(all)),
+        hi(static_cast<__mmask16>(all >> 16)) {}
+};
+
+// out[j] = bfloat16(lane j of lo, then hi) for the lanes `lanes` selects;
+// lanes past them must hold zeros.
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16x32_avx512(std::uint16_t* out, __m512 lo, __m512 hi,
+                                                                  const Lanes32& lanes) {
   if ((denormal_lanes(lo) | denormal_lanes(hi)) != 0) {
     alignas(64) float sums[32];
     _mm512_store_ps(sums, lo);
     _mm512_store_ps(sums + 16, hi);
-    for (std::int64_t j = 0; j < n; ++j) out[j] = bfloat16_bits(sums[j]);
+    for (int j = 0; j < 32; ++j)
+      if (lanes.all >> j & 1) out[j] = bfloat16_bits(sums[j]);
     return;
   }
   const __m512bh rounded = _mm512_cvtne2ps_pbh(hi, lo);  // lanes 0-15 from lo
-  _mm512_mask_storeu_epi16(out, all, reinterpret_cast<__m512i>(rounded));
+  _mm512_mask_storeu_epi16(out, lanes.all, reinterpret_cast<__m512i>(rounded));
+}
+
+// out[j] = bfloat16(in[j] + (bias ? float(bias[j]) : 0)) for j < n <= 32.
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out, const float* in,
+                                                               const std::uint16_t* bias, std::int64_t n) {
+  const Lanes32 lanes(n);
+  __m512 lo = _mm512_maskz_loadu_ps(lanes.lo, in), hi = _mm512_maskz_loadu_ps(lanes.hi, in + 16);
+  if (bias) {
+    lo = _mm512_add_ps(lo, widen_bf16x16(_mm256_maskz_loadu_epi16(lanes.lo, bias)));
+    hi = _mm512_add_ps(hi, widen_bf16x16(_mm256_maskz_loadu_epi16(lanes.hi, bias + 16)));
+  }
+  round_bf16x32_avx512(out, lo, hi, lanes);
+}
+
+// out[j] = bfloat16(in[j * stride]) for j < n <= 32: a column of float32 sums
+// (stride floats apart) into a row of bfloat16, by two gathers.
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_strided_avx512(std::uint16_t* out, const float* in,
+                                                                       std::int32_t stride, std::int64_t n) {
+  const Lanes32 lanes(n);
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i at = _mm512_mullo_epi32(lane, _mm512_set1_epi32(stride));
+  const __m512 zeros = _mm512_setzero_ps();
+  const __m512 lo = _mm512_mask_i32gather_ps(zeros, lanes.lo, at, in, 4);
+  const __m512 hi = _mm512_mask_i32gather_ps(zeros, lanes.hi, at, in + 16 * static_cast<std::int64_t>(stride), 4);
+  round_bf16x32_avx512(out, lo, hi, lanes);
 }
 
 #pragma GCC diagnostic pop
