@@ -273,7 +273,7 @@ const bool registered = [] {
   for (std::int64_t n : {768, 2048})
     register_case("matmul_bf16/" + std::to_string(n), [n](benchmark::State& st) { matmul_bf16_case(st, n, n, n); });
   // The shakespeare_char MLP's products (batch 16 x block 256 tokens, width 384):
-  // its first layer forward, and the gradient of its input through the second.
+  // each shape is one layer's forward and the other layer's input gradient.
   register_case("matmul_bf16/mlp_up", [](benchmark::State& st) { matmul_bf16_case(st, 4096, 384, 1536); });
   register_case("matmul_bf16/mlp_down", [](benchmark::State& st) { matmul_bf16_case(st, 4096, 1536, 384); });
   for (const AttentionShape& s : kAttentionShapes) {
