@@ -32,12 +32,12 @@ Block::Block(const GPTConfig& c, Generator& init, Generator* dropout_gen)
 }
 
 Tensor Block::forward(const Tensor& x, KVCacheLayer* cache) const {
-  const Tensor h = ln_1(x);
+  const Tensor h = ln_1.feeding_products(x);  // only the attention's projections read it
   AttendOptions options;
   options.cache = cache;
   const Tensor a = attn.forward(h, h, h, options).out;
   const Tensor y = x + resid_dropout(a);
-  return y + resid_dropout(mlp(ln_2(y)));
+  return y + resid_dropout(mlp(ln_2.feeding_products(y)));
 }
 
 // ---- GPT --------------------------------------------------------------------------
@@ -106,7 +106,7 @@ Tensor GPT::run(const Tensor& tokens, KVCache* cache) const {
       arange(static_cast<double>(past), static_cast<double>(past + t), 1, {DType::i64, tokens.device()});
   Tensor x = drop(wte(tokens) + wpe(positions));  // (B, T, C) + (T, C)
   for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i].forward(x, cache ? &cache->layers[i] : nullptr);
-  x = ln_f(x);
+  x = ln_f.feeding_products(x);
   return lm_head ? (*lm_head)(x) : linear(x, wte.weight);  // (B, T, vocab_size)
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/ops.h"
 
 namespace attograd::nn {
@@ -30,6 +31,10 @@ LayerNorm::LayerNorm(std::int64_t dim, LayerNormOptions options) : eps(options.e
 }
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
+Tensor LayerNorm::feeding_products(const Tensor& x) const {
+  if (!autocast_enabled() || x.dtype() != DType::f32) return forward(x);
+  return layer_norm(x, weight, bias, eps, DType::bf16);
+}
 
 Dropout::Dropout(double p_, Generator* generator_) : p(p_), generator(generator_) {
   AG_CHECK(p >= 0 && p < 1, "Dropout", "p must be in [0, 1), got {}", p);

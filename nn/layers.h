@@ -48,6 +48,10 @@ class LayerNorm : public Module {
   explicit LayerNorm(std::int64_t dim, LayerNormOptions options = {});
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  // forward for an output that only feeds products (linear, matmul,
+  // attention): under autocast it comes in their bfloat16, the cast they would
+  // make, rounded as it is computed (autograd/ops.h); otherwise forward's.
+  Tensor feeding_products(const Tensor& x) const;
 
   Tensor weight;  // (dim)
   Tensor bias;    // (dim), undefined without bias

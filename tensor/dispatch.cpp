@@ -338,24 +338,41 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   return AG_DEVICE_KERNEL(y, log_softmax_backward)(dense(y), dense(dy));
 }
 
-LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                   std::optional<DType> y_dtype) {
   check_rows("layer_norm", x, "input");
   check_channel_param(x, weight, "weight");
   check_channel_param(x, bias, "bias");
   AG_CHECK(eps >= 0 && std::isfinite(eps), "layer_norm", "eps must be finite and >= 0, got {}", eps);
   AG_CHECK(x.size(-1) > 0, "layer_norm", "cannot normalise an empty last dim of {}", shape_str(x.sizes()));
+  const DType y_type = y_dtype.value_or(x.dtype());
+  AG_CHECK(y_type == x.dtype() || (y_type == DType::bf16 && x.dtype() == DType::f32), "layer_norm",
+           "a {} result of a {} input: the result is the input's dtype, or bfloat16 from float32", dtype_name(y_type),
+           dtype_name(x.dtype()));
   if (is_bf16(x)) {
     const LayerNormResult r = layer_norm_forward(widen(x), widen(weight), widen(bias), eps);
     return {to_bf16(r.y), to_bf16(r.mean), to_bf16(r.rstd)};
   }
-  return AG_DEVICE_KERNEL(x, layer_norm_forward)(dense(x), dense(weight), dense(bias), eps);
+  if (y_type != x.dtype() && !x.device().is_cpu()) {  // rounded in one pass on the CPU only
+    LayerNormResult r = layer_norm_forward(x, weight, bias, eps);
+    r.y = to_bf16(r.y);
+    return r;
+  }
+  return AG_DEVICE_KERNEL(x, layer_norm_forward)(dense(x), dense(weight), dense(bias), eps, y_type);
 }
 
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                    const Tensor& rstd) {
   const char* op = "layer_norm backward";
   check_rows(op, x, "input");
-  check_like(op, x, "input", dy, "grad");
+  if (is_bf16(dy) && x.dtype() == DType::f32) {  // the gradient of a bfloat16 y (layer_norm_forward's y_dtype)
+    if (!x.device().is_cpu()) return layer_norm_backward(widen(dy), x, weight, mean, rstd);
+    check_same_device(op, x, dy);
+    AG_CHECK(dy.sizes() == x.sizes(), op, "grad is {}, expected the shape of input {}", shape_str(dy.sizes()),
+             shape_str(x.sizes()));
+  } else {
+    check_like(op, x, "input", dy, "grad");
+  }
   check_channel_param(x, weight, "weight");
   const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   for (const Tensor* stat : {&mean, &rstd}) {

@@ -4,6 +4,7 @@
 // implementation in tensor/dispatch.cpp, the one place where that choice is
 // made. autograd/ops wraps these into differentiable ops.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "base/elementwise_ops.h"
@@ -65,10 +66,16 @@ struct LayerNormResult {
   Tensor mean;  // x's shape without the last dim
   Tensor rstd;  // 1 / sqrt(var + eps), same shape as mean
 };
-LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+// y in y_dtype: x's, or bfloat16 for a float32 x (y rounded once, as the cast
+// of the float32 y would round it, without that y in memory: a LayerNorm that
+// feeds products under autocast; mean and rstd stay float32).
+LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                   std::optional<DType> y_dtype = std::nullopt);
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;
 };
+// dy in x's dtype, or bfloat16 for a float32 x (the gradient of a bfloat16 y,
+// read as it is: the widened dy's grads, bit for bit).
 LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                    const Tensor& mean, const Tensor& rstd);
 

@@ -62,6 +62,64 @@ TEST_CASE("autocast: products in bfloat16, softmax, layer_norm, the loss and sum
   CHECK(add(kernels::cast(y, DType::f32), y).dtype() == DType::f32);
 }
 
+// The fused path against its composed reference: the float32 LayerNorm cast to
+// bfloat16, whose gradient widens back (the pair a product under autocast made).
+TEST_CASE("layer_norm with a bfloat16 result is the cast of the float32 one, to the bit, forward and backward",
+          "[bf16][autocast]") {
+  struct Case {
+    Shape sizes;
+    bool weight, bias, transposed;
+  };
+  for (const Case& c : {Case{{3, 5, 48}, true, true, false}, Case{{7, 33}, true, false, false},
+                        Case{{4, 65}, false, true, true}, Case{{2, 3, 17}, false, false, true}}) {
+    CAPTURE(shape_str(c.sizes), c.weight, c.bias, c.transposed);
+    const std::int64_t n = c.sizes.back();
+    auto input = [&] {  // the same values each time; a transposed view when asked
+      Shape stored = c.sizes;
+      if (c.transposed) std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+      Tensor x = mul(f32_leaf(stored, 11), 3.0).detach();
+      if (c.transposed) x = transpose(x, -1, -2);
+      x.set_requires_grad(true);
+      return x;
+    };
+    auto param = [&](bool given, std::uint64_t seed) { return given ? f32_leaf({n}, seed) : Tensor(); };
+    const Tensor x1 = input(), w1 = param(c.weight, 12), b1 = param(c.bias, 13);
+    const Tensor x2 = input(), w2 = param(c.weight, 12), b2 = param(c.bias, 13);
+    Generator gen(14);
+    const Tensor dy = kernels::cast(randn(c.sizes, {DType::f32}, gen), DType::bf16);
+
+    const Tensor fused = layer_norm(x1, w1, b1, 1e-5, DType::bf16);
+    const Tensor composed = to(layer_norm(x2, w2, b2, 1e-5), DType::bf16);
+    REQUIRE(fused.dtype() == DType::bf16);
+    CHECK(same_bits(fused, composed));
+    backward(fused, dy);
+    backward(composed, dy);
+    REQUIRE(x1.grad().dtype() == DType::f32);
+    CHECK(same_bits(x1.grad(), x2.grad()));
+    if (c.weight) CHECK(same_bits(w1.grad(), w2.grad()));
+    if (c.bias) CHECK(same_bits(b1.grad(), b2.grad()));
+  }
+}
+
+TEST_CASE("layer_norm's result dtype: x's, or bfloat16 from float32; anything else refused by name", "[bf16]") {
+  const Tensor x = f32_leaf({2, 8}, 15);
+  CHECK(layer_norm(x, {}, {}, 1e-5, DType::f32).dtype() == DType::f32);
+  CHECK_THROWS_WITH(layer_norm(kernels::cast(x, DType::f64), {}, {}, 1e-5, DType::bf16),
+                    Catch::Contains("layer_norm") && Catch::Contains("bfloat16 result of a float64 input"));
+  CHECK_THROWS_WITH(layer_norm(x, {}, {}, 1e-5, DType::f64),
+                    Catch::Contains("layer_norm") && Catch::Contains("float64 result of a float32 input"));
+}
+
+TEST_CASE("LayerNorm::feeding_products: bfloat16 under autocast, forward's result without", "[bf16][autocast]") {
+  const nn::LayerNorm ln(6);
+  const Tensor x = f32_leaf({3, 6}, 16);
+  CHECK(same_bits(ln.feeding_products(x), ln(x)));
+  AutocastGuard autocast;
+  const Tensor y = ln.feeding_products(x);
+  REQUIRE(y.dtype() == DType::bf16);
+  CHECK(same_bits(y, to(ln(x), DType::bf16)));
+}
+
 TEST_CASE("autocast: a parameter is cast once per guard and its gradient is float32", "[bf16][autocast]") {
   const Tensor x = f32_leaf({3, 4}, 4), w = f32_leaf({2, 4}, 5);
   Tensor loss;

@@ -1,4 +1,6 @@
 // layer_norm over the last dim, with its backward.
+#include <optional>
+
 #include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
@@ -6,10 +8,13 @@
 
 namespace attograd {
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps) {
+namespace {
+
+Tensor layer_norm_as(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
+                     std::optional<DType> result) {
   // In float32 under autocast.
   const Tensor x = autocast_float32(x_in), weight = autocast_float32(weight_in), bias = autocast_float32(bias_in);
-  kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps);
+  kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps, result);
   return record("layer_norm", r.y, {x, weight, bias}, {x, weight, r.mean, r.rstd},
                 [has_weight = weight.defined(), has_bias = bias.defined()](
                     const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
@@ -18,6 +23,16 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
                   kernels::LayerNormGrads d = kernels::layer_norm_backward(g, s[0], s[1], s[2], s[3]);
                   return {d.dx, has_weight ? d.dweight : Tensor(), has_bias ? d.dbias : Tensor()};
                 });
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  return layer_norm_as(x, weight, bias, eps, std::nullopt);
+}
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType result) {
+  return layer_norm_as(x, weight, bias, eps, result);
 }
 
 }  // namespace attograd

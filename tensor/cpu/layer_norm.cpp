@@ -17,10 +17,17 @@
 // each level would round differently. Without it every level computes what
 // the baseline code did, bit for bit (a training run's checkpoint is the one
 // from before the SIMD copies); the rows ran no slower measurably.
+//
+// Under autocast a LayerNorm's float32 y feeds products, which cast it to
+// bfloat16 and widen its gradient back: with a bfloat16 y (y_dtype) each row is
+// rounded as it is made, and a bfloat16 dy widened a row at a time, the same
+// bits as the casts without the float32 y and dy in memory.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
+#include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/rows.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/device_kernels.h"
@@ -35,13 +42,15 @@ constexpr std::int64_t kSumLanes = 16;
 
 // ---- forward ---------------------------------------------------------------------
 
-// What the forward reads and writes; w and b are null when not given.
+// What the forward reads and writes; w and b are null when not given. With
+// y_bf16 (float32 only), y is one row of scratch, rounded into y_bf16's rows.
 template <typename T>
 struct ForwardRows {
   const T *x, *w, *b;
   T *y, *mean, *rstd;
   std::int64_t n;
   double eps;
+  std::uint16_t* y_bf16 = nullptr;
 };
 
 // One row's y = (x - mu) * rstd * w + b. Like every loop over a row here, it
@@ -74,6 +83,13 @@ AG_ALWAYS_INLINE void normalise_rows(const ForwardRows<T>& io, std::int64_t r0, 
     const auto rstd = static_cast<T>(1.0 / std::sqrt(var + io.eps));
     io.mean[r] = mu;
     io.rstd[r] = rstd;
+    if constexpr (std::is_same_v<T, float>) {
+      if (io.y_bf16) {
+        normalise_row<T, kWeight, kBias>(n, x, mu, rstd, io.w, io.b, io.y);
+        round_to_bf16(io.y_bf16 + r * n, io.y, n);
+        continue;
+      }
+    }
     normalise_row<T, kWeight, kBias>(n, x, mu, rstd, io.w, io.b, io.y + r * n);
   }
 }
@@ -98,12 +114,14 @@ void forward_rows_of(const ForwardRows<double>& io, std::int64_t r0, std::int64_
 
 // ---- backward --------------------------------------------------------------------
 
-// What the backward reads and writes; w is null when not given.
+// What the backward reads and writes; w is null when not given. With dy_bf16
+// (float32 only) dy is unused, each row of dy_bf16 widened into scratch instead.
 template <typename T>
 struct BackwardRows {
   const T *dy, *x, *w, *mean, *rstd;
   T* dx;
   std::int64_t n;
+  const std::uint16_t* dy_bf16 = nullptr;
 };
 
 // One row's xhat = (x - mu) * rs, gathered into the group's dw (dy * xhat) and db (dy).
@@ -133,6 +151,11 @@ AG_ALWAYS_INLINE void input_gradient(std::int64_t n, const T* __restrict dxhat, 
 }
 
 template <typename T>
+AG_ALWAYS_INLINE void widen_row(std::int64_t n, const std::uint16_t* __restrict bits, T* __restrict wide) {
+  for (std::int64_t i = 0; i < n; ++i) wide[i] = bfloat16_to_float(bits[i]);
+}
+
+template <typename T>
 AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double* __restrict total) {
   for (std::int64_t i = 0; i < n; ++i) total[i] += group[i];
 }
@@ -140,18 +163,23 @@ AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double
 // Rows [r0, r1) of the backward: their dx, and their dy * xhat and dy added
 // into dw and db (float64, n each). Each group of kGroup rows is gathered in T
 // first (full-width vector adds), then added into the float64 sums.
-// `scratch` holds 4 n values of T.
+// `scratch` holds 5 n values of T.
 template <typename T, bool kWeight>
 AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
                                     double* db, T* scratch) {
   constexpr std::int64_t kGroup = 8;
   const std::int64_t n = io.n;
-  T *xhat = scratch, *dxhat_scratch = scratch + n, *dw_group = scratch + 2 * n, *db_group = scratch + 3 * n;
+  T *xhat = scratch, *dxhat_scratch = scratch + n, *dw_group = scratch + 2 * n, *db_group = scratch + 3 * n,
+    *dy_wide = scratch + 4 * n;
   for (std::int64_t g0 = r0; g0 < r1; g0 += kGroup) {
     std::fill(dw_group, dw_group + n, T(0));
     std::fill(db_group, db_group + n, T(0));
     for (std::int64_t r = g0; r < std::min(r1, g0 + kGroup); ++r) {
       const T* dy = io.dy + r * n;
+      if (io.dy_bf16) {
+        widen_row(n, io.dy_bf16 + r * n, dy_wide);
+        dy = dy_wide;
+      }
       const T rs = io.rstd[r];
       normalise_and_gather(n, io.x + r * n, dy, io.mean[r], rs, xhat, dw_group, db_group);
       const T* dxhat = dy;
@@ -193,22 +221,30 @@ void backward_rows_of(const BackwardRows<double>& io, std::int64_t r0, std::int6
 
 }  // namespace
 
-kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                            double eps) {
-  const kernels::LayerNormResult out = layer_norm_outputs(x);
+kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                            DType y_dtype) {
+  kernels::LayerNormResult out = layer_norm_outputs(x);
+  const bool round_y = y_dtype != x.dtype();  // bfloat16 from float32 (dispatch allows no other)
+  if (round_y) out.y = empty(x.sizes(), {y_dtype, x.device()});
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
     const ForwardRows<scalar_t> io{x.data<scalar_t>(),
                                    weight.defined() ? weight.data<scalar_t>() : nullptr,
                                    bias.defined() ? bias.data<scalar_t>() : nullptr,
-                                   out.y.data<scalar_t>(),
+                                   round_y ? nullptr : out.y.data<scalar_t>(),
                                    out.mean.data<scalar_t>(),
                                    out.rstd.data<scalar_t>(),
                                    n,
-                                   eps};
-    parallel_for(0, rows, row_grain(n),
-                 [&](std::int64_t begin, std::int64_t end) { forward_rows_of(io, begin, end); });
+                                   eps,
+                                   round_y ? reinterpret_cast<std::uint16_t*>(out.y.data<bfloat16>()) : nullptr};
+    parallel_for(0, rows, row_grain(n), [&](std::int64_t begin, std::int64_t end) {
+      if (!round_y) return forward_rows_of(io, begin, end);
+      std::vector<scalar_t> row(n);  // this block's rows are made here, then rounded into y
+      ForwardRows<scalar_t> mine = io;
+      mine.y = row.data();
+      forward_rows_of(mine, begin, end);
+    });
   });
   return out;
 }
@@ -228,16 +264,20 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, c
   const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
   std::vector<double> dw_partial(blocks * n, 0.0), db_partial(blocks * n, 0.0);  // (blocks, n) each
 
+  // dy bfloat16 with a float32 x: the gradient of layer_norm_forward's bfloat16 y.
+  const std::uint16_t* dy_bf16 =
+      dy.dtype() == DType::bf16 ? reinterpret_cast<const std::uint16_t*>(dy.data<bfloat16>()) : nullptr;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
-    const BackwardRows<scalar_t> io{dy.data<scalar_t>(),
+    const BackwardRows<scalar_t> io{dy_bf16 ? nullptr : dy.data<scalar_t>(),
                                     x.data<scalar_t>(),
                                     weight.defined() ? weight.data<scalar_t>() : nullptr,
                                     mean.data<scalar_t>(),
                                     rstd.data<scalar_t>(),
                                     grads.dx.data<scalar_t>(),
-                                    n};
+                                    n,
+                                    dy_bf16};
     parallel_for(0, blocks, 1, [&](std::int64_t block_begin, std::int64_t block_end) {
-      std::vector<scalar_t> scratch(4 * n);
+      std::vector<scalar_t> scratch(5 * n);
       for (std::int64_t block = block_begin; block < block_end; ++block)
         backward_rows_of(io, block * block_rows, std::min(rows, (block + 1) * block_rows),
                          dw_partial.data() + block * n, db_partial.data() + block * n, scratch.data());

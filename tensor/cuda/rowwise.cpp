@@ -54,8 +54,9 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
 
 // ---- layer_norm ------------------------------------------------------------------------
 
-kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                            double eps) {
+// y in x's dtype: dispatch rounds a bfloat16 y on this device from the float32 one (y_dtype is x's here).
+kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                            DType /*y_dtype*/) {
   const kernels::LayerNormResult out = layer_norm_outputs(x);
   const RowShape shape = row_shape(x);
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
