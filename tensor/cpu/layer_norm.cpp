@@ -164,7 +164,7 @@ AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double
 // into dw and db (float64, n each). Each group of kGroup rows is gathered in T
 // first (full-width vector adds), then added into the float64 sums.
 // `scratch` holds 5 n values of T.
-template <typename T, bool kWeight>
+template <typename T, bool kWeight, bool kBf16Dy>
 AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
                                     double* db, T* scratch) {
   constexpr std::int64_t kGroup = 8;
@@ -175,10 +175,12 @@ AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, 
     std::fill(dw_group, dw_group + n, T(0));
     std::fill(db_group, db_group + n, T(0));
     for (std::int64_t r = g0; r < std::min(r1, g0 + kGroup); ++r) {
-      const T* dy = io.dy + r * n;
-      if (io.dy_bf16) {
+      const T* dy;
+      if constexpr (kBf16Dy) {
         widen_row(n, io.dy_bf16 + r * n, dy_wide);
         dy = dy_wide;
+      } else {
+        dy = io.dy + r * n;
       }
       const T rs = io.rstd[r];
       normalise_and_gather(n, io.x + r * n, dy, io.mean[r], rs, xhat, dw_group, db_group);
@@ -200,10 +202,15 @@ AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, 
 template <typename T>
 AG_ALWAYS_INLINE void backward_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
                                     double* db, T* scratch) {
-  if (io.w)
-    gradient_rows<T, true>(io, r0, r1, dw, db, scratch);
+  // A bfloat16 dy chosen at compile time too, so the float32 rows' loops stay as they were.
+  if (io.w && io.dy_bf16)
+    gradient_rows<T, true, true>(io, r0, r1, dw, db, scratch);
+  else if (io.w)
+    gradient_rows<T, true, false>(io, r0, r1, dw, db, scratch);
+  else if (io.dy_bf16)
+    gradient_rows<T, false, true>(io, r0, r1, dw, db, scratch);
   else
-    gradient_rows<T, false>(io, r0, r1, dw, db, scratch);
+    gradient_rows<T, false, false>(io, r0, r1, dw, db, scratch);
 }
 
 AG_SIMD_CLONES void backward_rows_f32(const BackwardRows<float>& io, std::int64_t r0, std::int64_t r1, double* dw,
