@@ -4,7 +4,9 @@
 //   in bfloat16, accumulating in float32:  matmul, linear, attention
 //     (their floating operands cast to bfloat16; results bfloat16)
 //   in float32:  softmax, log_softmax, layer_norm, cross_entropy, sum, mean
-//     (bfloat16 operands widened, statistics and results float32)
+//     (bfloat16 operands widened, statistics and results float32; a LayerNorm
+//     that only feeds products may round its result for them in the same pass:
+//     nn::LayerNorm::feeding_products)
 //   as their inputs:  every other op; element-wise ops on bfloat16 stay bfloat16
 //     (float32 arithmetic, rounded once), and an op mixing bfloat16 with float32
 //     promotes to float32, as always (autograd/ops.h)
