@@ -101,7 +101,7 @@ TEST_CASE("layer_norm with a bfloat16 result is the cast of the float32 one, to 
   }
 }
 
-TEST_CASE("layer_norm's result dtype: x's, or bfloat16 from float32; anything else refused by name", "[bf16]") {
+TEST_CASE("layer_norm's result dtype: x's, or bfloat16 from float32, anything else refused by name", "[bf16]") {
   const Tensor x = f32_leaf({2, 8}, 15);
   CHECK(layer_norm(x, {}, {}, 1e-5, DType::f32).dtype() == DType::f32);
   CHECK_THROWS_WITH(layer_norm(kernels::cast(x, DType::f64), {}, {}, 1e-5, DType::bf16),
