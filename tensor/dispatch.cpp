@@ -271,13 +271,18 @@ void check_rows(const char* op, const Tensor& x, const char* what) {
   AG_CHECK(x.dim() >= 1, op, "{} must have at least one dim, got a scalar", what);
 }
 
-// b must look exactly like a (shape, dtype, device): a gradient beside its forward value.
-void check_like(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+// b must have a's shape and device, whatever its dtype.
+void check_shaped_like(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
   check_defined(op, b, b_name);
   check_same_device(op, a, b);
-  check_same_dtype(op, a, b);
   AG_CHECK(a.sizes() == b.sizes(), op, "{} is {}, expected the shape of {} {}", b_name, shape_str(b.sizes()),
            a_name, shape_str(a.sizes()));
+}
+
+// b must look exactly like a (shape, dtype, device): a gradient beside its forward value.
+void check_like(const char* op, const Tensor& a, const char* a_name, const Tensor& b, const char* b_name) {
+  check_shaped_like(op, a, a_name, b, b_name);
+  check_same_dtype(op, a, b);
 }
 
 // A row op's backward: its output y and the gradient dy that comes back for it.
@@ -365,14 +370,12 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
                                    const Tensor& rstd) {
   const char* op = "layer_norm backward";
   check_rows(op, x, "input");
-  if (is_bf16(dy) && x.dtype() == DType::f32) {  // the gradient of a bfloat16 y (layer_norm_forward's y_dtype)
-    if (!x.device().is_cpu()) return layer_norm_backward(widen(dy), x, weight, mean, rstd);
-    check_same_device(op, x, dy);
-    AG_CHECK(dy.sizes() == x.sizes(), op, "grad is {}, expected the shape of input {}", shape_str(dy.sizes()),
-             shape_str(x.sizes()));
-  } else {
+  const bool bf16_grad = is_bf16(dy) && x.dtype() == DType::f32;  // of a bfloat16 y (layer_norm_forward's y_dtype)
+  if (bf16_grad && !x.device().is_cpu()) return layer_norm_backward(widen(dy), x, weight, mean, rstd);
+  if (bf16_grad)
+    check_shaped_like(op, x, "input", dy, "grad");
+  else
     check_like(op, x, "input", dy, "grad");
-  }
   check_channel_param(x, weight, "weight");
   const Shape rows(x.sizes().begin(), x.sizes().end() - 1);
   for (const Tensor* stat : {&mean, &rstd}) {
