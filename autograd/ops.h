@@ -3,6 +3,7 @@
 // on and an input requires grad; forward and backward of each op live side by
 // side in autograd/ops/<family>.cpp.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tensor/rng.h"
@@ -95,14 +96,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // ---- neural-network functions --------------------------------------------------------
 Tensor softmax(const Tensor& x, std::int64_t dim);      // autograd/ops/softmax.cpp
 Tensor log_softmax(const Tensor& x, std::int64_t dim);
-// Over the last dim; weight and bias of shape (C) (either may be undefined).
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);  // norm.cpp
-// The same with its result in `result`: x's dtype, or bfloat16 from float32,
-// which is to(layer_norm(x, weight, bias, eps), bfloat16) to the bit, forward and
+// Over the last dim; weight and bias of shape (C) (either may be undefined).  -> norm.cpp
+// The result is in x's dtype unless `result` says bfloat16 from float32: then
+// it is to(layer_norm(x, weight, bias, eps), bfloat16) to the bit, forward and
 // backward, without the float32 result and its gradient in memory (on the CPU;
 // mean and rstd stay float32). For a LayerNorm that feeds products under
 // autocast (nn::LayerNorm::feeding_products).
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType result);
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  std::optional<DType> result = {});
 Tensor embedding(const Tensor& weight, const Tensor& ids);  // weight (V, C), int64 ids  -> embedding.cpp
 // logits (N, V) or (..., V) with targets of the leading shape, int64; mean over
 // targets != ignore_index.                                              -> loss.cpp

@@ -8,10 +8,8 @@
 
 namespace attograd {
 
-namespace {
-
-Tensor layer_norm_as(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
-                     std::optional<DType> result) {
+Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, double eps,
+                  std::optional<DType> result) {
   // In float32 under autocast.
   const Tensor x = autocast_float32(x_in), weight = autocast_float32(weight_in), bias = autocast_float32(bias_in);
   kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps, result);
@@ -23,16 +21,6 @@ Tensor layer_norm_as(const Tensor& x_in, const Tensor& weight_in, const Tensor& 
                   kernels::LayerNormGrads d = kernels::layer_norm_backward(g, s[0], s[1], s[2], s[3]);
                   return {d.dx, has_weight ? d.dweight : Tensor(), has_bias ? d.dbias : Tensor()};
                 });
-}
-
-}  // namespace
-
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  return layer_norm_as(x, weight, bias, eps, std::nullopt);
-}
-
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType result) {
-  return layer_norm_as(x, weight, bias, eps, result);
 }
 
 }  // namespace attograd
