@@ -27,4 +27,8 @@ void round_to_bf16(std::uint16_t* y, const float* x, std::int64_t n) {
   round_to_bf16_arithmetic(y, x, n);
 }
 
+AG_SIMD_CLONES void widen_bf16(float* y, const std::uint16_t* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);
+}
+
 }  // namespace attograd::cpu

@@ -1,5 +1,5 @@
 #pragma once
-// float32 -> bfloat16 rounding on the CPU, bit for bit base/bfloat16.h's
+// float32 -> bfloat16 rounding on the CPU (and widening back, below), bit for bit base/bfloat16.h's
 // bfloat16_bits (round to nearest even, a NaN kept a quiet NaN), by AVX512_BF16's
 // VCVTNE2PS2BF16 where the CPU has it: 32 values an instruction, where
 // bfloat16_bits' integer arithmetic, vectorised, took some 28 instructions per
@@ -21,6 +21,10 @@ void round_to_bf16(std::uint16_t* y, const float* x, std::int64_t n);
 
 // Whether round_to_bf16 runs on VCVTNE2PS2BF16 here (tests say which path they checked).
 bool rounds_bf16_by_instruction();
+
+// y[i] = float(x[i]) for i < n: the way back, exact (each value's bits become a
+// float32's upper half), by base/bfloat16.h's bit arithmetic, vectorised.
+void widen_bf16(float* y, const std::uint16_t* x, std::int64_t n);
 
 }  // namespace attograd::cpu
 

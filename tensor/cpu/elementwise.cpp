@@ -152,13 +152,6 @@ AG_SIMD_CLONES void div_f32(float* y, const float* a, const float* b, std::int64
   for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] / b[i];
 }
 
-// float32 <-> bfloat16 on contiguous data, the casts of mixed precision:
-// rounding by bf16_rounding.h, widening by base/bfloat16.h's bit arithmetic,
-// which vectorises lane by lane here.
-AG_SIMD_CLONES void widen_bf16(float* y, const std::uint16_t* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = bfloat16_to_float(x[i]);
-}
-
 // ---- bfloat16 operands through float32, a chunk at a time ----
 // Each bfloat16 operand is widened (exactly) a chunk at a time into a buffer
 // on the stack, the float32 loop runs there, and the result is rounded once on

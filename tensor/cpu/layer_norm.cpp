@@ -151,11 +151,6 @@ AG_ALWAYS_INLINE void input_gradient(std::int64_t n, const T* __restrict dxhat, 
 }
 
 template <typename T>
-AG_ALWAYS_INLINE void widen_row(std::int64_t n, const std::uint16_t* __restrict bits, T* __restrict wide) {
-  for (std::int64_t i = 0; i < n; ++i) wide[i] = bfloat16_to_float(bits[i]);
-}
-
-template <typename T>
 AG_ALWAYS_INLINE void add_into(std::int64_t n, const T* __restrict group, double* __restrict total) {
   for (std::int64_t i = 0; i < n; ++i) total[i] += group[i];
 }
@@ -177,7 +172,7 @@ AG_ALWAYS_INLINE void gradient_rows(const BackwardRows<T>& io, std::int64_t r0, 
     for (std::int64_t r = g0; r < std::min(r1, g0 + kGroup); ++r) {
       const T* dy;
       if constexpr (kBf16Dy) {
-        widen_row(n, io.dy_bf16 + r * n, dy_wide);
+        widen_bf16(dy_wide, io.dy_bf16 + r * n, n);
         dy = dy_wide;
       } else {
         dy = io.dy + r * n;
@@ -203,12 +198,14 @@ template <typename T>
 AG_ALWAYS_INLINE void backward_rows(const BackwardRows<T>& io, std::int64_t r0, std::int64_t r1, double* dw,
                                     double* db, T* scratch) {
   // A bfloat16 dy chosen at compile time too, so the float32 rows' loops stay as they were.
-  if (io.w && io.dy_bf16)
-    gradient_rows<T, true, true>(io, r0, r1, dw, db, scratch);
-  else if (io.w)
+  if constexpr (std::is_same_v<T, float>) {
+    if (io.dy_bf16) {
+      if (io.w) return gradient_rows<T, true, true>(io, r0, r1, dw, db, scratch);
+      return gradient_rows<T, false, true>(io, r0, r1, dw, db, scratch);
+    }
+  }
+  if (io.w)
     gradient_rows<T, true, false>(io, r0, r1, dw, db, scratch);
-  else if (io.dy_bf16)
-    gradient_rows<T, false, true>(io, r0, r1, dw, db, scratch);
   else
     gradient_rows<T, false, false>(io, r0, r1, dw, db, scratch);
 }
