@@ -81,10 +81,10 @@ inline Tensor squeeze_dims(const Tensor& kept_result, const Shape& kept, const s
   return make_view(kept_result, squeezed, contiguous_strides(squeezed), 0);
 }
 
-// layer_norm's outputs for input x: y shaped as x, mean and rstd one per row.
-inline kernels::LayerNormResult layer_norm_outputs(const Tensor& x) {
+// layer_norm's outputs for input x: y shaped as x in y_dtype, mean and rstd one per row in x's dtype.
+inline kernels::LayerNormResult layer_norm_outputs(const Tensor& x, DType y_dtype) {
   const Shape row_sizes(x.sizes().begin(), x.sizes().end() - 1);
-  return {empty(x.sizes(), x.options()), empty(row_sizes, x.options()), empty(row_sizes, x.options())};
+  return {empty(x.sizes(), {y_dtype, x.device()}), empty(row_sizes, x.options()), empty(row_sizes, x.options())};
 }
 
 }  // namespace attograd

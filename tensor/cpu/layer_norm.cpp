@@ -227,9 +227,8 @@ void backward_rows_of(const BackwardRows<double>& io, std::int64_t r0, std::int6
 
 kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                                             DType y_dtype) {
-  kernels::LayerNormResult out = layer_norm_outputs(x);
+  kernels::LayerNormResult out = layer_norm_outputs(x, y_dtype);
   const bool round_y = y_dtype != x.dtype();  // bfloat16 from float32 (dispatch allows no other)
-  if (round_y) out.y = empty(x.sizes(), {y_dtype, x.device()});
   const RowShape shape = row_shape(x);
   const std::int64_t rows = shape.rows, n = shape.n;
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {

@@ -57,7 +57,7 @@ Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
 // y in x's dtype: dispatch rounds a bfloat16 y on this device from the float32 one (y_dtype is x's here).
 kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                                             DType /*y_dtype*/) {
-  const kernels::LayerNormResult out = layer_norm_outputs(x);
+  const kernels::LayerNormResult out = layer_norm_outputs(x, x.dtype());
   const RowShape shape = row_shape(x);
   AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
     cuda::layer_norm_forward(out.y.data<scalar_t>(), out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(),
