@@ -404,6 +404,17 @@ TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar mo
   }
 }
 
+TEST_CASE("the default bfloat16 kernel: AMX, else VDPBF16PS on AMD, else widened", "[bf16][matmul]") {
+  using cpu::Bf16Kernel;
+  CHECK(cpu::preferred_bf16_kernel({true, true, false}) == Bf16Kernel::amx);
+  CHECK(cpu::preferred_bf16_kernel({true, true, true}) == Bf16Kernel::amx);
+  // Intel's cores issue VDPBF16PS at half rate; AMD's at float32's FMA rate.
+  CHECK(cpu::preferred_bf16_kernel({false, true, false}) == Bf16Kernel::widen);
+  CHECK(cpu::preferred_bf16_kernel({false, true, true}) == Bf16Kernel::avx512_bf16);
+  CHECK(cpu::preferred_bf16_kernel({false, false, true}) == Bf16Kernel::widen);
+  CHECK(cpu::preferred_bf16_kernel({}) == Bf16Kernel::widen);
+}
+
 TEST_CASE("a bfloat16 product of a transposed A with more rows than columns, computed as C^T = B^T A^T, bit for bit as "
           "from a row-major A",
           "[bf16][matmul]") {

@@ -27,11 +27,19 @@ std::uint64_t xcr0() {
 struct Features {
   bool avx512_bf16 = false;  // and the AVX-512 state saved by the OS
   bool amx_bf16 = false;     // and the tile state saved by the OS
+  bool amd = false;          // CPUID's vendor string is "AuthenticAMD"
 };
 
 Features cpu_features() {
   Features f;
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);  // the vendor string is in ebx, edx, ecx, in that order
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    f.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
+  }
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return f;  // OSXSAVE: xgetbv is there
   const std::uint64_t xcr = xcr0();
   const bool zmm_state = (xcr & 0xe6) == 0xe6;            // SSE, AVX, opmask, ZMM upper halves, ZMM16-31
@@ -54,23 +62,19 @@ bool amx_permitted() {
   return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
 }
 
-// What this build can run here: each hardware kernel built and its instructions present.
-struct Runs {
-  bool amx = false, avx512_bf16 = false;
-};
-const Runs& runs() {
-  static const Runs r = [] {
+// What this build can run here (each hardware kernel built and its instructions
+// present) and whose CPU it is.
+const Bf16Hardware& runs() {
+  static const Bf16Hardware r = [] {
     const Features f = cpu_features();
-    return Runs{AG_BF16_AMX_KERNEL && f.amx_bf16 && amx_permitted(), AG_BF16_AVX512_KERNEL && f.avx512_bf16};
+    return Bf16Hardware{AG_BF16_AMX_KERNEL && f.amx_bf16 && amx_permitted(),
+                        AG_BF16_AVX512_KERNEL && f.avx512_bf16, f.amd};
   }();
   return r;
 }
 #else
-struct Runs {
-  bool amx = false, avx512_bf16 = false;
-};
-const Runs& runs() {
-  static const Runs r;
+const Bf16Hardware& runs() {
+  static const Bf16Hardware r;
   return r;
 }
 #endif
@@ -79,16 +83,27 @@ Bf16Kernel widest() {
   return runs().amx ? Bf16Kernel::amx : runs().avx512_bf16 ? Bf16Kernel::avx512_bf16 : Bf16Kernel::widen;
 }
 
-// The default: AMX where it runs, else the product widened to float32. The
-// AVX512_BF16 kernel runs only when ATTOGRAD_BF16_ISA names it: on the Sapphire
-// and Emerald Rapids class Xeons it was measured on, VDPBF16PS issues about once
-// every 2 cycles, so its peak is half float32's FMA rate (bf16_peak/avx512_bf16
-// 141 GFLOP/s against fma_peak/avx512's 290, 2 threads), and the kernel, at 70%
-// of it (matmul_bf16/2048 98 GFLOP/s), takes twice the widened product's time
-// (190, OpenBLAS's float32). Not measured on AMD Zen 4/5.
-Bf16Kernel preferred() { return runs().amx ? Bf16Kernel::amx : Bf16Kernel::widen; }
-
 }  // namespace
+
+// AMX where it runs; else the AVX512_BF16 kernel on AMD's cores, the product
+// widened to float32 on Intel's. How fast VDPBF16PS issues decides it:
+// - On the Sapphire and Emerald Rapids class Xeons (AMX hidden or not
+//   permitted), about once every 2 cycles: half float32's FMA rate
+//   (bf16_peak/avx512_bf16 141 GFLOP/s against fma_peak/avx512's 290, 2
+//   threads), so the kernel, at 70% of it (matmul_bf16/2048 98 GFLOP/s), took
+//   twice the widened product's time (190, OpenBLAS's float32).
+// - On AMD Zen 5 (family 26), at float32's FMA rate: bf16_peak/avx512_bf16 991
+//   GFLOP/s against fma_peak/avx512's 516, and matmul_bf16/2048 at 838 GFLOP/s
+//   (85% of that peak) against widen's 439. Zen 4 issues it as two 256-bit
+//   halves, as it does its float32 FMAs, so the ratio is the same there (not
+//   measured).
+// Chosen from the CPU alone, not timed at start-up: the kernels sum in different
+// orders, and a run's results must not depend on a moment's timing.
+Bf16Kernel preferred_bf16_kernel(const Bf16Hardware& hardware) {
+  if (hardware.amx) return Bf16Kernel::amx;
+  if (hardware.avx512_bf16 && hardware.amd) return Bf16Kernel::avx512_bf16;
+  return Bf16Kernel::widen;
+}
 
 const char* bf16_kernel_name(Bf16Kernel kernel) { return kNames[static_cast<int>(kernel)]; }
 
@@ -103,7 +118,7 @@ bool bf16_kernel_runs_here(Bf16Kernel kernel) {
 Bf16Kernel bf16_kernel() {
   static const Bf16Kernel kernel = [] {
     const char* env = std::getenv("ATTOGRAD_BF16_ISA");
-    if (env == nullptr || *env == '\0') return preferred();
+    if (env == nullptr || *env == '\0') return preferred_bf16_kernel(runs());
     for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
       if (std::strcmp(env, kNames[i]) != 0) continue;
       const auto chosen = static_cast<Bf16Kernel>(i);

@@ -7,9 +7,10 @@
 //                (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)
 //   widen        anything else: the operands widened to float32, exactly, and
 //                OpenBLAS's sgemm (correct, not faster than float32)
-// AMX where the CPU has it, else widen (the AVX512_BF16 kernel measured slower
-// than widen: isa.cpp), or the one ATTOGRAD_BF16_ISA names (so each can be
-// tested and timed on an AMX machine); one wider than the CPU is refused.
+// AMX where the CPU has it, else avx512_bf16 on AMD's cores and widen on
+// Intel's (where VDPBF16PS runs at half rate: isa.cpp), or the one
+// ATTOGRAD_BF16_ISA names (so each can be tested and timed on an AMX machine);
+// one wider than the CPU is refused.
 // The *_model kernels run the first two's instructions as scalar C++ on the
 // same packed buffers (tests: a packing mistake then fails on every machine).
 #include <cstdint>
@@ -54,5 +55,13 @@ Bf16Kernel bf16_kernel();
 
 // Whether this CPU (and OS) can run `kernel`: the models and widen always can.
 bool bf16_kernel_runs_here(Bf16Kernel kernel);
+
+// What the choice is made from: which hardware kernels run here, and the vendor.
+struct Bf16Hardware {
+  bool amx = false, avx512_bf16 = false;
+  bool amd = false;
+};
+// The kernel bf16_kernel() takes when ATTOGRAD_BF16_ISA is unset.
+Bf16Kernel preferred_bf16_kernel(const Bf16Hardware& hardware);
 
 }  // namespace attograd::cpu
