@@ -504,9 +504,9 @@ namespace attograd::kernels {
 
 namespace {
 
-// Whether a bfloat16 attention runs on the CPU's tile kernel (attention_bf16.cpp),
-// else widened to float32: it runs on the CPU, with AMX (or its model), and
-// returns no weights.
+// Whether a bfloat16 attention runs on the CPU's bfloat16 kernel (attention_bf16.cpp),
+// else widened to float32: it runs on the CPU, whose product kernel is AMX or
+// AVX512_BF16 (or a model), and returns no weights.
 bool bf16_attention_on_tiles(const Tensor& q, bool return_weights) {
   return q.device().is_cpu() && !return_weights && cpu::attention_bf16_runs_on(cpu::bf16_kernel());
 }

@@ -1,7 +1,7 @@
-// The bfloat16 fused attention on tiles (tensor/cpu/attention/attention_bf16.cpp)
+// The bfloat16 fused attention (tensor/cpu/attention/attention_bf16.cpp)
 // against the float64 fused attention on the same (exactly widened) inputs, on
-// the AMX hardware where this CPU has it and on the scalar model of its
-// instructions everywhere, within bounds derived from bfloat16's 8-bit
+// the AMX and AVX512_BF16 hardware where this CPU has it and on the scalar
+// models of their instructions everywhere, within bounds derived from bfloat16's 8-bit
 // significand; and kernels::attention_forward choosing it.
 #include <catch2/catch.hpp>
 
@@ -121,7 +121,7 @@ void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
 
 }  // namespace
 
-TEST_CASE("bfloat16 attention on AMX tiles and on their scalar model, within bfloat16's bound of float64",
+TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models, within bfloat16's bound of float64",
           "[bf16][attention]") {
   const Bf16AttentionCase cases[] = {
       {1, 1, 1, 1, 1, true, false, false, 0.0},      // one query, one key, one value
@@ -130,7 +130,8 @@ TEST_CASE("bfloat16 attention on AMX tiles and on their scalar model, within bfl
       {1, 2, 130, 130, 40, true, false, false, 0.2},  // dropout
       {2, 2, 96, 96, 64, true, false, true, 0.0},    // heads interleaved in memory, as a packed qkv's
   };
-  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::amx_model}) {
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
+                                 cpu::Bf16Kernel::avx512_bf16_model}) {
     if (!cpu::attention_bf16_runs_on(kernel)) {
       WARN("skipped: the bfloat16 attention has no " << cpu::bf16_kernel_name(kernel) << " kernel on this CPU");
       continue;

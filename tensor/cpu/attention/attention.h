@@ -20,9 +20,10 @@ const char* attention_isa();
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget);
 
-// The bfloat16 attention on tiles (attention_bf16.cpp): whether it runs on
-// `kernel` here (amx where the CPU has it, amx_model anywhere; on the others
-// kernels::attention_forward widens to float32), and its forward and backward.
+// The bfloat16 attention on the product's blocks (attention_bf16.cpp): whether
+// it runs on `kernel` here (amx and avx512_bf16 where the CPU has them, the
+// models anywhere; on widen kernels::attention_forward widens to float32), and
+// its forward and backward.
 // The forward fills r.out (bfloat16, (B, H, Tq, D) over (B, Tq, H, D) memory)
 // and r.lse (float32); no weights, no saved probabilities. The backward reads
 // s.lse in float32 and recomputes the probabilities.

@@ -1,11 +1,13 @@
-// The fused attention in bfloat16 on AMX tiles: bfloat16 q, k, v, dout and
-// out, float32 products (TDPBF16PS), a float32 online softmax and a float32
-// log-sum-exp, bfloat16 outputs and gradients. The tile products are
-// tensor/cpu/matmul_bf16/amx.h's 32 x 32 blocks, run on the hardware or on
-// its scalar model over the same packed buffers (so the layouts are tested on
-// every machine); the masking, dropout and online softmax are the float32
-// kernel's (tensor/cpu/attention/), on float32 score tiles. The conventions
-// (masking, dropout's stream, the all-hidden row) are base/attention_problem.h's.
+// The fused attention in bfloat16 on AMX tiles or AVX512_BF16 vectors:
+// bfloat16 q, k, v, dout and out, float32 products (TDPBF16PS or VDPBF16PS), a
+// float32 online softmax and a float32 log-sum-exp, bfloat16 outputs and
+// gradients. The products are the bfloat16 matrix product's 32 x 32 blocks
+// (tensor/cpu/matmul_bf16/amx.h's and dpbf16.h's, which read the same packed
+// layouts), run on the hardware or on its scalar model over the same packed
+// buffers (so the layouts are tested on every machine); the masking, dropout
+// and online softmax are the float32 kernel's (tensor/cpu/attention/), on
+// float32 score tiles. The conventions (masking, dropout's stream, the
+// all-hidden row) are base/attention_problem.h's.
 //
 // Its parts, in the order they build on each other:
 //   bf16_tiles.h     the operands' and tiles' layouts, and why each product reads what it reads
@@ -21,6 +23,8 @@
 #include "tensor/cpu/attention/bf16_backward.h"
 #include "tensor/cpu/attention/bf16_forward.h"
 #include "tensor/cpu/attention/isa.h"
+#include "tensor/cpu/matmul_bf16/amx.h"
+#include "tensor/cpu/matmul_bf16/dpbf16.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu::attention_bf16 {
@@ -31,25 +35,73 @@ Bf16Problem bf16_problem(const AttentionCall& call) {
           attention_rows<const bfloat16>(call.v), attention_problem_settings<float>(call)};
 }
 
-// One forward and one backward per tile machine: the hardware's compiled for
-// AVX-512 (every CPU with AMX has it), the model's for the build's baseline.
+// One forward and one backward per kernel: the hardware's compiled for
+// AVX-512 (every CPU with AMX or AVX512_BF16 has it; the VDPBF16PS block is a
+// function of its own, compiled for AVX512_BF16, dpbf16.h), the models' for
+// the build's baseline.
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void forward_on(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+  Blocks blocks;
+  forward_heads<Blocks, Tile>(blocks, P, O, heads);
+}
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void backward_on(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+  Blocks blocks;
+  backward_heads<Blocks, Tile>(blocks, P, io, heads);
+}
+using attention_detail::TileAvx512;
+using attention_detail::TileBaseline;
+using bf16_gemm::AmxBlocks;
+using bf16_gemm::Dpbf16Blocks;
+
 #if AG_BF16_AMX_KERNEL
 AG_TARGET_AVX512 void forward_amx(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  bf16_gemm::AmxTiles tiles;
-  forward_heads<bf16_gemm::AmxTiles, attention_detail::TileAvx512>(tiles, P, O, heads);
+  forward_on<AmxBlocks<bf16_gemm::AmxTiles>, TileAvx512>(P, O, heads);
 }
 AG_TARGET_AVX512 void backward_amx(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  bf16_gemm::AmxTiles tiles;
-  backward_heads<bf16_gemm::AmxTiles, attention_detail::TileAvx512>(tiles, P, io, heads);
+  backward_on<AmxBlocks<bf16_gemm::AmxTiles>, TileAvx512>(P, io, heads);
 }
 #endif
-void forward_model(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  bf16_gemm::AmxModel tiles;
-  forward_heads<bf16_gemm::AmxModel, attention_detail::TileBaseline>(tiles, P, O, heads);
+#if AG_BF16_AVX512_KERNEL
+AG_TARGET_AVX512 void forward_avx512_bf16(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+  forward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>, TileAvx512>(P, O, heads);
 }
-void backward_model(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  bf16_gemm::AmxModel tiles;
-  backward_heads<bf16_gemm::AmxModel, attention_detail::TileBaseline>(tiles, P, io, heads);
+AG_TARGET_AVX512 void backward_avx512_bf16(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+  backward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>, TileAvx512>(P, io, heads);
+}
+#endif
+void forward_amx_model(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+  forward_on<AmxBlocks<bf16_gemm::AmxModel>, TileBaseline>(P, O, heads);
+}
+void backward_amx_model(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+  backward_on<AmxBlocks<bf16_gemm::AmxModel>, TileBaseline>(P, io, heads);
+}
+void forward_avx512_bf16_model(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+  forward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Model>, TileBaseline>(P, O, heads);
+}
+void backward_avx512_bf16_model(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+  backward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Model>, TileBaseline>(P, io, heads);
+}
+
+using Forward = void (*)(const Bf16Problem&, const ForwardOutputs&, TaskQueue&);
+using Backward = void (*)(const Bf16Problem&, const BackwardIo&, TaskQueue&);
+struct Passes {
+  Forward forward = nullptr;
+  Backward backward = nullptr;
+};
+// The kernel's passes; none for widen, or for a hardware kernel this build lacks.
+Passes passes_of(Bf16Kernel kernel) {
+  switch (kernel) {
+#if AG_BF16_AMX_KERNEL
+    case Bf16Kernel::amx: return {forward_amx, backward_amx};
+#endif
+#if AG_BF16_AVX512_KERNEL
+    case Bf16Kernel::avx512_bf16: return {forward_avx512_bf16, backward_avx512_bf16};
+#endif
+    case Bf16Kernel::amx_model: return {forward_amx_model, backward_amx_model};
+    case Bf16Kernel::avx512_bf16_model: return {forward_avx512_bf16_model, backward_avx512_bf16_model};
+    default: return {};
+  }
 }
 
 void check_tile_kernel(Bf16Kernel kernel) {
@@ -65,8 +117,7 @@ namespace attograd::cpu {
 using namespace attention_bf16;
 
 bool attention_bf16_runs_on(Bf16Kernel kernel) {
-  return ((kernel == Bf16Kernel::amx && AG_BF16_AMX_KERNEL) || kernel == Bf16Kernel::amx_model) &&
-         bf16_kernel_runs_here(kernel);
+  return passes_of(kernel).forward != nullptr && bf16_kernel_runs_here(kernel);
 }
 
 void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForwardResult& r, Bf16Kernel kernel) {
@@ -74,12 +125,7 @@ void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForward
   const Bf16Problem P = bf16_problem(call);
   // r.out is a (B, H, Tq, D) view of (B, Tq, H, D) memory (kernels::attention_forward).
   const ForwardOutputs O{r.out.data<bfloat16>(), r.lse.data<float>()};
-  parallel_tasks(0, P.meta.B * P.meta.H, 1, [&](TaskQueue& heads) {
-#if AG_BF16_AMX_KERNEL
-    if (kernel == Bf16Kernel::amx) return forward_amx(P, O, heads);
-#endif
-    forward_model(P, O, heads);
-  });
+  parallel_tasks(0, P.meta.B * P.meta.H, 1, [&](TaskQueue& heads) { passes_of(kernel).forward(P, O, heads); });
 }
 
 void attention_backward_bf16(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g,
@@ -89,12 +135,7 @@ void attention_backward_bf16(const AttentionCall& call, const AttentionSaved& s,
   const BackwardIo io{attention_rows<const bfloat16>(s.dout), attention_rows<const bfloat16>(s.out),
                       s.lse.data<float>(), attention_rows<bfloat16>(g.dq), attention_rows<bfloat16>(g.dk),
                       attention_rows<bfloat16>(g.dv)};
-  parallel_tasks(0, P.meta.B * P.meta.H, 1, [&](TaskQueue& heads) {
-#if AG_BF16_AMX_KERNEL
-    if (kernel == Bf16Kernel::amx) return backward_amx(P, io, heads);
-#endif
-    backward_model(P, io, heads);
-  });
+  parallel_tasks(0, P.meta.B * P.meta.H, 1, [&](TaskQueue& heads) { passes_of(kernel).backward(P, io, heads); });
 }
 
 }  // namespace attograd::cpu

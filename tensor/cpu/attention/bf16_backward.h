@@ -16,7 +16,6 @@
 #include "tensor/cpu/attention/bf16_tiles.h"
 #include "tensor/cpu/attention/masking.h"
 #include "tensor/cpu/attention/vectors.h"
-#include "tensor/cpu/matmul_bf16/amx.h"
 #include "tensor/parallel.h"
 
 namespace attograd::cpu::attention_bf16 {
@@ -129,8 +128,8 @@ AG_ALWAYS_INLINE void backward_tile_softmax(const Bf16Problem& P, BackwardScratc
 }
 
 // Key tile [j0, j0 + nk) of head (b, h): its dk and dv rows, and its share of dQ^T.
-template <typename Tiles, typename Tile>
-AG_ALWAYS_INLINE void backward_key_tile(Tiles& t, const Bf16Problem& P, const BackwardIo& io, BackwardScratch& w,
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void backward_key_tile(Blocks& t, const Bf16Problem& P, const BackwardIo& io, BackwardScratch& w,
                                         std::int64_t b, std::int64_t h, std::int64_t j0) {
   const attention_detail::Problem<float>& meta = P.meta;
   const std::int64_t D = meta.D, Tq = meta.Tq, Dp = P.dp(), Tqp = P.tqp(), Tkp = P.tkp();
@@ -145,28 +144,28 @@ AG_ALWAYS_INLINE void backward_key_tile(Tiles& t, const Bf16Problem& P, const Ba
       for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock) {
         if (kb >= nk || block_hidden(kb, qb, diag)) continue;
         const std::int64_t x = kb * kBlockQ + qb;
-        bf16_gemm::amx_block(t, a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
-                             b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, w.s.data() + x, kBlockQ,
-                             false);  // S^T = K Q^T
-        bf16_gemm::amx_block(t, a_block(w.v.data(), j0 + kb, 0, Dp), b_panel(w.dout_t.data(), i0 + qb, 0, Dp),
-                             b_panel(w.dout_t.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, w.dp.data() + x, kBlockQ,
-                             false);  // dP^T = V dO^T
+        t.block(a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
+                b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, w.s.data() + x, kBlockQ,
+                false);  // S^T = K Q^T
+        t.block(a_block(w.v.data(), j0 + kb, 0, Dp), b_panel(w.dout_t.data(), i0 + qb, 0, Dp),
+                b_panel(w.dout_t.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, w.dp.data() + x, kBlockQ,
+                false);  // dP^T = V dO^T
       }
     backward_tile_softmax<Tile>(P, w, b, h, i0, nq, j0, nk, diag);
     for (std::int64_t kb = 0; kb < kBlockK; kb += kBlock)
       for (std::int64_t db = 0; db < Dp; db += kBlock) {
-        bf16_gemm::amx_block(t, a_block(w.p_a.data(), kb, 0, kBlockQ), b_panel(w.dout_b.data(), db, i0, Tqp),
-                             b_panel(w.dout_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dv + kb * Dp + db, Dp,
-                             true);  // dV += (P Z)^T dO
-        bf16_gemm::amx_block(t, a_block(w.ds_a.data(), kb, 0, kBlockQ), b_panel(w.q_b.data(), db, i0, Tqp),
-                             b_panel(w.q_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dk + kb * Dp + db, Dp,
-                             true);  // dK += dS^T Q
+        t.block(a_block(w.p_a.data(), kb, 0, kBlockQ), b_panel(w.dout_b.data(), db, i0, Tqp),
+                b_panel(w.dout_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dv + kb * Dp + db, Dp,
+                true);  // dV += (P Z)^T dO
+        t.block(a_block(w.ds_a.data(), kb, 0, kBlockQ), b_panel(w.q_b.data(), db, i0, Tqp),
+                b_panel(w.q_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dk + kb * Dp + db, Dp,
+                true);  // dK += dS^T Q
       }
     for (std::int64_t db = 0; db < Dp; db += kBlock)
       for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
-        bf16_gemm::amx_block(t, a_block(w.kt.data(), db, j0, Tkp), b_panel(w.ds_b.data(), qb, 0, kBlockK),
-                             b_panel(w.ds_b.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep,
-                             w.dqt.data() + db * w.ldq + i0 + qb, w.ldq, true);  // dQ^T += K^T dS^T
+        t.block(a_block(w.kt.data(), db, j0, Tkp), b_panel(w.ds_b.data(), qb, 0, kBlockK),
+                b_panel(w.ds_b.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep,
+                w.dqt.data() + db * w.ldq + i0 + qb, w.ldq, true);  // dQ^T += K^T dS^T
   }
   for (std::int64_t c = 0; c < nk; ++c) {
     bfloat16* dk_row = io.dk.row(b, h, j0 + c);
@@ -176,22 +175,22 @@ AG_ALWAYS_INLINE void backward_key_tile(Tiles& t, const Bf16Problem& P, const Ba
 }
 
 // The backward of the heads b * H + h the queue hands this thread.
-template <typename Tiles, typename Tile>
-AG_ALWAYS_INLINE void backward_heads(Tiles& t, const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void backward_heads(Blocks& t, const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
   const attention_detail::Problem<float>& meta = P.meta;
   BackwardScratch w(P);
-  t.configure(bf16_gemm::kernel_tile_config());
+  t.begin();
   for (std::int64_t lo, hi; heads.next(lo, hi);)
     for (std::int64_t bh = lo; bh < hi; ++bh) {
       const std::int64_t b = bh / meta.H, h = bh % meta.H;
       backward_head_setup(P, io, w, b, h);
-      for (std::int64_t j0 = 0; j0 < meta.Tk; j0 += kBlockK) backward_key_tile<Tiles, Tile>(t, P, io, w, b, h, j0);
+      for (std::int64_t j0 = 0; j0 < meta.Tk; j0 += kBlockK) backward_key_tile<Blocks, Tile>(t, P, io, w, b, h, j0);
       for (std::int64_t r = 0; r < meta.Tq; ++r) {
         bfloat16* dq_row = io.dq.row(b, h, r);
         for (std::int64_t d = 0; d < meta.D; ++d) dq_row[d] = bfloat16(w.dqt[d * w.ldq + r]);
       }
     }
-  t.release();
+  t.end();
 }
 
 }  // namespace attograd::cpu::attention_bf16

@@ -12,7 +12,6 @@
 #include "tensor/cpu/attention/bf16_tiles.h"
 #include "tensor/cpu/attention/forward.h"
 #include "tensor/cpu/attention/masking.h"
-#include "tensor/cpu/matmul_bf16/amx.h"
 
 namespace attograd::cpu::attention_bf16 {
 
@@ -37,8 +36,8 @@ struct ForwardScratch {
 };
 
 // Queries [i0, i0 + nq) of head (b, h), from the head's packed operands in w.
-template <typename Tiles, typename Tile>
-AG_ALWAYS_INLINE void forward_query_block(Tiles& t, const Bf16Problem& P, const ForwardOutputs& O, ForwardScratch& w,
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void forward_query_block(Blocks& t, const Bf16Problem& P, const ForwardOutputs& O, ForwardScratch& w,
                                           std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t nq) {
   using attention_detail::TileRows;
   const attention_detail::Problem<float>& meta = P.meta;
@@ -56,9 +55,9 @@ AG_ALWAYS_INLINE void forward_query_block(Tiles& t, const Bf16Problem& P, const 
     for (std::int64_t kb = 0; kb < kBlockK; kb += kBlock)  // S^T = K Q^T
       for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
         if (kb < nk && !block_hidden(kb, qb, diag))
-          bf16_gemm::amx_block(t, a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
-                               b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, s + kb * kBlockQ + qb,
-                               kBlockQ, false);
+          t.block(a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
+                  b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, s + kb * kBlockQ + qb,
+                  kBlockQ, false);
     for (std::int64_t x = 0; x < kBlockK * kBlockQ; ++x) s[x] *= meta.scale;
     // Hides the blocks left unwritten above too (and every key row from nk on).
     attention_detail::hide_causal<TileRows::keys>(s, kBlockQ, kBlockK, nk, kBlockQ, diag, kNegInf);
@@ -78,9 +77,9 @@ AG_ALWAYS_INLINE void forward_query_block(Tiles& t, const Bf16Problem& P, const 
       for (std::int64_t r = 0; r < kBlockQ; ++r) acc[d * kBlockQ + r] *= rescale[r];
     for (std::int64_t db = 0; db < Dp; db += kBlock)  // O^T += V^T P^T
       for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
-        bf16_gemm::amx_block(t, a_block(w.vt.data(), db, j0, Tkp), b_panel(w.p.data(), qb, 0, kBlockK),
-                             b_panel(w.p.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep, acc + db * kBlockQ + qb,
-                             kBlockQ, true);
+        t.block(a_block(w.vt.data(), db, j0, Tkp), b_panel(w.p.data(), qb, 0, kBlockK),
+                b_panel(w.p.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep, acc + db * kBlockQ + qb,
+                kBlockQ, true);
   }
   float* lse = O.lse + (b * meta.H + h) * meta.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {
@@ -97,11 +96,11 @@ AG_ALWAYS_INLINE void forward_query_block(Tiles& t, const Bf16Problem& P, const 
 }
 
 // The forward of the heads b * H + h the queue hands this thread.
-template <typename Tiles, typename Tile>
-AG_ALWAYS_INLINE void forward_heads(Tiles& t, const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+template <typename Blocks, typename Tile>
+AG_ALWAYS_INLINE void forward_heads(Blocks& t, const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
   const attention_detail::Problem<float>& meta = P.meta;
   ForwardScratch w(P);
-  t.configure(bf16_gemm::kernel_tile_config());
+  t.begin();
   for (std::int64_t lo, hi; heads.next(lo, hi);)
     for (std::int64_t bh = lo; bh < hi; ++bh) {
       const std::int64_t b = bh / meta.H, h = bh % meta.H;
@@ -109,9 +108,9 @@ AG_ALWAYS_INLINE void forward_heads(Tiles& t, const Bf16Problem& P, const Forwar
       pack_columns_as_b(head_columns(P.q, b, h), meta.Tq, meta.D, P.tqp(), P.dp(), w.qt.data());
       pack_columns_as_a(head_columns(P.v, b, h), meta.Tk, meta.D, P.tkp(), P.dp(), w.vt.data());
       for (std::int64_t i0 = 0; i0 < meta.Tq; i0 += kBlockQ)
-        forward_query_block<Tiles, Tile>(t, P, O, w, b, h, i0, std::min(kBlockQ, meta.Tq - i0));
+        forward_query_block<Blocks, Tile>(t, P, O, w, b, h, i0, std::min(kBlockQ, meta.Tq - i0));
     }
-  t.release();
+  t.end();
 }
 
 }  // namespace attograd::cpu::attention_bf16

@@ -1,7 +1,8 @@
 #pragma once
-// The bfloat16 attention's operands and tiles as the AMX tile products read
-// them (tensor/cpu/matmul_bf16/packing.h's two layouts: A in 16 x 32 tiles,
-// B in VNNI panels of 16 columns), and the float32 score tiles rounded into
+// The bfloat16 attention's operands and tiles as the products' blocks read
+// them, on AMX tiles or AVX512_BF16 vectors alike
+// (tensor/cpu/matmul_bf16/packing.h's two layouts: A in 16 x 32 tiles, B in
+// VNNI panels of 16 columns), and the float32 score tiles rounded into
 // those layouts. Part of the translation unit tensor/cpu/attention/attention_bf16.cpp.
 //
 // Every tile is kept (keys, queries), as the float32 forward keeps its score

@@ -200,4 +200,20 @@ AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, c
   amx_strip(t, [&a](std::int64_t) { return a; }, 1, b0, b1, steps, c, 0, ldc, accumulate);
 }
 
+
+// amx_block on Tiles behind the interface code written for every kernel runs
+// on (the bfloat16 attention; Dpbf16Blocks in dpbf16.h is the other): begin()
+// and end() around a thread's products (the tile configuration, and its
+// release), block() for each 32 x 32 block.
+template <typename Tiles>
+struct AmxBlocks {
+  Tiles tiles;
+  void begin() { tiles.configure(kernel_tile_config()); }
+  void end() { tiles.release(); }
+  AG_ALWAYS_INLINE void block(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps, float* c,
+                              std::int64_t ldc, bool accumulate) {
+    amx_block(tiles, a, b0, b1, steps, c, ldc, accumulate);
+  }
+};
+
 }  // namespace attograd::cpu::bf16_gemm

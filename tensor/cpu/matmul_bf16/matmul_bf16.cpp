@@ -173,24 +173,6 @@ struct AmxStrip {
     amx_strip(tiles, a_of, blocks, b0, b1, steps, c, c_step, ldc, accumulate);
   }
 };
-// One 32 x 32 block of the AVX512_BF16 kernel, a function of its own: inlined
-// into the macro-block loops, GCC kept its 16 accumulators on the stack (a load
-// and a store around every VDPBF16PS). Not measurably slower on the Xeons here,
-// where VDPBF16PS itself issues once every 2 cycles or so (isa.cpp), but a chain
-// through memory on every accumulator wherever it issues faster.
-template <typename Vectors>
-void dpbf16_block_call(const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps, float* c,
-                       std::int64_t ldc, bool accumulate) {
-  dpbf16_block<Vectors>(a, b0, b1, steps, c, ldc, accumulate);
-}
-#if AG_BF16_AVX512_KERNEL
-template <>
-AG_TARGET_AVX512_BF16 __attribute__((noinline)) void dpbf16_block_call<Dpbf16Vectors>(
-    const ATiles& a, const bfloat16* b0, const bfloat16* b1, std::int64_t steps, float* c, std::int64_t ldc,
-    bool accumulate) {
-  dpbf16_block<Dpbf16Vectors>(a, b0, b1, steps, c, ldc, accumulate);
-}
-#endif
 template <typename Vectors>
 struct Dpbf16Strip {
   template <typename AOf>
