@@ -35,52 +35,29 @@ Bf16Problem bf16_problem(const AttentionCall& call) {
           attention_rows<const bfloat16>(call.v), attention_problem_settings<float>(call)};
 }
 
-// One forward and one backward per kernel: the hardware's compiled for
-// AVX-512 (every CPU with AMX or AVX512_BF16 has it; the VDPBF16PS block is a
-// function of its own, compiled for AVX512_BF16, dpbf16.h), the models' for
-// the build's baseline.
-template <typename Blocks, typename Tile>
-AG_ALWAYS_INLINE void forward_on(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+// A forward and a backward per kernel: the hardware's compiled for AVX-512
+// (every CPU with AMX or AVX512_BF16 has it; the VDPBF16PS block is a function
+// of its own, compiled for AVX512_BF16, dpbf16.h), the models' for the build's
+// baseline.
+template <typename Blocks>
+AG_TARGET_AVX512 void forward_avx512(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
   Blocks blocks;
-  forward_heads<Blocks, Tile>(blocks, P, O, heads);
+  forward_heads<Blocks, attention_detail::TileAvx512>(blocks, P, O, heads);
 }
-template <typename Blocks, typename Tile>
-AG_ALWAYS_INLINE void backward_on(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+template <typename Blocks>
+AG_TARGET_AVX512 void backward_avx512(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
   Blocks blocks;
-  backward_heads<Blocks, Tile>(blocks, P, io, heads);
+  backward_heads<Blocks, attention_detail::TileAvx512>(blocks, P, io, heads);
 }
-using attention_detail::TileAvx512;
-using attention_detail::TileBaseline;
-using bf16_gemm::AmxBlocks;
-using bf16_gemm::Dpbf16Blocks;
-
-#if AG_BF16_AMX_KERNEL
-AG_TARGET_AVX512 void forward_amx(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  forward_on<AmxBlocks<bf16_gemm::AmxTiles>, TileAvx512>(P, O, heads);
+template <typename Blocks>
+void forward_baseline(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
+  Blocks blocks;
+  forward_heads<Blocks, attention_detail::TileBaseline>(blocks, P, O, heads);
 }
-AG_TARGET_AVX512 void backward_amx(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  backward_on<AmxBlocks<bf16_gemm::AmxTiles>, TileAvx512>(P, io, heads);
-}
-#endif
-#if AG_BF16_AVX512_KERNEL
-AG_TARGET_AVX512 void forward_avx512_bf16(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  forward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>, TileAvx512>(P, O, heads);
-}
-AG_TARGET_AVX512 void backward_avx512_bf16(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  backward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>, TileAvx512>(P, io, heads);
-}
-#endif
-void forward_amx_model(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  forward_on<AmxBlocks<bf16_gemm::AmxModel>, TileBaseline>(P, O, heads);
-}
-void backward_amx_model(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  backward_on<AmxBlocks<bf16_gemm::AmxModel>, TileBaseline>(P, io, heads);
-}
-void forward_avx512_bf16_model(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
-  forward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Model>, TileBaseline>(P, O, heads);
-}
-void backward_avx512_bf16_model(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
-  backward_on<Dpbf16Blocks<bf16_gemm::Dpbf16Model>, TileBaseline>(P, io, heads);
+template <typename Blocks>
+void backward_baseline(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
+  Blocks blocks;
+  backward_heads<Blocks, attention_detail::TileBaseline>(blocks, P, io, heads);
 }
 
 using Forward = void (*)(const Bf16Problem&, const ForwardOutputs&, TaskQueue&);
@@ -91,15 +68,23 @@ struct Passes {
 };
 // The kernel's passes; none for widen, or for a hardware kernel this build lacks.
 Passes passes_of(Bf16Kernel kernel) {
+  using bf16_gemm::AmxBlocks;
+  using bf16_gemm::Dpbf16Blocks;
   switch (kernel) {
 #if AG_BF16_AMX_KERNEL
-    case Bf16Kernel::amx: return {forward_amx, backward_amx};
+    case Bf16Kernel::amx:
+      return {forward_avx512<AmxBlocks<bf16_gemm::AmxTiles>>, backward_avx512<AmxBlocks<bf16_gemm::AmxTiles>>};
 #endif
 #if AG_BF16_AVX512_KERNEL
-    case Bf16Kernel::avx512_bf16: return {forward_avx512_bf16, backward_avx512_bf16};
+    case Bf16Kernel::avx512_bf16:
+      return {forward_avx512<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>>,
+              backward_avx512<Dpbf16Blocks<bf16_gemm::Dpbf16Vectors>>};
 #endif
-    case Bf16Kernel::amx_model: return {forward_amx_model, backward_amx_model};
-    case Bf16Kernel::avx512_bf16_model: return {forward_avx512_bf16_model, backward_avx512_bf16_model};
+    case Bf16Kernel::amx_model:
+      return {forward_baseline<AmxBlocks<bf16_gemm::AmxModel>>, backward_baseline<AmxBlocks<bf16_gemm::AmxModel>>};
+    case Bf16Kernel::avx512_bf16_model:
+      return {forward_baseline<Dpbf16Blocks<bf16_gemm::Dpbf16Model>>,
+              backward_baseline<Dpbf16Blocks<bf16_gemm::Dpbf16Model>>};
     default: return {};
   }
 }
