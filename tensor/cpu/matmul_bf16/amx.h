@@ -200,7 +200,6 @@ AG_ALWAYS_INLINE void amx_block(Tiles& t, const ATiles& a, const bfloat16* b0, c
   amx_strip(t, [&a](std::int64_t) { return a; }, 1, b0, b1, steps, c, 0, ldc, accumulate);
 }
 
-
 // amx_block on Tiles behind the interface code written for every kernel runs
 // on (the bfloat16 attention; Dpbf16Blocks in dpbf16.h is the other): begin()
 // and end() around a thread's products (the tile configuration, and its
