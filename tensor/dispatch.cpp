@@ -507,7 +507,7 @@ namespace {
 // Whether a bfloat16 attention runs on the CPU's bfloat16 kernel (attention_bf16.cpp),
 // else widened to float32: it runs on the CPU, whose product kernel is AMX or
 // AVX512_BF16 (or a model), and returns no weights.
-bool bf16_attention_on_tiles(const Tensor& q, bool return_weights) {
+bool bf16_attention_fused_on_cpu(const Tensor& q, bool return_weights) {
   return q.device().is_cpu() && !return_weights && cpu::attention_bf16_runs_on(cpu::bf16_kernel());
 }
 
@@ -566,7 +566,7 @@ std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options) {
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
-  if (bf16 && !bf16_attention_on_tiles(q, options.return_weights)) {
+  if (bf16 && !bf16_attention_fused_on_cpu(q, options.return_weights)) {
     // Widened: the output rounded to bfloat16; lse, weights and probs float32.
     AttentionForwardResult r = attention_forward(widen(q), widen(k), widen(v), mask, options);
     r.out = to_bf16(r.out);
@@ -596,7 +596,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
-  if (bf16 && (!bf16_attention_on_tiles(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
+  if (bf16 && (!bf16_attention_fused_on_cpu(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
     // Widened (as its forward was): float32 gradients, rounded into bfloat16 ones.
     const AttentionGrads g = attention_backward(widen(dout), widen(q), widen(k), widen(v), mask, widen(out),
                                                 widen(lse), probs, options);

@@ -1,8 +1,8 @@
 // The bfloat16 fused attention (tensor/cpu/attention/attention_bf16.cpp)
 // against the float64 fused attention on the same (exactly widened) inputs, on
 // the AMX and AVX512_BF16 hardware where this CPU has it and on the scalar
-// models of their instructions everywhere, within bounds derived from bfloat16's 8-bit
-// significand; and kernels::attention_forward choosing it.
+// models of their instructions everywhere, within bounds derived from
+// bfloat16's 8-bit significand; and kernels::attention_forward choosing it.
 #include <catch2/catch.hpp>
 
 #include <cmath>
