@@ -129,6 +129,7 @@ TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models,
       {1, 2, 65, 130, 64, false, true, false, 0.0},  // Tq != Tk, a mask with a row of hidden keys
       {1, 2, 130, 130, 40, true, false, false, 0.2},  // dropout
       {2, 2, 96, 96, 64, true, false, true, 0.0},    // heads interleaved in memory, as a packed qkv's
+      {8, 4, 16, 16, 16, true, false, false, 0.1},   // the default task's heads: T, D 16, a corner of a tile
   };
   for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
                                  cpu::Bf16Kernel::avx512_bf16_model}) {

@@ -80,12 +80,13 @@ AG_ALWAYS_INLINE void backward_head_setup(const Bf16Problem& P, const BackwardIo
   std::fill(w.dqt.begin(), w.dqt.end(), 0.0f);
 }
 
-// The float32 part of one tile: S^T and dP^T (in w.s, w.dp) to P^T Z and dS^T,
-// rounded into the next products' operands.
+// The float32 part of one tile, its first kk keys and kq queries: S^T and dP^T
+// (in w.s, w.dp) to P^T Z and dS^T, rounded into the next products' operands.
 template <typename Tile>
 AG_ALWAYS_INLINE void backward_tile_softmax(const Bf16Problem& P, BackwardScratch& w, std::int64_t b, std::int64_t h,
                                             std::int64_t i0, std::int64_t nq, std::int64_t j0, std::int64_t nk,
                                             std::int64_t diag) {
+  const std::int64_t kk = tile_extent(nk), kq = tile_extent(nq);
   using attention_detail::TileRows;
   using Vec = typename attention_detail::Simd<float, Tile::kBytes>::Vec;
   constexpr std::int64_t W = attention_detail::Simd<float, Tile::kBytes>::kLanes;
@@ -93,17 +94,17 @@ AG_ALWAYS_INLINE void backward_tile_softmax(const Bf16Problem& P, BackwardScratc
   float* __restrict s = w.s.data();
   float* __restrict dp = w.dp.data();
   float* __restrict z = w.z.data();
-  attention_detail::hide_causal<TileRows::keys>(s, kBlockQ, kBlockK, nk, kBlockQ, diag, kNegInf);
+  attention_detail::hide_causal<TileRows::keys>(s, kBlockQ, kk, nk, kq, diag, kNegInf);
   attention_detail::hide_masked<TileRows::keys>(meta, b, h, i0, nq, j0, nk, s, kBlockQ);
-  attention_detail::hide_causal<TileRows::keys>(dp, kBlockQ, kBlockK, nk, kBlockQ, diag, 0.0f);
+  attention_detail::hide_causal<TileRows::keys>(dp, kBlockQ, kk, nk, kq, diag, 0.0f);
   if (meta.dropout()) {
     std::fill(z, z + kBlockK * kBlockQ, 0.0f);
     attention_detail::dropout_tile<TileRows::keys>(meta, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
   }
   const float* __restrict delta = w.delta.data() + i0;
   const float* __restrict shift = w.shift.data() + i0;
-  for (std::int64_t c = 0; c < kBlockK; ++c)
-    for (std::int64_t r = 0; r < kBlockQ; r += W) {
+  for (std::int64_t c = 0; c < kk; ++c)
+    for (std::int64_t r = 0; r < kq; r += W) {
       const std::int64_t x = c * kBlockQ + r;
       Vec sv, dpv, delta_r, shift_r;
       attention_detail::load(sv, s + x);
@@ -122,9 +123,9 @@ AG_ALWAYS_INLINE void backward_tile_softmax(const Bf16Problem& P, BackwardScratc
         attention_detail::store(s + x, p);
       }
     }
-  round_tile_as_a(s, w.p_a.data());
-  round_tile_as_a(dp, w.ds_a.data());
-  round_tile_as_b(dp, w.ds_b.data());
+  round_tile_as_a(s, kk, kq, w.p_a.data());
+  round_tile_as_a(dp, kk, kq, w.ds_a.data());
+  round_tile_as_b(dp, kk, kq, w.ds_b.data());
 }
 
 // Key tile [j0, j0 + nk) of head (b, h): its dk and dv rows, and its share of dQ^T.
@@ -133,16 +134,16 @@ AG_ALWAYS_INLINE void backward_key_tile(Blocks& t, const Bf16Problem& P, const B
                                         std::int64_t b, std::int64_t h, std::int64_t j0) {
   const attention_detail::Problem<float>& meta = P.meta;
   const std::int64_t D = meta.D, Tq = meta.Tq, Dp = P.dp(), Tqp = P.tqp(), Tkp = P.tkp();
-  const std::int64_t nk = std::min(kBlockK, meta.Tk - j0);
+  const std::int64_t nk = std::min(kBlockK, meta.Tk - j0), kk = tile_extent(nk);
   float* __restrict dk = w.dk.data();
   float* __restrict dv = w.dv.data();
   std::fill(dk, dk + kBlockK * Dp, 0.0f);
   std::fill(dv, dv + kBlockK * Dp, 0.0f);
   for (std::int64_t i0 = attention_detail::first_query_tile(meta, j0); i0 < Tq; i0 += kBlockQ) {
-    const std::int64_t nq = std::min(kBlockQ, Tq - i0), diag = diagonal(P, i0, j0);
-    for (std::int64_t kb = 0; kb < kBlockK; kb += kBlock)
-      for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock) {
-        if (kb >= nk || block_hidden(kb, qb, diag)) continue;
+    const std::int64_t nq = std::min(kBlockQ, Tq - i0), kq = tile_extent(nq), diag = diagonal(P, i0, j0);
+    for (std::int64_t kb = 0; kb < kk; kb += kBlock)
+      for (std::int64_t qb = 0; qb < kq; qb += kBlock) {
+        if (block_hidden(kb, qb, diag)) continue;
         const std::int64_t x = kb * kBlockQ + qb;
         t.block(a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
                 b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, w.s.data() + x, kBlockQ,
@@ -152,19 +153,19 @@ AG_ALWAYS_INLINE void backward_key_tile(Blocks& t, const Bf16Problem& P, const B
                 false);  // dP^T = V dO^T
       }
     backward_tile_softmax<Tile>(P, w, b, h, i0, nq, j0, nk, diag);
-    for (std::int64_t kb = 0; kb < kBlockK; kb += kBlock)
+    for (std::int64_t kb = 0; kb < kk; kb += kBlock)
       for (std::int64_t db = 0; db < Dp; db += kBlock) {
         t.block(a_block(w.p_a.data(), kb, 0, kBlockQ), b_panel(w.dout_b.data(), db, i0, Tqp),
-                b_panel(w.dout_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dv + kb * Dp + db, Dp,
+                b_panel(w.dout_b.data(), db + kPanel, i0, Tqp), kq / kKStep, dv + kb * Dp + db, Dp,
                 true);  // dV += (P Z)^T dO
         t.block(a_block(w.ds_a.data(), kb, 0, kBlockQ), b_panel(w.q_b.data(), db, i0, Tqp),
-                b_panel(w.q_b.data(), db + kPanel, i0, Tqp), kBlockQ / kKStep, dk + kb * Dp + db, Dp,
+                b_panel(w.q_b.data(), db + kPanel, i0, Tqp), kq / kKStep, dk + kb * Dp + db, Dp,
                 true);  // dK += dS^T Q
       }
     for (std::int64_t db = 0; db < Dp; db += kBlock)
-      for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
+      for (std::int64_t qb = 0; qb < kq; qb += kBlock)
         t.block(a_block(w.kt.data(), db, j0, Tkp), b_panel(w.ds_b.data(), qb, 0, kBlockK),
-                b_panel(w.ds_b.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep,
+                b_panel(w.ds_b.data(), qb + kPanel, 0, kBlockK), kk / kKStep,
                 w.dqt.data() + db * w.ldq + i0 + qb, w.ldq, true);  // dQ^T += K^T dS^T
   }
   for (std::int64_t c = 0; c < nk; ++c) {

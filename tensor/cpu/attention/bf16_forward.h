@@ -49,36 +49,38 @@ AG_ALWAYS_INLINE void forward_query_block(Blocks& t, const Bf16Problem& P, const
   std::fill(acc, acc + Dp * kBlockQ, 0.0f);
   std::fill(m, m + kBlockQ, kNegInf);
   std::fill(l, l + kBlockQ, 0.0f);
-  const std::int64_t key_end = meta.visible_end(i0 + nq - 1);
+  const std::int64_t key_end = meta.visible_end(i0 + nq - 1), kq = tile_extent(nq);
   for (std::int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, key_end - j0), diag = diagonal(P, i0, j0);
-    for (std::int64_t kb = 0; kb < kBlockK; kb += kBlock)  // S^T = K Q^T
-      for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
-        if (kb < nk && !block_hidden(kb, qb, diag))
+    const std::int64_t nk = std::min(kBlockK, key_end - j0), kk = tile_extent(nk), diag = diagonal(P, i0, j0);
+    for (std::int64_t kb = 0; kb < kk; kb += kBlock)  // S^T = K Q^T
+      for (std::int64_t qb = 0; qb < kq; qb += kBlock)
+        if (!block_hidden(kb, qb, diag))
           t.block(a_block(w.k.data(), j0 + kb, 0, Dp), b_panel(w.qt.data(), i0 + qb, 0, Dp),
                   b_panel(w.qt.data(), i0 + qb + kPanel, 0, Dp), Dp / kKStep, s + kb * kBlockQ + qb,
                   kBlockQ, false);
-    for (std::int64_t x = 0; x < kBlockK * kBlockQ; ++x) s[x] *= meta.scale;
+    for (std::int64_t c = 0; c < kk; ++c)
+      for (std::int64_t r = 0; r < kq; ++r) s[c * kBlockQ + r] *= meta.scale;
     // Hides the blocks left unwritten above too (and every key row from nk on).
-    attention_detail::hide_causal<TileRows::keys>(s, kBlockQ, kBlockK, nk, kBlockQ, diag, kNegInf);
+    attention_detail::hide_causal<TileRows::keys>(s, kBlockQ, kk, nk, kq, diag, kNegInf);
     attention_detail::hide_masked<TileRows::keys>(meta, b, h, i0, nq, j0, nk, s, kBlockQ);
-    attention_detail::online_softmax_tile<float, Tile>(s, kBlockK, kBlockQ, m, l, w.rescale.data());
+    attention_detail::online_softmax_tile<float, Tile>(s, kk, kq, m, l, w.rescale.data());
     const float* weights = s;  // P^T, or P^T Z with dropout
     if (meta.dropout()) {
       float* __restrict z = w.z.data();
       std::fill(z, z + kBlockK * kBlockQ, 0.0f);
       attention_detail::dropout_tile<TileRows::keys>(meta, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
-      for (std::int64_t x = 0; x < kBlockK * kBlockQ; ++x) z[x] *= s[x];
+      for (std::int64_t c = 0; c < kk; ++c)
+        for (std::int64_t r = 0; r < kq; ++r) z[c * kBlockQ + r] *= s[c * kBlockQ + r];
       weights = z;
     }
-    round_tile_as_b(weights, w.p.data());
+    round_tile_as_b(weights, kk, kq, w.p.data());
     const float* __restrict rescale = w.rescale.data();
     for (std::int64_t d = 0; d < Dp; ++d)
-      for (std::int64_t r = 0; r < kBlockQ; ++r) acc[d * kBlockQ + r] *= rescale[r];
+      for (std::int64_t r = 0; r < kq; ++r) acc[d * kBlockQ + r] *= rescale[r];
     for (std::int64_t db = 0; db < Dp; db += kBlock)  // O^T += V^T P^T
-      for (std::int64_t qb = 0; qb < kBlockQ; qb += kBlock)
+      for (std::int64_t qb = 0; qb < kq; qb += kBlock)
         t.block(a_block(w.vt.data(), db, j0, Tkp), b_panel(w.p.data(), qb, 0, kBlockK),
-                b_panel(w.p.data(), qb + kPanel, 0, kBlockK), kBlockK / kKStep, acc + db * kBlockQ + qb,
+                b_panel(w.p.data(), qb + kPanel, 0, kBlockK), kk / kKStep, acc + db * kBlockQ + qb,
                 kBlockQ, true);
   }
   float* lse = O.lse + (b * meta.H + h) * meta.Tq + i0;

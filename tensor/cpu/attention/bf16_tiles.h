@@ -78,23 +78,27 @@ inline void pack_columns_as_b(const bf16_gemm::Bf16Matrix& xt, std::int64_t T, s
   bf16_gemm::pack_b_panels(xt, D, T, dp, 0, tp / kPanel, out);
 }
 
-// A float32 tile t (kBlockK keys x kBlockQ queries, rows kBlockQ apart) rounded
-// into a packed A of its own shape: rows keys, K queries (kp = kBlockQ).
-AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, bfloat16* __restrict a) {
-  for (std::int64_t c = 0; c < kBlockK; ++c)
-    for (std::int64_t r0 = 0; r0 < kBlockQ; r0 += kKStep) {
+// A float32 tile t (kBlockK keys x kBlockQ queries, rows kBlockQ apart), its
+// first kk keys and kq queries (whole blocks: see tile_extent), rounded into a
+// packed A of the tile's shape: rows keys, K queries (kp = kBlockQ). The rest
+// of a is left as it was: the products read kk rows and kq K values of it.
+AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, std::int64_t kk, std::int64_t kq,
+                                      bfloat16* __restrict a) {
+  for (std::int64_t c = 0; c < kk; ++c)
+    for (std::int64_t r0 = 0; r0 < kq; r0 += kKStep) {
       std::uint16_t* out = &a[packed_a_index(c, r0, kBlockQ)].bits;
       const float* in = t + c * kBlockQ + r0;
       for (std::int64_t r = 0; r < kKStep; ++r) out[r] = bfloat16_bits(in[r]);
     }
 }
 
-// The same tile rounded into B panels: K keys (pairs of rows interleaved),
-// columns queries (kp = kBlockK).
-AG_ALWAYS_INLINE void round_tile_as_b(const float* __restrict t, bfloat16* __restrict b) {
-  for (std::int64_t p = 0; p < kBlockQ / kPanel; ++p) {
+// The same tile's first kk keys and kq queries rounded into B panels: K keys
+// (pairs of rows interleaved), columns queries (kp = kBlockK).
+AG_ALWAYS_INLINE void round_tile_as_b(const float* __restrict t, std::int64_t kk, std::int64_t kq,
+                                      bfloat16* __restrict b) {
+  for (std::int64_t p = 0; p < kq / kPanel; ++p) {
     auto* words = reinterpret_cast<std::uint32_t*>(b + p * kBlockK * kPanel);
-    for (std::int64_t q = 0; q < kBlockK / 2; ++q) {
+    for (std::int64_t q = 0; q < kk / 2; ++q) {
       const float* even = t + 2 * q * kBlockQ + p * kPanel;
       const float* odd = even + kBlockQ;
       for (std::int64_t j = 0; j < kPanel; ++j)
