@@ -16,7 +16,8 @@ AG_TARGET_AVX512_BF16 void round_to_bf16_instruction(std::uint16_t* y, const flo
 }  // namespace
 
 bool rounds_bf16_by_instruction() {
-  static const bool by_instruction = AG_BF16_AVX512_KERNEL && bf16_kernel_runs_here(Bf16Kernel::avx512_bf16);
+  static const bool by_instruction =
+      AG_BF16_AVX512_KERNEL && bf16_kernel_runs_here(Bf16Kernel::avx512_bf16) && !bf16_instructions_refused();
   return by_instruction;
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // float32 -> bfloat16 rounding on the CPU (and widening back, below), bit for bit base/bfloat16.h's
 // bfloat16_bits (round to nearest even, a NaN kept a quiet NaN), by AVX512_BF16's
-// VCVTNE2PS2BF16 where the CPU has it: 32 values an instruction, where
+// VCVTNE2PS2BF16 where the CPU has it (unless ATTOGRAD_BF16_ISA=widen asks for
+// a CPU without bfloat16 instructions: isa.h): 32 values an instruction, where
 // bfloat16_bits' integer arithmetic, vectorised, took some 28 instructions per
 // 32 values (2.5% of a bfloat16 training step in the casts, as much again in
 // the product's rounding of its float32 sums into C).

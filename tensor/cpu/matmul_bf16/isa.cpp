@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <optional>
 
 #include "base/error.h"
 
@@ -115,10 +116,13 @@ bool bf16_kernel_runs_here(Bf16Kernel kernel) {
   }
 }
 
-Bf16Kernel bf16_kernel() {
-  static const Bf16Kernel kernel = [] {
+namespace {
+
+// The kernel ATTOGRAD_BF16_ISA names, if it is set (read once; throws as bf16_kernel says).
+std::optional<Bf16Kernel> asked_kernel() {
+  static const std::optional<Bf16Kernel> asked = []() -> std::optional<Bf16Kernel> {
     const char* env = std::getenv("ATTOGRAD_BF16_ISA");
-    if (env == nullptr || *env == '\0') return preferred_bf16_kernel(runs());
+    if (env == nullptr || *env == '\0') return std::nullopt;
     for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
       if (std::strcmp(env, kNames[i]) != 0) continue;
       const auto chosen = static_cast<Bf16Kernel>(i);
@@ -128,7 +132,13 @@ Bf16Kernel bf16_kernel() {
     }
     fail("matmul", "ATTOGRAD_BF16_ISA={} is not one of amx, avx512_bf16, widen, amx_model, avx512_bf16_model", env);
   }();
-  return kernel;
+  return asked;
 }
+
+}  // namespace
+
+Bf16Kernel bf16_kernel() { return asked_kernel().value_or(preferred_bf16_kernel(runs())); }
+
+bool bf16_instructions_refused() { return asked_kernel() == Bf16Kernel::widen; }
 
 }  // namespace attograd::cpu

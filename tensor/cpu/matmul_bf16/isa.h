@@ -9,7 +9,8 @@
 //                OpenBLAS's sgemm (correct, not faster than float32)
 // AMX where the CPU has it, else avx512_bf16 on AMD's cores and widen on
 // Intel's (where VDPBF16PS runs at half rate: isa.cpp), or the one
-// ATTOGRAD_BF16_ISA names (so each can be tested and timed on an AMX machine);
+// ATTOGRAD_BF16_ISA names (so each can be tested and timed on an AMX machine;
+// `widen` so named also stops the roundings' use of bfloat16 instructions);
 // one wider than the CPU is refused.
 // The *_model kernels run the first two's instructions as scalar C++ on the
 // same packed buffers (tests: a packing mistake then fails on every machine).
@@ -52,6 +53,13 @@ const char* bf16_kernel_name(Bf16Kernel kernel);
 // The kernel bfloat16 products run on here (read once; a bad
 // ATTOGRAD_BF16_ISA throws "[matmul] ATTOGRAD_BF16_ISA=... ").
 Bf16Kernel bf16_kernel();
+
+// Whether ATTOGRAD_BF16_ISA=widen asks to run as a CPU without bfloat16
+// instructions would: then the roundings to bfloat16 (bf16_rounding.h) leave
+// AVX512_BF16's VCVTNE2PS2BF16 unused too, so that such a CPU's step can be
+// timed, and the integer rounding tested, on one that has them. (widen taken
+// by default, on Intel's AVX512_BF16 cores without AMX, still rounds by it.)
+bool bf16_instructions_refused();
 
 // Whether this CPU (and OS) can run `kernel`: the models and widen always can.
 bool bf16_kernel_runs_here(Bf16Kernel kernel);
