@@ -65,11 +65,14 @@ struct MatmulBatches {
 };
 
 // C (batch_shape..., M, N) of a (..., M, K) @ b (..., K, N), contiguous.
-inline Tensor matmul_output(const Tensor& a, const Tensor& b, const Shape& batch_shape) {
+inline Tensor matmul_output(const Tensor& a, const Tensor& b, const Shape& batch_shape, DType dtype) {
   Shape out_shape = batch_shape;
   out_shape.push_back(a.size(-2));
   out_shape.push_back(b.size(-1));
-  return empty(out_shape, a.options());
+  return empty(out_shape, {dtype, a.device()});
+}
+inline Tensor matmul_output(const Tensor& a, const Tensor& b, const Shape& batch_shape) {
+  return matmul_output(a, b, batch_shape, a.dtype());
 }
 
 // A reduction's result `kept_result` (x's shape `kept` with the reduced dims

@@ -269,6 +269,45 @@ TEST_CASE("float32 products on every kernel this CPU runs (avx512, portable, ope
   }
 }
 
+// A CPU without bfloat16 instructions multiplies bfloat16 operands on the
+// float32 kernel, which widens them as it packs (sgemm.h): that must be the
+// product of the widened operands to the bit, on every layout and shape class
+// above, either operand or both in bfloat16, the leading dimensions wider than
+// the matrices (the spare columns hold values a wrong stride would read).
+TEST_CASE("bfloat16 operands on every float32 kernel give the bits of their widened values' product", "[matmul][bf16]") {
+  for (const cpu::F32Kernel kernel : kF32Kernels) {
+    if (!cpu::f32_kernel_runs_here(kernel)) continue;
+    for (auto [m, n, k] : {std::tuple{1, 1, 1}, {7, 65, 13}, {13, 130, 385}, {25, 600, 40}, {300, 1, 50}})
+      for (bool a_transposed : {false, true})
+        for (bool b_transposed : {false, true})
+          for (auto [a_in_bf16, b_in_bf16] : {std::pair{true, false}, {false, true}, {true, true}})
+            for (bool with_bias : {false, true}) {
+              INFO(cpu::f32_kernel_name(kernel) << " " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "")
+                                               << (b_transposed ? " B^T" : "") << (a_in_bf16 ? " A bf16" : "")
+                                               << (b_in_bf16 ? " B bf16" : "") << (with_bias ? " +bias" : ""));
+              F32Operands o = f32_operands(m, n, k, a_transposed, b_transposed);
+              std::vector<bfloat16> a16(o.a.begin(), o.a.end()), b16(o.b.begin(), o.b.end());
+              for (std::size_t i = 0; i < a16.size(); ++i)
+                if (a_in_bf16) o.a[i] = static_cast<float>(a16[i]);  // the widened values
+              for (std::size_t i = 0; i < b16.size(); ++i)
+                if (b_in_bf16) o.b[i] = static_cast<float>(b16[i]);
+              std::vector<float> bias(static_cast<std::size_t>(n));
+              for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = static_cast<float>(j % 5) * 0.75f - 1.5f;
+              cpu::F32Gemm g{.a_transposed = a_transposed, .b_transposed = b_transposed, .m = m, .n = n, .k = k,
+                             .a = o.a.data(), .lda = o.lda, .b = o.b.data(), .ldb = o.ldb, .ldc = n,
+                             .bias = with_bias ? bias.data() : nullptr};
+              std::vector<float> want(static_cast<std::size_t>(m * n)), got(want.size());
+              g.c = want.data();
+              cpu::gemm_f32(g, kernel);
+              if (a_in_bf16) g.a = nullptr, g.a_bf16 = a16.data();
+              if (b_in_bf16) g.b = nullptr, g.b_bf16 = b16.data();
+              g.c = got.data();
+              cpu::gemm_f32(g, kernel);
+              CHECK(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)) == 0);
+            }
+  }
+}
+
 // The header's promise, which a fixed split's equal bits on 1, 2 and 4 processes
 // rest on: an element's sum runs over K in the same order wherever the block
 // boundaries fall, so a product cut into row or column blocks (as the threads cut

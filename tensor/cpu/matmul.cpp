@@ -1,6 +1,7 @@
 // Batched matmul: float32 on gemm_f32 (tensor/cpu/matmul_f32/sgemm.h: our
-// AVX-512 kernel, else OpenBLAS), float64 on OpenBLAS. Each matrix operand goes to BLAS as it lies in
-// memory when its last two dims are row-major (strides [ld, 1]) or
+// AVX-512 kernel, else OpenBLAS), float64 on OpenBLAS, and bfloat16 operands
+// on gemm_f32 too where the CPU has no bfloat16 instructions (matmul_widened).
+// Each matrix operand goes to BLAS as it lies in memory when its last two dims are row-major (strides [ld, 1]) or
 // column-major (strides [1, ld], i.e. a transposed view): the latter becomes
 // a transpose flag, not a copy. Anything else is copied to contiguous first.
 //
@@ -38,75 +39,106 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
   }
 }
 
+// bfloat16 operands, float32 C: the float32 kernel widens them as it packs.
+void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, std::int64_t lda,
+          const bfloat16* b, std::int64_t ldb, float* c, std::int64_t ldc, const float* bias) {
+  gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .c = c,
+            .ldc = ldc, .bias = bias, .a_bf16 = a, .b_bf16 = b});
+}
+
 // Below this many FLOPs a product runs on one thread: waking a worker costs
 // more than the split saves.
 constexpr std::int64_t kMinParallelFlops = 4 << 20;
+
+// out (batch_shape x m x n, contiguous, element type T) = a b (+ bias, T), a
+// and b of element type S, on the pool's threads.
+template <typename S, typename T>
+void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias,
+                      const Tensor& out) {
+  const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
+  const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
+  const MatmulBatches batch(a.t, b.t, batch_shape);
+  const std::int64_t batches = batch.count();
+  prepare_blas();
+  const auto* pa = a.t.data<S>();
+  const auto* pb = b.t.data<S>();
+  auto* pc = out.data<T>();
+  const T* pbias = bias.defined() ? bias.data<T>() : nullptr;
+  auto batch_offsets = [&](std::int64_t i, std::int64_t& oa, std::int64_t& ob) { batch.offsets(i, oa, ob); };
+  // Row r of op(A) starts at r * lda (or r when A is read transposed); column j of op(B) likewise.
+  const std::int64_t a_row_step = a.transposed ? 1 : a.ld, b_col_step = b.transposed ? b.ld : 1;
+  const std::int64_t flops_per_batch = 2 * m * n * k;
+  const int threads = get_num_threads();
+  if (threads == 1 || batches * flops_per_batch < kMinParallelFlops) {
+    for (std::int64_t i = 0; i < batches; ++i) {
+      std::int64_t oa, ob;
+      batch_offsets(i, oa, ob);
+      gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
+    }
+  } else if (batches >= threads) {
+    parallel_for(0, batches, 1, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) {
+        std::int64_t oa, ob;
+        batch_offsets(i, oa, ob);
+        gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
+      }
+    });
+  } else {
+    // Few batches: split each product into row (or column) blocks of C. Each
+    // thread packs the whole of the operand the blocks share, B (k x n) for
+    // row blocks and A (m x k) for column blocks, so cut the dimension whose
+    // shared operand is the smaller, m >= n for rows. Column blocks narrower
+    // than 64 waste the GEMM's micro-tiles: then rows anyway. (A weight
+    // gradient x^T dy, 128 x 384 x 4096, ran 10-30% faster on 2 threads cut
+    // into columns than into rows, which packed all of dy twice.)
+    const bool split_rows = m >= n || n < 64 * threads;
+    const std::int64_t extent = split_rows ? m : n;
+    const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
+    for (std::int64_t i = 0; i < batches; ++i) {
+      std::int64_t oa, ob;
+      batch_offsets(i, oa, ob);
+      parallel_for(0, extent, block, [&](std::int64_t lo, std::int64_t hi) {
+        if (split_rows)
+          gemm(a.transposed, b.transposed, hi - lo, n, k, pa + oa + lo * a_row_step, a.ld, pb + ob, b.ld,
+               pc + i * m * n + lo * n, n, pbias);
+        else
+          gemm(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step, b.ld,
+               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr);
+      });
+    }
+  }
+}
+
+// What a product of no K values makes: zeros, or the bias in every row.
+void fill_empty_product(const Tensor& out, const Tensor& bias) {
+  fill_(out, 0);
+  if (bias.defined()) add_(out, bias, 1.0);
+}
 
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
   if (a_in.dtype() == DType::bf16) return matmul_bf16(a_in, b_in, batch_shape, bias);
-  const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Tensor out = matmul_output(a_in, b_in, batch_shape);
   if (out.numel() == 0) return out;
-  if (k == 0) {
-    fill_(out, 0);
-    if (bias.defined()) add_(out, bias, 1.0);
+  if (a_in.size(-1) == 0) {
+    fill_empty_product(out, bias);
     return out;
   }
-  const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
-  const MatmulBatches batch(a.t, b.t, batch_shape);
-  const std::int64_t batches = batch.count();
-  prepare_blas();
-  AG_DISPATCH_FLOAT(out.dtype(), "matmul", [&] {
-    const auto* pa = a.t.data<scalar_t>();
-    const auto* pb = b.t.data<scalar_t>();
-    auto* pc = out.data<scalar_t>();
-    const scalar_t* pbias = bias.defined() ? bias.data<scalar_t>() : nullptr;
-    auto batch_offsets = [&](std::int64_t i, std::int64_t& oa, std::int64_t& ob) { batch.offsets(i, oa, ob); };
-    // Row r of op(A) starts at r * lda (or r when A is read transposed); column j of op(B) likewise.
-    const std::int64_t a_row_step = a.transposed ? 1 : a.ld, b_col_step = b.transposed ? b.ld : 1;
-    const std::int64_t flops_per_batch = 2 * m * n * k;
-    const int threads = get_num_threads();
-    if (threads == 1 || batches * flops_per_batch < kMinParallelFlops) {
-      for (std::int64_t i = 0; i < batches; ++i) {
-        std::int64_t oa, ob;
-        batch_offsets(i, oa, ob);
-        gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
-      }
-    } else if (batches >= threads) {
-      parallel_for(0, batches, 1, [&](std::int64_t lo, std::int64_t hi) {
-        for (std::int64_t i = lo; i < hi; ++i) {
-          std::int64_t oa, ob;
-          batch_offsets(i, oa, ob);
-          gemm<scalar_t>(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
-        }
-      });
-    } else {
-      // Few batches: split each product into row (or column) blocks of C. Each
-      // thread packs the whole of the operand the blocks share, B (k x n) for
-      // row blocks and A (m x k) for column blocks, so cut the dimension whose
-      // shared operand is the smaller, m >= n for rows. Column blocks narrower
-      // than 64 waste the GEMM's micro-tiles: then rows anyway. (A weight
-      // gradient x^T dy, 128 x 384 x 4096, ran 10-30% faster on 2 threads cut
-      // into columns than into rows, which packed all of dy twice.)
-      const bool split_rows = m >= n || n < 64 * threads;
-      const std::int64_t extent = split_rows ? m : n;
-      const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
-      for (std::int64_t i = 0; i < batches; ++i) {
-        std::int64_t oa, ob;
-        batch_offsets(i, oa, ob);
-        parallel_for(0, extent, block, [&](std::int64_t lo, std::int64_t hi) {
-          if (split_rows)
-            gemm<scalar_t>(a.transposed, b.transposed, hi - lo, n, k, pa + oa + lo * a_row_step, a.ld, pb + ob,
-                           b.ld, pc + i * m * n + lo * n, n, pbias);
-          else
-            gemm<scalar_t>(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step,
-                           b.ld, pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr);
-        });
-      }
-    }
-  });
+  AG_DISPATCH_FLOAT(out.dtype(), "matmul",
+                    [&] { batched_products<scalar_t, scalar_t>(a_in, b_in, batch_shape, bias, out); });
+  return out;
+}
+
+Tensor matmul_widened(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
+  Tensor out = matmul_output(a_in, b_in, batch_shape, DType::f32);
+  if (out.numel() == 0) return out;
+  const Tensor wide_bias = bias.defined() ? kernels::cast(bias, DType::f32) : Tensor();
+  if (a_in.size(-1) == 0) {
+    fill_empty_product(out, wide_bias);
+    return out;
+  }
+  batched_products<bfloat16, float>(a_in, b_in, batch_shape, wide_bias, out);
   return out;
 }
 

@@ -27,7 +27,13 @@ struct Bf16Gemm {
 // pool's threads.
 void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel = bf16_kernel());
 
-// cpu::matmul for bfloat16 operands: each batch's product by gemm_bf16.
+// cpu::matmul for bfloat16 operands: each batch's product by gemm_bf16, or
+// by matmul_widened where the kernel is widen.
 Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias);
+
+// cpu::matmul's float32 product of bfloat16 operands (and bias), widened
+// exactly as the float32 kernel packs them: a float32 result, to the bit
+// float32's matmul of the widened tensors, without writing them (matmul.cpp).
+Tensor matmul_widened(const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias);
 
 }  // namespace attograd::cpu

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <type_traits>
 
 #include "base/error.h"
 #include "tensor/cpu/blas_setup.h"
@@ -65,12 +66,14 @@ struct Kernel {
 
   // A panel of W lanes, k by k (dst[k * W + lane]), from `count` lanes of a
   // matrix whose lanes lie side by side: lane c of step k at src[k * step + c].
-  // Lanes past count are 0.
-  template <int W>
-  AG_ALWAYS_INLINE static void pack_lanes_side_by_side(const float* src, std::int64_t step, std::int64_t count,
+  // Lanes past count are 0. S: float, or bfloat16 widened on the way.
+  template <int W, typename S>
+  AG_ALWAYS_INLINE static void pack_lanes_side_by_side(const S* src, std::int64_t step, std::int64_t count,
                                                        std::int64_t kc, float* dst) {
     for (std::int64_t k = 0; k < kc; ++k, dst += W, src += step) {
-      if (count == W) {  // a copy of known length: a few moves, not a rep movs
+      if constexpr (std::is_same_v<S, bfloat16>) {
+        for (int c = 0; c < W; ++c) dst[c] = c < count ? bfloat16_to_float(src[c].bits) : 0.0f;
+      } else if (count == W) {  // a copy of known length: a few moves, not a rep movs
         std::memcpy(dst, src, sizeof(float) * W);
       } else {
         std::memcpy(dst, src, sizeof(float) * count);
@@ -80,33 +83,49 @@ struct Kernel {
   }
 
   // The same from a matrix whose lanes are its rows: lane c of step k at src[c * step + k].
-  template <int W>
-  AG_ALWAYS_INLINE static void pack_lanes_from_rows(const float* src, std::int64_t step, std::int64_t count,
+  template <int W, typename S>
+  AG_ALWAYS_INLINE static void pack_lanes_from_rows(const S* src, std::int64_t step, std::int64_t count,
                                                     std::int64_t kc, float* dst) {
     for (int c = 0; c < W; ++c)
-      for (std::int64_t k = 0; k < kc; ++k) dst[k * W + c] = c < count ? src[c * step + k] : 0.0f;
+      for (std::int64_t k = 0; k < kc; ++k) dst[k * W + c] = c < count ? static_cast<float>(src[c * step + k]) : 0.0f;
   }
 
-  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc); rows past m are 0.
-  AG_ALWAYS_INLINE static void pack_a(const F32Gemm& g, std::int64_t i0, std::int64_t k0, std::int64_t kc,
-                                      float* ap) {
+  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc) of A (g.a or g.a_bf16); rows past m are 0.
+  template <typename S>
+  AG_ALWAYS_INLINE static void pack_a(const F32Gemm& g, const S* a, std::int64_t i0, std::int64_t k0,
+                                      std::int64_t kc, float* ap) {
     const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
     if (g.a_transposed)  // A^T: op(A)'s rows lie side by side
-      pack_lanes_side_by_side<MR>(g.a + k0 * g.lda + i0, g.lda, rows, kc, ap);
+      pack_lanes_side_by_side<MR>(a + k0 * g.lda + i0, g.lda, rows, kc, ap);
     else
-      pack_lanes_from_rows<MR>(g.a + i0 * g.lda + k0, g.lda, rows, kc, ap);
+      pack_lanes_from_rows<MR>(a + i0 * g.lda + k0, g.lda, rows, kc, ap);
   }
 
-  // op(B)'s K values [k0, k0 + kc) and columns [j0, j0 + nc) as panels of NR
-  // columns, each kc rows of NR; columns past n are 0.
-  AG_ALWAYS_INLINE static void pack_b(const F32Gemm& g, std::int64_t k0, std::int64_t kc, std::int64_t j0,
-                                      std::int64_t nc, float* bp) {
+  // `rows` rows (ld apart) of kc bfloat16 values widened into an MR x kc
+  // row-major panel; the rows past them are 0.
+  AG_ALWAYS_INLINE static void widen_rows(const bfloat16* src, std::int64_t ld, std::int64_t rows, std::int64_t kc,
+                                          float* dst) {
+    for (std::int64_t r = 0; r < MR; ++r, dst += kc) {
+      if (r >= rows) {
+        std::fill(dst, dst + kc, 0.0f);
+        continue;
+      }
+      const bfloat16* row = src + r * ld;
+      for (std::int64_t k = 0; k < kc; ++k) dst[k] = static_cast<float>(row[k]);
+    }
+  }
+
+  // op(B)'s K values [k0, k0 + kc) and columns [j0, j0 + nc) of B (g.b or
+  // g.b_bf16) as panels of NR columns, each kc rows of NR; columns past n are 0.
+  template <typename S>
+  AG_ALWAYS_INLINE static void pack_b(const F32Gemm& g, const S* b, std::int64_t k0, std::int64_t kc,
+                                      std::int64_t j0, std::int64_t nc, float* bp) {
     for (std::int64_t p = 0; p < nc; p += NR, bp += kc * NR) {
       const std::int64_t cols = std::min<std::int64_t>(NR, nc - p), j = j0 + p;
       if (g.b_transposed)  // B^T: op(B)'s columns are rows
-        pack_lanes_from_rows<NR>(g.b + j * g.ldb + k0, g.ldb, cols, kc, bp);
+        pack_lanes_from_rows<NR>(b + j * g.ldb + k0, g.ldb, cols, kc, bp);
       else
-        pack_lanes_side_by_side<NR>(g.b + k0 * g.ldb + j, g.ldb, cols, kc, bp);
+        pack_lanes_side_by_side<NR>(b + k0 * g.ldb + j, g.ldb, cols, kc, bp);
     }
   }
 
@@ -192,20 +211,28 @@ struct Kernel {
       const float* bias = k0 == 0 ? g.bias : nullptr;  // with the first chunk's sums
       for (std::int64_t j0 = 0; j0 < g.n; j0 += kBlockCols) {
         const std::int64_t nc = std::min(kBlockCols, g.n - j0);
-        pack_b(g, k0, kc, j0, nc, b_buf.data());
+        if (g.b_bf16)
+          pack_b(g, g.b_bf16, k0, kc, j0, nc, b_buf.data());
+        else
+          pack_b(g, g.b, k0, kc, j0, nc, b_buf.data());
         for (std::int64_t i0 = 0; i0 < g.m; i0 += MR) {
           const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
           // A row-major A's whole panels are read where they lie: packing them
           // (a transpose, 6 rows to k by k) cost a quarter of the products' time at n = 128.
-          const bool in_place = !g.a_transposed && rows == MR;
-          const float* a = in_place ? g.a + i0 * g.lda + k0 : a_buf.data();
-          const std::int64_t row_step = in_place ? g.lda : 1, k_step = in_place ? 1 : MR;
-          if (!in_place) pack_a(g, i0, k0, kc, a_buf.data());
+          // A row-major bfloat16 A's rows are widened into a panel of the same layout.
+          const bool rows_as_they_lie = !g.a_transposed && (rows == MR || g.a_bf16);
+          const float* a = rows_as_they_lie && !g.a_bf16 ? g.a + i0 * g.lda + k0 : a_buf.data();
+          const std::int64_t row_step = !rows_as_they_lie ? 1 : g.a_bf16 ? kc : g.lda;
+          const std::int64_t k_step = rows_as_they_lie ? 1 : MR;
+          if (rows_as_they_lie && g.a_bf16)
+            widen_rows(g.a_bf16 + i0 * g.lda + k0, g.lda, rows, kc, a_buf.data());
+          else if (!rows_as_they_lie)
+            g.a_bf16 ? pack_a(g, g.a_bf16, i0, k0, kc, a_buf.data()) : pack_a(g, g.a, i0, k0, kc, a_buf.data());
           // The next panel's rows, read in place, come from L3 or memory (A
           // is 8 MiB at 4096 x 512): asked into L2 now, while this panel's
           // blocks run, they do not stall its first steps. 2-10% on the
           // products of a row-major A in gpt_step's and the MHA's shapes.
-          if (!g.a_transposed && i0 + 2 * MR <= g.m)
+          if (!g.a_transposed && !g.a_bf16 && i0 + 2 * MR <= g.m)
             for (int r = 0; r < MR; ++r)
               for (std::int64_t k = 0; k < kc; k += 64 / sizeof(float))
                 __builtin_prefetch(g.a + (i0 + MR + r) * g.lda + k0 + k, 0, 2);
@@ -249,7 +276,27 @@ void add_bias_rows(const F32Gemm& g) {
   }
 }
 
-void gemm_openblas(const F32Gemm& g) {
+// op(X)'s stored matrix, `rows` x `cols` with rows ld apart, widened into
+// `buffer` as a compact one (rows cols apart).
+const float* widened(const bfloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     Scratch<float>& buffer) {
+  if (buffer.size() < static_cast<std::size_t>(rows * cols)) buffer.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) buffer[r * cols + c] = static_cast<float>(x[r * ld + c]);
+  return buffer.data();
+}
+
+void gemm_openblas(const F32Gemm& given) {
+  F32Gemm g = given;
+  thread_local Scratch<float> a_wide, b_wide;
+  if (g.a_bf16) {
+    const std::int64_t rows = g.a_transposed ? g.k : g.m, cols = g.a_transposed ? g.m : g.k;
+    g.a = widened(g.a_bf16, rows, cols, g.lda, a_wide), g.lda = cols, g.a_bf16 = nullptr;
+  }
+  if (g.b_bf16) {
+    const std::int64_t rows = g.b_transposed ? g.n : g.k, cols = g.b_transposed ? g.k : g.n;
+    g.b = widened(g.b_bf16, rows, cols, g.ldb, b_wide), g.ldb = cols, g.b_bf16 = nullptr;
+  }
   prepare_blas();
   if (g.bias) add_bias_rows(g);
   cblas_sgemm(CblasRowMajor, g.a_transposed ? CblasTrans : CblasNoTrans, g.b_transposed ? CblasTrans : CblasNoTrans,

@@ -15,6 +15,8 @@
 // names (one the CPU cannot run is refused).
 #include <cstdint>
 
+#include "base/bfloat16.h"
+
 namespace attograd::cpu {
 
 enum class F32Kernel { avx512, portable, openblas };
@@ -48,6 +50,13 @@ struct F32Gemm {
   std::int64_t ldc = 0;
   bool accumulate = false;
   const float* bias = nullptr;  // n values
+  // Either operand may be bfloat16 instead: a_bf16 in place of a (b_bf16 of
+  // b), laid out as a would be. Its values are widened (exactly) as the kernel
+  // packs them, so C is float32's product of the widened operands, to the bit,
+  // with no widened copy written: the bfloat16 product on a CPU without
+  // bfloat16 instructions (matmul_bf16.h's widen). openblas widens a copy first.
+  const bfloat16* a_bf16 = nullptr;
+  const bfloat16* b_bf16 = nullptr;
 };
 void gemm_f32(const F32Gemm& g, F32Kernel kernel = f32_kernel());
 
