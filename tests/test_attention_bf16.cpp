@@ -62,36 +62,51 @@ void check_within(const char* what, const Tensor& got, const Tensor& want, const
   }
 }
 
-void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
-  REQUIRE(c.Tq + c.Tk + c.D < 1024);
-  const Tensor q = bf16_operand(c.B, c.H, c.Tq, c.D, c.heads_interleaved, 1);
-  const Tensor k = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 2);
-  const Tensor v = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 3);
-  const Tensor dout = bf16_operand(c.B, c.H, c.Tq, c.D, false, 4);
-  Tensor mask;
+// A case's operands and the kernel's outputs and gradients on them.
+struct Bf16AttentionRun {
+  Tensor q, k, v, dout, mask;
+  kernels::AttentionKernelOptions options;
+  kernels::AttentionForwardResult r;
+  kernels::AttentionGrads g;
+};
+
+// The case on `kernel`, called as kernels::attention_forward and _backward call it.
+Bf16AttentionRun run_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+  Bf16AttentionRun run;
+  run.q = bf16_operand(c.B, c.H, c.Tq, c.D, c.heads_interleaved, 1);
+  run.k = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 2);
+  run.v = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 3);
+  run.dout = bf16_operand(c.B, c.H, c.Tq, c.D, false, 4);
+  Tensor& mask = run.mask;
   if (c.masked) {  // (Tq, Tk), broadcast over B and H; query 2 sees no key at all
     Generator gen(5);
     mask = kernels::binary(kernels::Binary::lt, uniform({c.Tq, c.Tk}, 0, 1, {DType::f32}, gen),
                            full({}, 0.3, {DType::f32}));
     if (c.Tq > 2) kernels::fill_(select(mask, 0, 2), 1);
   }
-  kernels::AttentionKernelOptions options;
+  kernels::AttentionKernelOptions& options = run.options;
   options.causal = c.causal;
   options.scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   options.dropout_p = c.dropout_p;
   options.seed = 7;
   options.offset = 11;
-  const double keep = 1.0 / (1.0 - c.dropout_p);
+  const AttentionCall call{run.q, run.k, run.v, mask, options};
+  run.r.out = heads_view_output(c.B, c.H, c.Tq, c.D);
+  run.r.lse = empty({c.B, c.H, c.Tq}, {DType::f32});
+  cpu::attention_forward_bf16(call, run.r, kernel);
+  run.g = {empty(run.q.sizes(), {DType::bf16}), empty(run.k.sizes(), {DType::bf16}), empty(run.v.sizes(), {DType::bf16})};
+  cpu::attention_backward_bf16(call, {run.dout, run.r.out, run.r.lse, Tensor()}, run.g, kernel);
+  return run;
+}
 
-  // The kernel, called as kernels::attention_forward and _backward call it.
-  const AttentionCall call{q, k, v, mask, options};
-  kernels::AttentionForwardResult r;
-  r.out = heads_view_output(c.B, c.H, c.Tq, c.D);
-  r.lse = empty({c.B, c.H, c.Tq}, {DType::f32});
-  cpu::attention_forward_bf16(call, r, kernel);
-  const kernels::AttentionGrads g{empty(q.sizes(), {DType::bf16}), empty(k.sizes(), {DType::bf16}),
-                                  empty(v.sizes(), {DType::bf16})};
-  cpu::attention_backward_bf16(call, {dout, r.out, r.lse, Tensor()}, g, kernel);
+void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+  REQUIRE(c.Tq + c.Tk + c.D < 1024);
+  const Bf16AttentionRun run = run_case(c, kernel);
+  const Tensor &q = run.q, &k = run.k, &v = run.v, &dout = run.dout, &mask = run.mask;
+  const kernels::AttentionKernelOptions& options = run.options;
+  const kernels::AttentionForwardResult& r = run.r;
+  const kernels::AttentionGrads& g = run.g;
+  const double keep = 1.0 / (1.0 - c.dropout_p);
 
   // float64 on the same values, with the weights (before dropout) for the bounds.
   kernels::AttentionKernelOptions with_weights = options;
@@ -144,6 +159,27 @@ TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models,
       check_case(c, kernel);
     }
   }
+}
+
+// The VDPBF16PS kernel rounds its float32 tiles (P, dS) by VCVTNE2PS2BF16, its
+// model by bfloat16_bits, and the blocks' sums are the instruction's own on
+// both: the same bits, on scores of ordinary size. (Sharp ones, q x 40,
+// differed in a few dq and dk elements of 25600 on a Zen 5, where dS falls
+// among float32's denormals; modelling the instruction's flushing of them did
+// not remove it, so it is left unasserted. AMX's bits have not been compared
+// with its model's on hardware: that pair is not asserted either.)
+TEST_CASE("bfloat16 attention on AVX512_BF16 gives its scalar model's bits", "[bf16][attention]") {
+  if (!cpu::attention_bf16_runs_on(cpu::Bf16Kernel::avx512_bf16)) {
+    WARN("skipped: the bfloat16 attention has no avx512_bf16 kernel on this CPU");
+    return;
+  }
+  const Bf16AttentionCase c{2, 2, 100, 100, 64, true, false, false, 0.1};
+  const Bf16AttentionRun got = run_case(c, cpu::Bf16Kernel::avx512_bf16);
+  const Bf16AttentionRun want = run_case(c, cpu::Bf16Kernel::avx512_bf16_model);
+  const std::pair<const Tensor*, const Tensor*> outputs[] = {{&got.r.out, &want.r.out}, {&got.r.lse, &want.r.lse},
+                                                              {&got.g.dq, &want.g.dq}, {&got.g.dk, &want.g.dk},
+                                                              {&got.g.dv, &want.g.dv}};
+  for (const auto& [x, y] : outputs) CHECK(x->to_vector<double>() == y->to_vector<double>());
 }
 
 TEST_CASE("bfloat16 attention: the dispatch runs the tiles where they run, and widens for the weights",

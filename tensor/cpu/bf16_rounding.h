@@ -92,6 +92,21 @@ AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_avx512(std::uint16_t* out
   round_bf16x32_avx512(out, lo, hi, lanes);
 }
 
+// out[j] = bfloat16(even[j]) | bfloat16(odd[j]) << 16 for j < 16: two rows of
+// float32 rounded into VNNI pairs (a B panel's layout, packing.h).
+AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_pairs_avx512(std::uint32_t* out, const float* even,
+                                                                     const float* odd) {
+  const __m512 lo = _mm512_loadu_ps(even), hi = _mm512_loadu_ps(odd);
+  if ((denormal_lanes(lo) | denormal_lanes(hi)) != 0) {
+    for (int j = 0; j < 16; ++j) out[j] = std::uint32_t{bfloat16_bits(even[j])} | std::uint32_t{bfloat16_bits(odd[j])} << 16;
+    return;
+  }
+  const __m512i rounded = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // words 0-15 even's, 16-31 odd's
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22,
+                                         6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi16(pairs, rounded));
+}
+
 // out[j] = bfloat16(in[j * stride]) for j < n <= 32: a column of float32 sums
 // (stride floats apart) into a row of bfloat16, by two gathers.
 AG_TARGET_AVX512_BF16 AG_ALWAYS_INLINE void round_bf16_strided_avx512(std::uint16_t* out, const float* in,

@@ -37,17 +37,25 @@ Bf16Problem bf16_problem(const AttentionCall& call) {
 
 // A forward and a backward per kernel: the hardware's compiled for AVX-512
 // (every CPU with AMX or AVX512_BF16 has it; the VDPBF16PS block is a function
-// of its own, compiled for AVX512_BF16, dpbf16.h), the models' for the build's
-// baseline.
+// of its own, compiled for AVX512_BF16, dpbf16.h), rounding their tiles by
+// AVX512_BF16's instruction (which every such CPU has) where this build has
+// it; the models' for the build's baseline.
+#if AG_BF16_AVX512_KERNEL
+struct TileAvx512Bf16 : attention_detail::TileAvx512 {
+  static constexpr bool kRoundsBf16 = true;
+};
+#else
+using TileAvx512Bf16 = attention_detail::TileAvx512;
+#endif
 template <typename Blocks>
 AG_TARGET_AVX512 void forward_avx512(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {
   Blocks blocks;
-  forward_heads<Blocks, attention_detail::TileAvx512>(blocks, P, O, heads);
+  forward_heads<Blocks, TileAvx512Bf16>(blocks, P, O, heads);
 }
 template <typename Blocks>
 AG_TARGET_AVX512 void backward_avx512(const Bf16Problem& P, const BackwardIo& io, TaskQueue& heads) {
   Blocks blocks;
-  backward_heads<Blocks, attention_detail::TileAvx512>(blocks, P, io, heads);
+  backward_heads<Blocks, TileAvx512Bf16>(blocks, P, io, heads);
 }
 template <typename Blocks>
 void forward_baseline(const Bf16Problem& P, const ForwardOutputs& O, TaskQueue& heads) {

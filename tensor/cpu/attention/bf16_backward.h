@@ -123,9 +123,9 @@ AG_ALWAYS_INLINE void backward_tile_softmax(const Bf16Problem& P, BackwardScratc
         attention_detail::store(s + x, p);
       }
     }
-  round_tile_as_a(s, kk, kq, w.p_a.data());
-  round_tile_as_a(dp, kk, kq, w.ds_a.data());
-  round_tile_as_b(dp, kk, kq, w.ds_b.data());
+  round_tile_as_a<Tile>(s, kk, kq, w.p_a.data());
+  round_tile_as_a<Tile>(dp, kk, kq, w.ds_a.data());
+  round_tile_as_b<Tile>(dp, kk, kq, w.ds_b.data());
 }
 
 // Key tile [j0, j0 + nk) of head (b, h): its dk and dv rows, and its share of dQ^T.

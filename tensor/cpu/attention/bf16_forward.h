@@ -73,7 +73,7 @@ AG_ALWAYS_INLINE void forward_query_block(Blocks& t, const Bf16Problem& P, const
         for (std::int64_t r = 0; r < kq; ++r) z[c * kBlockQ + r] *= s[c * kBlockQ + r];
       weights = z;
     }
-    round_tile_as_b(weights, kk, kq, w.p.data());
+    round_tile_as_b<Tile>(weights, kk, kq, w.p.data());
     const float* __restrict rescale = w.rescale.data();
     for (std::int64_t d = 0; d < Dp; ++d)
       for (std::int64_t r = 0; r < kq; ++r) acc[d * kBlockQ + r] *= rescale[r];

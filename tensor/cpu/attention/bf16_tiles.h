@@ -23,6 +23,7 @@
 #include "base/attention_problem.h"
 #include "base/bfloat16.h"
 #include "tensor/cpu/attention/tiling.h"
+#include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/matmul_bf16/packing.h"
 #include "tensor/cpu/vec_math.h"
 
@@ -78,12 +79,50 @@ inline void pack_columns_as_b(const bf16_gemm::Bf16Matrix& xt, std::int64_t T, s
   bf16_gemm::pack_b_panels(xt, D, T, dp, 0, tp / kPanel, out);
 }
 
+// Whether a pass on Tile rounds its tiles by AVX512_BF16's VCVTNE2PS2BF16
+// (Tile::kRoundsBf16: the hardware kernels' passes, attention_bf16.cpp): 1
+// instruction per 32 values where bfloat16_bits' integer arithmetic takes
+// some 28, and three tiles are rounded per tile of the backward.
+template <typename Tile>
+constexpr bool rounds_bf16_by_instruction() {
+  if constexpr (requires { Tile::kRoundsBf16; })
+    return Tile::kRoundsBf16;
+  else
+    return false;
+}
+
+#if AG_BF16_AVX512_KERNEL
+// round_tile_as_a and round_tile_as_b below, by the instruction: called, not
+// inlined, from passes compiled for AVX-512 alone (bf16_rounding.h's helpers
+// inline only into AVX512_BF16 code).
+AG_TARGET_AVX512_BF16 inline void round_tile_as_a_by_instruction(const float* __restrict t, std::int64_t kk,
+                                                                 std::int64_t kq, bfloat16* __restrict a) {
+  for (std::int64_t c = 0; c < kk; ++c)
+    for (std::int64_t r0 = 0; r0 < kq; r0 += kKStep)
+      round_bf16_avx512(&a[packed_a_index(c, r0, kBlockQ)].bits, t + c * kBlockQ + r0, nullptr, kKStep);
+}
+AG_TARGET_AVX512_BF16 inline void round_tile_as_b_by_instruction(const float* __restrict t, std::int64_t kk,
+                                                                 std::int64_t kq, bfloat16* __restrict b) {
+  for (std::int64_t p = 0; p < kq / kPanel; ++p) {
+    auto* words = reinterpret_cast<std::uint32_t*>(b + p * kBlockK * kPanel);
+    for (std::int64_t q = 0; q < kk / 2; ++q) {
+      const float* even = t + 2 * q * kBlockQ + p * kPanel;
+      round_bf16_pairs_avx512(words + q * kPanel, even, even + kBlockQ);
+    }
+  }
+}
+#endif
+
 // A float32 tile t (kBlockK keys x kBlockQ queries, rows kBlockQ apart), its
 // first kk keys and kq queries (whole blocks: see tile_extent), rounded into a
 // packed A of the tile's shape: rows keys, K queries (kp = kBlockQ). The rest
 // of a is left as it was: the products read kk rows and kq K values of it.
+template <typename Tile>
 AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, std::int64_t kk, std::int64_t kq,
                                       bfloat16* __restrict a) {
+#if AG_BF16_AVX512_KERNEL
+  if constexpr (rounds_bf16_by_instruction<Tile>()) return round_tile_as_a_by_instruction(t, kk, kq, a);
+#endif
   for (std::int64_t c = 0; c < kk; ++c)
     for (std::int64_t r0 = 0; r0 < kq; r0 += kKStep) {
       std::uint16_t* out = &a[packed_a_index(c, r0, kBlockQ)].bits;
@@ -94,8 +133,12 @@ AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, std::int64_t kk
 
 // The same tile's first kk keys and kq queries rounded into B panels: K keys
 // (pairs of rows interleaved), columns queries (kp = kBlockK).
+template <typename Tile>
 AG_ALWAYS_INLINE void round_tile_as_b(const float* __restrict t, std::int64_t kk, std::int64_t kq,
                                       bfloat16* __restrict b) {
+#if AG_BF16_AVX512_KERNEL
+  if constexpr (rounds_bf16_by_instruction<Tile>()) return round_tile_as_b_by_instruction(t, kk, kq, b);
+#endif
   for (std::int64_t p = 0; p < kq / kPanel; ++p) {
     auto* words = reinterpret_cast<std::uint32_t*>(b + p * kBlockK * kPanel);
     for (std::int64_t q = 0; q < kk / 2; ++q) {
