@@ -5,8 +5,9 @@
 //                the tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM))
 //   avx512_bf16  VDPBF16PS on 512-bit vectors: 16 x 2 multiply-adds an instruction
 //                (Cooper Lake, Sapphire Rapids, AMD Zen 4 and later)
-//   widen        anything else: the operands widened to float32, exactly, and
-//                OpenBLAS's sgemm (correct, not faster than float32)
+//   widen        anything else: float32's product (matmul_f32/sgemm.h), the
+//                operands widened exactly as it packs them (correct, not
+//                faster than float32)
 // AMX where the CPU has it, else avx512_bf16 on AMD's cores and widen on
 // Intel's (where VDPBF16PS runs at half rate: isa.cpp), or the one
 // ATTOGRAD_BF16_ISA names (so each can be tested and timed on an AMX machine;

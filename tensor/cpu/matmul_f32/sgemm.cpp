@@ -72,7 +72,7 @@ struct Kernel {
                                                        std::int64_t kc, float* dst) {
     for (std::int64_t k = 0; k < kc; ++k, dst += W, src += step) {
       if constexpr (std::is_same_v<S, bfloat16>) {
-        for (int c = 0; c < W; ++c) dst[c] = c < count ? bfloat16_to_float(src[c].bits) : 0.0f;
+        for (int c = 0; c < W; ++c) dst[c] = c < count ? static_cast<float>(src[c]) : 0.0f;
       } else if (count == W) {  // a copy of known length: a few moves, not a rep movs
         std::memcpy(dst, src, sizeof(float) * W);
       } else {
@@ -219,15 +219,20 @@ struct Kernel {
           const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
           // A row-major A's whole panels are read where they lie: packing them
           // (a transpose, 6 rows to k by k) cost a quarter of the products' time at n = 128.
-          // A row-major bfloat16 A's rows are widened into a panel of the same layout.
-          const bool rows_as_they_lie = !g.a_transposed && (rows == MR || g.a_bf16);
-          const float* a = rows_as_they_lie && !g.a_bf16 ? g.a + i0 * g.lda + k0 : a_buf.data();
-          const std::int64_t row_step = !rows_as_they_lie ? 1 : g.a_bf16 ? kc : g.lda;
-          const std::int64_t k_step = rows_as_they_lie ? 1 : MR;
-          if (rows_as_they_lie && g.a_bf16)
+          // A row-major bfloat16 A's rows are widened into a panel of that layout, read so.
+          const float* a = a_buf.data();
+          std::int64_t row_step = 1, k_step = MR;  // a packed panel
+          if (!g.a_transposed && g.a_bf16) {
             widen_rows(g.a_bf16 + i0 * g.lda + k0, g.lda, rows, kc, a_buf.data());
-          else if (!rows_as_they_lie)
-            g.a_bf16 ? pack_a(g, g.a_bf16, i0, k0, kc, a_buf.data()) : pack_a(g, g.a, i0, k0, kc, a_buf.data());
+            row_step = kc, k_step = 1;
+          } else if (!g.a_transposed && rows == MR) {
+            a = g.a + i0 * g.lda + k0;
+            row_step = g.lda, k_step = 1;
+          } else if (g.a_bf16) {
+            pack_a(g, g.a_bf16, i0, k0, kc, a_buf.data());
+          } else {
+            pack_a(g, g.a, i0, k0, kc, a_buf.data());
+          }
           // The next panel's rows, read in place, come from L3 or memory (A
           // is 8 MiB at 4096 x 512): asked into L2 now, while this panel's
           // blocks run, they do not stall its first steps. 2-10% on the
