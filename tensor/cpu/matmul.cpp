@@ -1,8 +1,8 @@
 // Batched matmul: float32 on gemm_f32 (tensor/cpu/matmul_f32/sgemm.h: our
 // AVX-512 kernel, else OpenBLAS), float64 on OpenBLAS, and bfloat16 operands
 // on gemm_f32 too where the CPU has no bfloat16 instructions (matmul_widened).
-// Each matrix operand goes to BLAS as it lies in memory when its last two dims are row-major (strides [ld, 1]) or
-// column-major (strides [1, ld], i.e. a transposed view): the latter becomes
+// Each matrix operand goes to BLAS as it lies in memory when its last two dims
+// are row-major (strides [ld, 1]) or column-major (strides [1, ld], i.e. a transposed view): the latter becomes
 // a transpose flag, not a copy. Anything else is copied to contiguous first.
 //
 // Threads: OpenBLAS runs single-threaded inside our pool's workers (see

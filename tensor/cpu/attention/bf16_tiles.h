@@ -84,7 +84,7 @@ inline void pack_columns_as_b(const bf16_gemm::Bf16Matrix& xt, std::int64_t T, s
 // instruction per 32 values where bfloat16_bits' integer arithmetic takes
 // some 28, and three tiles are rounded per tile of the backward.
 template <typename Tile>
-constexpr bool rounds_bf16_by_instruction() {
+constexpr bool tiles_round_by_instruction() {
   if constexpr (requires { Tile::kRoundsBf16; })
     return Tile::kRoundsBf16;
   else
@@ -121,7 +121,7 @@ template <typename Tile>
 AG_ALWAYS_INLINE void round_tile_as_a(const float* __restrict t, std::int64_t kk, std::int64_t kq,
                                       bfloat16* __restrict a) {
 #if AG_BF16_AVX512_KERNEL
-  if constexpr (rounds_bf16_by_instruction<Tile>()) return round_tile_as_a_by_instruction(t, kk, kq, a);
+  if constexpr (tiles_round_by_instruction<Tile>()) return round_tile_as_a_by_instruction(t, kk, kq, a);
 #endif
   for (std::int64_t c = 0; c < kk; ++c)
     for (std::int64_t r0 = 0; r0 < kq; r0 += kKStep) {
@@ -137,7 +137,7 @@ template <typename Tile>
 AG_ALWAYS_INLINE void round_tile_as_b(const float* __restrict t, std::int64_t kk, std::int64_t kq,
                                       bfloat16* __restrict b) {
 #if AG_BF16_AVX512_KERNEL
-  if constexpr (rounds_bf16_by_instruction<Tile>()) return round_tile_as_b_by_instruction(t, kk, kq, b);
+  if constexpr (tiles_round_by_instruction<Tile>()) return round_tile_as_b_by_instruction(t, kk, kq, b);
 #endif
   for (std::int64_t p = 0; p < kq / kPanel; ++p) {
     auto* words = reinterpret_cast<std::uint32_t*>(b + p * kBlockK * kPanel);

@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "base/error.h"
+#include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/blas_setup.h"
 #include "tensor/cpu/scratch.h"
 #include "tensor/cpu/vec_math.h"
@@ -110,8 +111,7 @@ struct Kernel {
         std::fill(dst, dst + kc, 0.0f);
         continue;
       }
-      const bfloat16* row = src + r * ld;
-      for (std::int64_t k = 0; k < kc; ++k) dst[k] = static_cast<float>(row[k]);
+      widen_bf16(dst, &src[r * ld].bits, kc);
     }
   }
 
@@ -286,8 +286,7 @@ void add_bias_rows(const F32Gemm& g) {
 const float* widened(const bfloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                      Scratch<float>& buffer) {
   if (buffer.size() < static_cast<std::size_t>(rows * cols)) buffer.resize(static_cast<std::size_t>(rows * cols));
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) buffer[r * cols + c] = static_cast<float>(x[r * ld + c]);
+  for (std::int64_t r = 0; r < rows; ++r) widen_bf16(buffer.data() + r * cols, &x[r * ld].bits, cols);
   return buffer.data();
 }
 
