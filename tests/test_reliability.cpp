@@ -513,6 +513,13 @@ TEST_CASE("OPENBLAS_CORETYPE that narrows OpenBLAS's kernels on an AVX-512 CPU g
       INFO("OPENBLAS_CORETYPE=" << value << " ATTOGRAD_F32_GEMM=" << kernel);
       TempDir tmp;
       Child run(tiny_run(tmp / "a", 1), tmp.path, {"OPENBLAS_CORETYPE=" + value, "ATTOGRAD_F32_GEMM=" + kernel});
+      if (value == "SkylakeX" && !avx512) {  // its kernels would die of an illegal instruction
+        CHECK(run.exit_code() == 1);
+        CHECK(run.err() == "attograd: error: [matmul] OPENBLAS_CORETYPE=SkylakeX gives OpenBLAS its SkylakeX kernels, "
+                           "which need AVX-512: this CPU lacks it (unset it)\n");
+        CHECK_FALSE(fs::exists(tmp / "a"));  // no run begun
+        continue;
+      }
       REQUIRE(run.exit_code() == 0);
       const std::string note = "note: OPENBLAS_CORETYPE=Haswell keeps OpenBLAS on its Haswell kernels on this AVX-512 CPU";
       if (value == "Haswell" && avx512 && kernel == "openblas")  // by default ours does float32 there
@@ -538,6 +545,11 @@ TEST_CASE("OpenBLAS's generic fallback kernels are replaced by the CPU's own, a 
   CHECK(cpu::blas_kernels_instead_of("Prescott", sse) == nullptr);  // nothing better to give
   for (const char* known : {"Haswell", "SkylakeX", "Cooperlake", "SapphireRapids", "Zen"})
     CHECK(cpu::blas_kernels_instead_of(known, avx512_bf16) == nullptr);  // OpenBLAS's own pick of a known CPU
+  CHECK(std::string(cpu::blas_kernels_need("SkylakeX", avx2)) == "AVX-512");
+  CHECK(std::string(cpu::blas_kernels_need("Cooperlake", avx512)) == "AVX512_BF16");
+  CHECK(std::string(cpu::blas_kernels_need("Haswell", sse)) == "AVX2 and FMA");
+  for (const char* runs : {"Haswell", "Zen", "Prescott"}) CHECK(cpu::blas_kernels_need(runs, avx2) == nullptr);
+  CHECK(cpu::blas_kernels_need("SapphireRapids", avx512_bf16) == nullptr);
 
   // This process: after prepare_blas, OpenBLAS runs no generic kernels on a CPU with AVX2
   // (unless OPENBLAS_CORETYPE chose them); a CLI run whose user chose them keeps them.

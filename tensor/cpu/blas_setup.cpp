@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
+
 // OpenBLAS's DYNAMIC_ARCH entry points and its thread server's shutdown
 // (exported by Debian's build, not declared in cblas.h): weak, so that a BLAS
 // without them links too, and keeps its own kernels. Between quit and init
@@ -46,6 +48,13 @@ const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& 
   return nullptr;
 }
 
+const char* blas_kernels_need(const std::string& core, const VectorIsa& cpu) {
+  if ((core == "Cooperlake" || core == "SapphireRapids") && !cpu.avx512_bf16) return "AVX512_BF16";
+  if (core == "SkylakeX" && !cpu.avx512) return "AVX-512";
+  if ((core == "Haswell" || core == "Zen") && !cpu.avx2_fma) return "AVX2 and FMA";
+  return nullptr;
+}
+
 }  // namespace cpu
 
 namespace {
@@ -68,10 +77,22 @@ void choose_blas_kernels() {
   replaced_core = picked;
 }
 
+// OPENBLAS_CORETYPE=SkylakeX on an AVX2 CPU loads kernels that die of an
+// illegal instruction at the first product: refused in one line instead.
+void refuse_kernels_beyond_this_cpu() {
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (!forced || !*forced) return;
+  const std::string core = openblas_get_corename();
+  if (const char* missing = cpu::blas_kernels_need(core, cpu::this_cpu_vector_isa()))
+    fail("matmul", "OPENBLAS_CORETYPE={} gives OpenBLAS its {} kernels, which need {}: this CPU lacks it (unset it)",
+         forced, core, missing);
+}
+
 }  // namespace
 
 void prepare_blas() {
   static const bool done = [] {
+    refuse_kernels_beyond_this_cpu();
     choose_blas_kernels();
     openblas_set_num_threads(1);
     return true;

@@ -8,7 +8,8 @@
 
 namespace attograd {
 
-// Called before any BLAS call (cheap after the first).
+// Called before any BLAS call (cheap after the first). Throws, naming
+// OPENBLAS_CORETYPE, where it chose kernels this CPU cannot run.
 void prepare_blas();
 
 namespace cpu {
@@ -21,6 +22,9 @@ struct VectorIsa {
 };
 VectorIsa this_cpu_vector_isa();
 const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& cpu);
+// The instructions OpenBLAS's kernel family `core` needs and this CPU lacks
+// ("AVX-512" for SkylakeX on an AVX2 CPU), or nullptr where they run here.
+const char* blas_kernels_need(const std::string& core, const VectorIsa& cpu);
 
 }  // namespace cpu
 
