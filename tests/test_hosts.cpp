@@ -318,9 +318,15 @@ TEST_CASE("three hosts follow the one-process run, and their checkpoint resumes 
   SKIP_WITHOUT_HOSTS(hosts);
   run_ok(1, default_run(tmp / "one", {"--batch", "96"}), tmp);
   const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
-  // How far one process drifts from itself when its batch is summed in other pieces.
-  run_ok(1, default_run(tmp / "one_in_two", {"--batch", "96", "--grad-accum", "2"}), tmp);
-  const double rtol = std::max(2e-5, 2 * largest_difference(one, read_metrics(tmp / "one_in_two/metrics.jsonl")));
+  // How far one process drifts from itself when its batch is summed in as many
+  // pieces as the processes sum it in. (In two pieces it was too tight a yardstick:
+  // on a Zen 3, OpenBLAS's Zen kernels doing the products, the three hosts drifted
+  // 8.8e-5 by step 100, two pieces 1.7e-5, three 1.27e-4; the first 30 steps
+  // agreed within 1.3e-7, so the sums were right.)
+  run_ok(1, default_run(tmp / "one_in_three", {"--batch", "96", "--grad-accum", "3"}), tmp);
+  const double drift = largest_difference(one, read_metrics(tmp / "one_in_three/metrics.jsonl"));
+  const double rtol = std::max(2e-5, 2 * drift);
+  INFO("one process, its batch summed in three pieces, drifts " << drift);
   auto three = hosts.start(3, default_run(tmp / "three", {"--batch", "96", "--shard-optimizer"}));
   require_ok(*three);
   check_follows(one, read_metrics(tmp / "three/metrics.jsonl"), rtol);
