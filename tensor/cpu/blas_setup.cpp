@@ -48,10 +48,19 @@ const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& 
   return nullptr;
 }
 
+VectorIsa instructions_of_blas_kernels(const std::string& core) {
+  VectorIsa written_for;
+  written_for.avx512_bf16 = core == "Cooperlake" || core == "SapphireRapids";
+  written_for.avx512 = written_for.avx512_bf16 || core == "SkylakeX";
+  written_for.avx2_fma = written_for.avx512 || core == "Haswell" || core == "Zen";
+  return written_for;
+}
+
 const char* blas_kernels_need(const std::string& core, const VectorIsa& cpu) {
-  if ((core == "Cooperlake" || core == "SapphireRapids") && !cpu.avx512_bf16) return "AVX512_BF16";
-  if (core == "SkylakeX" && !cpu.avx512) return "AVX-512";
-  if ((core == "Haswell" || core == "Zen") && !cpu.avx2_fma) return "AVX2 and FMA";
+  const VectorIsa needed = instructions_of_blas_kernels(core);
+  if (needed.avx512_bf16 && !cpu.avx512_bf16) return "AVX512_BF16";
+  if (needed.avx512 && !cpu.avx512) return "AVX-512";
+  if (needed.avx2_fma && !cpu.avx2_fma) return "AVX2 and FMA";
   return nullptr;
 }
 
@@ -109,8 +118,7 @@ std::string blas_kernels_note() {
   const char* chosen = std::getenv("OPENBLAS_CORETYPE");
   if (!chosen || !*chosen) return "";  // OpenBLAS's own choice
   const std::string core = openblas_get_corename();
-  const bool avx512_kernels = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-  if (!cpu::this_cpu_vector_isa().avx512 || avx512_kernels) return "";
+  if (!cpu::this_cpu_vector_isa().avx512 || cpu::instructions_of_blas_kernels(core).avx512) return "";
   // Measured on a Zen 5 core: a 2048-cube SGEMM took 133 ms on the Haswell kernels, 69 on OpenBLAS's own choice.
   return fmt::format("note: OPENBLAS_CORETYPE={} keeps OpenBLAS on its {} kernels on this AVX-512 CPU, where its own "
                      "choice multiplies about twice as fast (unset it unless that is meant)",

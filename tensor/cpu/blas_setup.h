@@ -22,6 +22,9 @@ struct VectorIsa {
 };
 VectorIsa this_cpu_vector_isa();
 const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& cpu);
+// The vector instructions OpenBLAS's kernel family `core` is written for
+// (SkylakeX: AVX-512; Haswell and Zen: AVX2 and FMA; none for a generic one).
+VectorIsa instructions_of_blas_kernels(const std::string& core);
 // The instructions OpenBLAS's kernel family `core` needs and this CPU lacks
 // ("AVX-512" for SkylakeX on an AVX2 CPU), or nullptr where they run here.
 const char* blas_kernels_need(const std::string& core, const VectorIsa& cpu);
