@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -16,6 +17,8 @@
 #include "helpers.h"
 #include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
+#include "tensor/cpu/matmul_f32/sgemm.h"
+#include "tensor/parallel.h"
 #include "train/output/safetensors.h"
 
 using namespace attograd;
@@ -405,6 +408,52 @@ TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar mo
             INFO(where);
           }
   }
+}
+
+// A CPU without bfloat16 instructions multiplies on a float32 kernel that
+// widens the operands as it packs them, holding a band of C's float32 sums in
+// a thread's scratch until they are rounded (matmul.cpp): C must be float32's
+// whole product of the widened operands plus the bias, rounded once, bit for
+// bit, however the rows fall into bands and threads (ours sum K in one order
+// wherever a block starts: sgemm.cpp). Shapes: several bands a thread (2000
+// rows of 150), a product cut into column blocks (30 x 600), batches whole on
+// threads, a transposed A.
+TEST_CASE("bfloat16 matmul on the widening float32 kernel: the widened operands' float32 product plus the bias, "
+          "rounded once, bit for bit across bands and threads",
+          "[bf16][matmul]") {
+  const cpu::F32Kernel kernel = cpu::widening_f32_kernel();
+  INFO(cpu::f32_kernel_name(kernel));
+  if (!std::getenv("ATTOGRAD_F32_GEMM") && cpu::f32_kernel_runs_here(cpu::F32Kernel::avx2))
+    CHECK(kernel != cpu::F32Kernel::openblas);  // not OpenBLAS's widened copies of whole operands
+  if (kernel == cpu::F32Kernel::openblas) {
+    WARN("skipped: no kernel of ours runs here (OpenBLAS's bits depend on the blocks)");
+    return;
+  }
+  for (auto [batches, m, n, k, a_transposed] : {std::tuple{1, 2000, 150, 70, false}, {1, 30, 600, 500, false},
+                                               {5, 40, 50, 60, false}, {1, 700, 130, 90, true}})
+    for (int threads : {1, 2, 3}) {
+      INFO(batches << " x " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "") << ", " << threads
+                   << " threads");
+      set_num_threads(threads);
+      const Tensor a32 = a_transposed ? transpose(bf16_values({batches, k, m}, 11), 1, 2) : bf16_values({batches, m, k}, 11);
+      const Tensor b32 = bf16_values({batches, k, n}, 12), bias32 = bf16_values({n}, 13);
+      const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);
+      const Tensor c = cpu::matmul_widened(a, b, {batches}, kernels::cast(bias32, DType::bf16));
+      const Tensor b_c = kernels::contiguous(b32);
+      std::vector<float> sums(static_cast<std::size_t>(m * n));
+      std::int64_t differ = 0;
+      for (int i = 0; i < batches; ++i) {
+        const Tensor a_batch = kernels::contiguous(a_transposed ? transpose(select(a, 0, i), 0, 1) : select(a, 0, i));
+        cpu::gemm_f32({.a_transposed = a_transposed, .m = m, .n = n, .k = k, .lda = a_transposed ? m : k,
+                       .b = b_c.data<float>() + i * k * n, .ldb = n, .c = sums.data(), .ldc = n,
+                       .bias = bias32.data<float>(), .a_bf16 = a_batch.data<bfloat16>()},
+                      kernel);
+        const bfloat16* got = c.data<bfloat16>() + i * m * n;
+        for (std::int64_t e = 0; e < m * n; ++e) differ += got[e].bits != bfloat16_bits(sums[e]);
+      }
+      CHECK(differ == 0);
+    }
+  set_num_threads(2);
 }
 
 TEST_CASE("the default bfloat16 kernel: AMX, else VDPBF16PS on AMD, else widened", "[bf16][matmul]") {

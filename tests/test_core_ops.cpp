@@ -183,8 +183,8 @@ namespace {
 // 2^-24 of its result, so |computed - exact| <= (K + 1) 2^-24 (sum |a_i b_i| + |c|).
 double float32_product_bound(std::int64_t k, double abs_sum) { return static_cast<double>(k + 1) * 0x1p-24 * abs_sum; }
 
-const std::vector<cpu::F32Kernel> kF32Kernels = {cpu::F32Kernel::avx512, cpu::F32Kernel::portable,
-                                                 cpu::F32Kernel::openblas};
+const std::vector<cpu::F32Kernel> kF32Kernels = {cpu::F32Kernel::avx512, cpu::F32Kernel::avx2,
+                                                 cpu::F32Kernel::portable, cpu::F32Kernel::openblas};
 
 struct F32Operands {
   std::int64_t m, n, k;
@@ -211,7 +211,7 @@ F32Operands f32_operands(std::int64_t m, std::int64_t n, std::int64_t k, bool a_
 // Every shape class the blocking meets: rows not a multiple of the register
 // block's (6 on AVX-512), columns not of its 64, K past one chunk (384) and
 // unevenly split, columns past one block (512), one row or column alone.
-TEST_CASE("float32 products on every kernel this CPU runs (avx512, portable, openblas), every layout, within float32's bound",
+TEST_CASE("float32 products on every kernel this CPU runs (avx512, avx2, portable, openblas), every layout, within float32's bound",
           "[matmul]") {
   for (const cpu::F32Kernel kernel : kF32Kernels) {
     if (!cpu::f32_kernel_runs_here(kernel)) {

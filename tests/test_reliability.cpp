@@ -470,7 +470,7 @@ TEST_CASE("an unknown ATTOGRAD_F32_GEMM is one line naming it, exit 1, no run, a
   TempDir tmp;
   Child bad(tiny_run(tmp / "a", 2), tmp.path, {"ATTOGRAD_F32_GEMM=mkl"});
   CHECK(bad.exit_code() == 1);
-  CHECK(bad.err() == "attograd: error: [matmul] ATTOGRAD_F32_GEMM=mkl is not one of avx512, portable, openblas\n");
+  CHECK(bad.err() == "attograd: error: [matmul] ATTOGRAD_F32_GEMM=mkl is not one of avx512, avx2, portable, openblas\n");
   CHECK_FALSE(fs::exists(tmp / "a/ckpt.safetensors"));
   Child portable(tiny_run(tmp / "b", 2), tmp.path, {"ATTOGRAD_F32_GEMM=portable"});
   INFO("stderr: " << portable.err());

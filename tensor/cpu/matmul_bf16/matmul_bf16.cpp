@@ -364,11 +364,11 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
 Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
   const Bf16Kernel kernel = bf16_kernel();
   if (kernel == Bf16Kernel::widen) {
-    // Without bfloat16 instructions: float32's matmul (its kernel, threading
-    // and bias), the operands widened as it packs them, rounded once. Widened
-    // copies of both operands first took 11% of the default task's bfloat16
-    // run on a Zen 5 as ATTOGRAD_BF16_ISA=widen runs it.
-    return kernels::cast(matmul_widened(a_in, b_in, batch_shape, bias), DType::bf16);
+    // Without bfloat16 instructions: float32's matmul (its threading and
+    // bias), the operands widened as the kernel packs them, rounded once.
+    // Widened copies of both operands first took 11% of the default task's
+    // bfloat16 run on a Zen 5 as ATTOGRAD_BF16_ISA=widen runs it.
+    return matmul_widened(a_in, b_in, batch_shape, bias);
   }
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   Tensor out = matmul_output(a_in, b_in, batch_shape);

@@ -31,9 +31,10 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel = bf16_kernel());
 // by matmul_widened where the kernel is widen.
 Tensor matmul_bf16(const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias);
 
-// cpu::matmul's float32 product of bfloat16 operands (and bias), widened
-// exactly as the float32 kernel packs them: a float32 result, to the bit
-// float32's matmul of the widened tensors, without writing them (matmul.cpp).
+// cpu::matmul of bfloat16 operands (and bias) on the float32 kernel that
+// widens them exactly as it packs them (widening_f32_kernel): float32's sums
+// plus the bias, rounded once into a bfloat16 result, with no widened copy of
+// an operand and no float32 C written whole (matmul.cpp).
 Tensor matmul_widened(const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias);
 
 }  // namespace attograd::cpu

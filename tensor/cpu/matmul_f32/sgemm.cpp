@@ -30,15 +30,17 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AG_F32_AVX512_KERNEL 1
 #define AG_TARGET_F32_AVX512 __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx2,fma")))
+#define AG_TARGET_F32_AVX2 __attribute__((target("avx2,fma")))
 #else
 #define AG_F32_AVX512_KERNEL 0
 #define AG_TARGET_F32_AVX512
+#define AG_TARGET_F32_AVX2
 #endif
 
 namespace attograd::cpu {
 namespace {
 
-constexpr const char* kNames[] = {"avx512", "portable", "openblas"};
+constexpr const char* kNames[] = {"avx512", "avx2", "portable", "openblas"};
 
 // The register block: kRows rows of C, each kVecs vectors of kLanes floats.
 // AVX-512 has 32 registers: 24 for C, 4 for B's row, 1 for the broadcast; 6 x 64
@@ -47,6 +49,9 @@ constexpr const char* kNames[] = {"avx512", "portable", "openblas"};
 // bytes: 12 for C.
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 6, kVecs = 4;
+};
+struct TileAvx2 {
+  static constexpr int kBytes = 32, kRows = 6, kVecs = 2;
 };
 struct TilePortable {
   static constexpr int kBytes = 16, kRows = 6, kVecs = 2;
@@ -266,6 +271,7 @@ struct Kernel {
 
 #if AG_F32_AVX512_KERNEL
 AG_TARGET_F32_AVX512 void gemm_avx512(const F32Gemm& g) { Kernel<TileAvx512>::run(g); }
+AG_TARGET_F32_AVX2 void gemm_avx2(const F32Gemm& g) { Kernel<TileAvx2>::run(g); }
 #endif
 void gemm_portable(const F32Gemm& g) { Kernel<TilePortable>::run(g); }
 
@@ -320,11 +326,27 @@ bool avx512_runs_here() {
 #endif
 }
 
+bool avx2_runs_here() {
+#if AG_F32_AVX512_KERNEL
+  static const bool runs = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return runs;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 const char* f32_kernel_name(F32Kernel kernel) { return kNames[static_cast<int>(kernel)]; }
 
-bool f32_kernel_runs_here(F32Kernel kernel) { return kernel != F32Kernel::avx512 || avx512_runs_here(); }
+bool f32_kernel_runs_here(F32Kernel kernel) {
+  if (kernel == F32Kernel::avx512) return avx512_runs_here();
+  if (kernel == F32Kernel::avx2) return avx2_runs_here();
+  return true;
+}
 
 F32Kernel f32_kernel() {
   static const F32Kernel kernel = [] {
@@ -333,10 +355,20 @@ F32Kernel f32_kernel() {
     for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
       if (std::strcmp(env, kNames[i]) != 0) continue;
       const auto chosen = static_cast<F32Kernel>(i);
-      AG_CHECK(f32_kernel_runs_here(chosen), "matmul", "ATTOGRAD_F32_GEMM={}: this CPU has no AVX-512", env);
+      AG_CHECK(f32_kernel_runs_here(chosen), "matmul", "ATTOGRAD_F32_GEMM={}: this CPU has no {}", env,
+               chosen == F32Kernel::avx512 ? "AVX-512" : "AVX2 and FMA");
       return chosen;
     }
-    fail("matmul", "ATTOGRAD_F32_GEMM={} is not one of avx512, portable, openblas", env);
+    fail("matmul", "ATTOGRAD_F32_GEMM={} is not one of avx512, avx2, portable, openblas", env);
+  }();
+  return kernel;
+}
+
+F32Kernel widening_f32_kernel() {
+  static const F32Kernel kernel = [] {
+    const F32Kernel f32 = f32_kernel();
+    if (f32 != F32Kernel::openblas || std::getenv("ATTOGRAD_F32_GEMM")) return f32;
+    return avx2_runs_here() ? F32Kernel::avx2 : f32;
   }();
   return kernel;
 }
@@ -353,6 +385,7 @@ void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
   switch (kernel) {
 #if AG_F32_AVX512_KERNEL
     case F32Kernel::avx512: gemm_avx512(g); return;
+    case F32Kernel::avx2: gemm_avx2(g); return;
 #endif
     case F32Kernel::portable: gemm_portable(g); return;
     default: gemm_openblas(g); return;

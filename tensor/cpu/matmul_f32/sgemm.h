@@ -8,18 +8,24 @@
 // 384-512 rows (docs/performance.md). The kernels:
 //   avx512    6 x 64 blocks of C in 24 registers of 16 floats, A's values
 //             broadcast, B's rows loaded (sgemm.cpp says how it is blocked)
+//   avx2      the same code on 32-byte vectors (6 x 16 blocks in 12 of
+//             AVX2's 16 registers), for bfloat16 operands (below)
 //   portable  the same code on 16-byte vectors (6 x 8 blocks), for every
 //             machine: tests run the packing and the blocking everywhere
 //   openblas  cblas_sgemm
 // avx512 where the CPU has it, else openblas, or the one ATTOGRAD_F32_GEMM
-// names (one the CPU cannot run is refused).
+// names (one the CPU cannot run is refused). Products of bfloat16 operands
+// (a CPU without bfloat16 instructions) run on a kernel of ours, which widens
+// them as it packs, where float32's run on OpenBLAS: avx2, on a Zen 3 level
+// with OpenBLAS's float32 (0.9-1.3x its speed single-threaded on gpt_step's
+// products), where OpenBLAS wants widened copies of whole operands first.
 #include <cstdint>
 
 #include "base/bfloat16.h"
 
 namespace attograd::cpu {
 
-enum class F32Kernel { avx512, portable, openblas };
+enum class F32Kernel { avx512, avx2, portable, openblas };
 
 // "avx512", "portable", "openblas".
 const char* f32_kernel_name(F32Kernel kernel);
@@ -27,6 +33,11 @@ const char* f32_kernel_name(F32Kernel kernel);
 // The kernel float32 products run on here (read once; a bad
 // ATTOGRAD_F32_GEMM throws "[matmul] ATTOGRAD_F32_GEMM=... ").
 F32Kernel f32_kernel();
+
+// The kernel products of bfloat16 operands run on (F32Gemm's a_bf16, b_bf16):
+// f32_kernel(), but avx2 in place of openblas where it runs (unless
+// ATTOGRAD_F32_GEMM chose openblas).
+F32Kernel widening_f32_kernel();
 
 // Whether this CPU can run `kernel`: portable and openblas always can.
 bool f32_kernel_runs_here(F32Kernel kernel);
