@@ -256,12 +256,19 @@ struct Kernel {
               continue;
             }
             edge_block(a, row_step, k_step, bp, kc, cols, edge);
-            for (std::int64_t r = 0; r < rows; ++r)
-              for (std::int64_t col = 0; col < cols; ++col) {
-                float sum = add ? edge[r * NR + col] + c[r * g.ldc + col] : edge[r * NR + col];
-                if (block_bias) sum += block_bias[col];
-                c[r * g.ldc + col] = sum;
-              }
+            // C = (the sums + C or 0) + bias, as block() does. One loop that chose
+            // between edge + C and edge for each value became masked loads of C
+            // that cost 5x the product at n = 13 (a Zen 3; 14 GFLOP/s to 65 at n = 16).
+            for (std::int64_t r = 0; r < rows; ++r) {
+              float* c_row = c + r * g.ldc;
+              const float* sums = edge + r * NR;
+              if (add)
+                for (std::int64_t col = 0; col < cols; ++col) c_row[col] += sums[col];
+              else
+                std::memcpy(c_row, sums, sizeof(float) * cols);
+              if (block_bias)
+                for (std::int64_t col = 0; col < cols; ++col) c_row[col] += block_bias[col];
+            }
           }
         }
       }
