@@ -411,15 +411,14 @@ TEST_CASE("bfloat16 products on every kernel this CPU runs, and on the scalar mo
 }
 
 // A CPU without bfloat16 instructions multiplies on a float32 kernel that
-// widens the operands as it packs them, holding a band of C's float32 sums in
-// a thread's scratch until they are rounded (matmul.cpp): C must be float32's
-// whole product of the widened operands plus the bias, rounded once, bit for
-// bit, however the rows fall into bands and threads (ours sum K in one order
-// wherever a block starts: sgemm.cpp). Shapes: several bands a thread (2000
-// rows of 150), a product cut into column blocks (30 x 600), batches whole on
-// threads, a transposed A.
+// widens the operands as it packs them, each thread's block of C's float32
+// sums held in its scratch until they are rounded (matmul.cpp): C must be
+// float32's whole product of the widened operands plus the bias, rounded once,
+// bit for bit, however the threads cut it (ours sum K in one order wherever a
+// block starts: sgemm.cpp). Shapes: row blocks (2000 x 150), column blocks
+// (30 x 600), batches whole on threads, a transposed A.
 TEST_CASE("bfloat16 matmul on the widening float32 kernel: the widened operands' float32 product plus the bias, "
-          "rounded once, bit for bit across bands and threads",
+          "rounded once, bit for bit on 1, 2 and 3 threads",
           "[bf16][matmul]") {
   const cpu::F32Kernel kernel = cpu::widening_f32_kernel();
   INFO(cpu::f32_kernel_name(kernel));

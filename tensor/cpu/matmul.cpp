@@ -41,34 +41,21 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
   }
 }
 
-// How many of a bfloat16 product's float32 sums are held at a time: a band of
-// C's rows that stays in L2 (256 KiB: half of a Zen 3 core's) until it is
-// rounded. Its rows a multiple of the kernels' register blocks (6), and as many
-// as fit: each band packs B again, and with K = 64 (the default task) bands of
-// 96 rows had it cost more than the rounding it kept in cache saved.
-constexpr std::int64_t kBandFloats = 1 << 16;
-std::int64_t band_rows(std::int64_t m, std::int64_t n) {
-  return std::min(m, std::max<std::int64_t>(6, kBandFloats / n / 6 * 6));
-}
-
 // bfloat16 operands and C, float32 bias: float32's product of the operands
-// (widened exactly as the kernel packs them) plus the bias, a band of rows at a
-// time into this thread's scratch, each band rounded into C once while it is in
-// cache. (The whole product into a float32 tensor and a cast after it cost a
-// second pass over C and the pages of a tensor each product: on a Zen 3 the
-// roundings and widenings were 15% of the default task's bfloat16 step.)
+// (widened exactly as the kernel packs them) plus the bias into this thread's
+// scratch (kept between products: its pages already mapped), rounded into C
+// once. A float32 tensor for the whole product and a cast after it cost an
+// allocation, its pages and a second parallel pass each product. (Bands of rows
+// rounded while in L2 cost more: each band packs B again, at 2048 x 1536 x 384
+// bands of 42 rows made the bfloat16 shakespeare_char step 1.33x float32's.)
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, std::int64_t lda,
           const bfloat16* b, std::int64_t ldb, bfloat16* c, std::int64_t ldc, const float* bias) {
   thread_local Scratch<float> sums;
-  const std::int64_t band = band_rows(m, n);
-  if (static_cast<std::int64_t>(sums.size()) < band * n) sums.resize(static_cast<std::size_t>(band * n));
-  for (std::int64_t i0 = 0; i0 < m; i0 += band) {
-    const std::int64_t rows = std::min(band, m - i0);
-    gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = rows, .n = n, .k = k, .lda = lda, .ldb = ldb,
-              .c = sums.data(), .ldc = n, .bias = bias, .a_bf16 = a + i0 * (ta ? 1 : lda), .b_bf16 = b},
-             widening_f32_kernel());
-    for (std::int64_t r = 0; r < rows; ++r) round_to_bf16(&c[(i0 + r) * ldc].bits, sums.data() + r * n, n);
-  }
+  if (static_cast<std::int64_t>(sums.size()) < m * n) sums.resize(static_cast<std::size_t>(m * n));
+  gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .c = sums.data(),
+            .ldc = n, .bias = bias, .a_bf16 = a, .b_bf16 = b},
+           widening_f32_kernel());
+  for (std::int64_t r = 0; r < m; ++r) round_to_bf16(&c[r * ldc].bits, sums.data() + r * n, n);
 }
 
 // Below this many FLOPs a product runs on one thread: waking a worker costs

@@ -42,6 +42,13 @@ namespace {
 
 constexpr const char* kNames[] = {"avx512", "avx2", "portable", "openblas"};
 
+// K chunk and column block: an A panel (6 x 384 floats, 9 KiB) stays in L1
+// while the column block's B panels (384 x 64, 96 KiB each; 768 KiB in all)
+// stream from L2 (2 MiB a core on the Xeons measured; 1 MiB on Zen 4/5). A Zen
+// 3's 512 KiB hold only half of them, yet blocks of 256 columns that fit ran
+// the AVX2 tile no faster on GPT-2 small's and shakespeare_char's products.
+constexpr std::int64_t kKc = 384, kNc = 512;
+
 // The register block: kRows rows of C, each kVecs vectors of kLanes floats.
 // AVX-512 has 32 registers: 24 for C, 4 for B's row, 1 for the broadcast; 6 x 64
 // took fewer loads a multiply-add (10 for 24) and was 0-10% faster than 12 x 32
@@ -56,11 +63,6 @@ struct TileAvx2 {
 struct TilePortable {
   static constexpr int kBytes = 16, kRows = 6, kVecs = 2;
 };
-
-// K chunk and column block: an A panel (6 x 384 floats, 9 KiB) stays in L1
-// while the column block's B panels (384 x 64, 96 KiB each; 768 KiB in all)
-// stream from L2 (2 MiB a core on the Xeons measured; 1 MiB on Zen 4/5).
-constexpr std::int64_t kKc = 384, kNc = 512;
 
 // How many steps ahead of the micro-kernel B's panel is asked into L1.
 constexpr std::int64_t kPrefetchSteps = 8;
@@ -78,7 +80,12 @@ struct Kernel {
                                                        std::int64_t kc, float* dst) {
     for (std::int64_t k = 0; k < kc; ++k, dst += W, src += step) {
       if constexpr (std::is_same_v<S, bfloat16>) {
-        for (int c = 0; c < W; ++c) dst[c] = c < count ? static_cast<float>(src[c]) : 0.0f;
+        if (count == W) {  // apart from the edge's: vector widening, not a choice per value
+#pragma GCC unroll 16
+          for (int c = 0; c < W; ++c) dst[c] = bfloat16_to_float(src[c].bits);
+        } else {
+          for (int c = 0; c < W; ++c) dst[c] = c < count ? static_cast<float>(src[c]) : 0.0f;
+        }
       } else if (count == W) {  // a copy of known length: a few moves, not a rep movs
         std::memcpy(dst, src, sizeof(float) * W);
       } else {
