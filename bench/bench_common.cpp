@@ -32,8 +32,9 @@ const bool context_added = [] {
   } catch (const Error& e) {  // a bad ATTOGRAD_BF16_ISA
     benchmark::AddCustomContext("bf16_isa", e.what());
   }
-  try {  // the float32 products' kernel: "avx512", "openblas", "portable"
+  try {  // the float32 products' kernel: "avx512", "avx2", "openblas", "portable"; and widened bfloat16's
     benchmark::AddCustomContext("f32_gemm", kernels::f32_matmul_kernel());
+    benchmark::AddCustomContext("widening_gemm", kernels::widening_matmul_kernel());
   } catch (const Error& e) {  // a bad ATTOGRAD_F32_GEMM
     benchmark::AddCustomContext("f32_gemm", e.what());
   }

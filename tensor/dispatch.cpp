@@ -557,6 +557,7 @@ void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, 
 
 const char* bf16_matmul_kernel() { return cpu::bf16_kernel_name(cpu::bf16_kernel()); }
 const char* f32_matmul_kernel() { return cpu::f32_kernel_name(cpu::f32_kernel()); }
+const char* widening_matmul_kernel() { return cpu::f32_kernel_name(cpu::widening_f32_kernel()); }
 
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget) {

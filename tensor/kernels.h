@@ -148,12 +148,17 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const AttentionKernelOptions& options, const AttentionGrads& into = {});
 
 // The kernel bfloat16 matrix products run on here: "amx", "avx512_bf16" or
-// "widen" (float32 through OpenBLAS), or the one ATTOGRAD_BF16_ISA names.
+// "widen" (a float32 kernel, widening_matmul_kernel()), or the one
+// ATTOGRAD_BF16_ISA names.
 const char* bf16_matmul_kernel();
 
 // The kernel float32 matrix products run on here: "avx512" (ours), "openblas",
 // or "portable" (ours on 16-byte vectors), or the one ATTOGRAD_F32_GEMM names.
 const char* f32_matmul_kernel();
+
+// The float32 kernel that bfloat16 products widened to float32 run on: ours
+// ("avx512", "avx2"), which widens the operands as it packs them, where it runs.
+const char* widening_matmul_kernel();
 
 // ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
 struct AdamWStep {

@@ -422,7 +422,8 @@ TEST_CASE("bfloat16 matmul on the widening float32 kernel: the widened operands'
           "[bf16][matmul]") {
   const cpu::F32Kernel kernel = cpu::widening_f32_kernel();
   INFO(cpu::f32_kernel_name(kernel));
-  if (!std::getenv("ATTOGRAD_F32_GEMM") && cpu::f32_kernel_runs_here(cpu::F32Kernel::avx2))
+  const char* chosen = std::getenv("ATTOGRAD_F32_GEMM");
+  if (!(chosen && *chosen) && cpu::f32_kernel_runs_here(cpu::F32Kernel::avx2))
     CHECK(kernel != cpu::F32Kernel::openblas);  // not OpenBLAS's widened copies of whole operands
   if (kernel == cpu::F32Kernel::openblas) {
     WARN("skipped: no kernel of ours runs here (OpenBLAS's bits depend on the blocks)");

@@ -34,6 +34,7 @@
 #include "helpers.h"
 #include "program_helpers.h"
 #include "tensor/cpu/blas_setup.h"
+#include "tensor/cpu/matmul_f32/sgemm.h"
 #include "train/cli/cli.h"
 #include "train/cli/commands.h"
 #include "train/data/tasks.h"
@@ -528,6 +529,24 @@ TEST_CASE("OPENBLAS_CORETYPE that narrows OpenBLAS's kernels on an AVX-512 CPU g
         CHECK_THAT(run.out(), !Catch::Contains("note: OPENBLAS_CORETYPE"));
       CHECK_THAT(run.out(), Catch::Contains(", float32 (" + (kernel.empty() ? std::string(avx512 ? "avx512" : "openblas") : kernel) + ")"));
     }
+}
+
+// Without bfloat16 instructions (as ATTOGRAD_BF16_ISA=widen runs) the header
+// names the float32 kernel the widened products run on: ours where it runs
+// (it widens as it packs), OpenBLAS only when ATTOGRAD_F32_GEMM asks for it.
+TEST_CASE("a bfloat16 run without bfloat16 instructions names the float32 kernel its products run on", "[reliability][bf16]") {
+  const bool avx512 = cpu::f32_kernel_runs_here(cpu::F32Kernel::avx512);
+  const bool avx2 = cpu::f32_kernel_runs_here(cpu::F32Kernel::avx2);
+  for (const std::string kernel : {"openblas", ""}) {
+    INFO("ATTOGRAD_F32_GEMM=" << kernel);
+    TempDir tmp;
+    std::vector<std::string> args = tiny_run(tmp / "a", 1);
+    args.insert(args.end(), {"--dtype", "bfloat16"});
+    Child run(args, tmp.path, {"ATTOGRAD_BF16_ISA=widen", "ATTOGRAD_F32_GEMM=" + kernel});
+    REQUIRE(run.exit_code() == 0);
+    const std::string ours = avx512 ? "avx512" : avx2 ? "avx2" : "openblas";
+    CHECK_THAT(run.out(), Catch::Contains(", bfloat16 (widen: " + (kernel.empty() ? ours : kernel) + ")"));
+  }
 }
 
 // OpenBLAS 0.3.21 (Debian 12's) took an Emerald Rapids Xeon (family 6 model

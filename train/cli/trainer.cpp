@@ -190,10 +190,15 @@ class TrainingRun {
   }
 
   // ---- 3. the header: the data, the model, the processes
-  // What the matrix products run on, after the device: ", bfloat16 (amx)", or
+  // What the matrix products run on, after the device: ", bfloat16 (amx)",
+  // ", bfloat16 (widen: avx2)" (float32's products on that kernel), or
   // ", float32 (avx512)" on the CPU.
   std::string products_kernel() const {
-    if (dtype_ == DType::bf16) return fmt::format(", bfloat16 ({})", kernels::bf16_matmul_kernel());
+    if (dtype_ == DType::bf16) {
+      const std::string kernel = kernels::bf16_matmul_kernel();
+      if (kernel != "widen") return fmt::format(", bfloat16 ({})", kernel);
+      return fmt::format(", bfloat16 (widen: {})", kernels::widening_matmul_kernel());
+    }
     return device_.is_cpu() ? fmt::format(", float32 ({})", kernels::f32_matmul_kernel()) : "";
   }
 

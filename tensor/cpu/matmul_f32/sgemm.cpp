@@ -381,7 +381,8 @@ F32Kernel f32_kernel() {
 F32Kernel widening_f32_kernel() {
   static const F32Kernel kernel = [] {
     const F32Kernel f32 = f32_kernel();
-    if (f32 != F32Kernel::openblas || std::getenv("ATTOGRAD_F32_GEMM")) return f32;
+    const char* chosen = std::getenv("ATTOGRAD_F32_GEMM");
+    if (f32 != F32Kernel::openblas || (chosen && *chosen)) return f32;
     return avx2_runs_here() ? F32Kernel::avx2 : f32;
   }();
   return kernel;
