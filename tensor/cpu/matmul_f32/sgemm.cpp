@@ -265,7 +265,8 @@ struct Kernel {
             edge_block(a, row_step, k_step, bp, kc, cols, edge);
             // C = (the sums + C or 0) + bias, as block() does. One loop that chose
             // between edge + C and edge for each value became masked loads of C
-            // that cost 5x the product at n = 13 (a Zen 3; 14 GFLOP/s to 65 at n = 16).
+            // that cost 5x the product (a Zen 3: 14 GFLOP/s at n = 13, 45 since,
+            // where whole blocks at n = 16 ran at 65).
             for (std::int64_t r = 0; r < rows; ++r) {
               float* c_row = c + r * g.ldc;
               const float* sums = edge + r * NR;

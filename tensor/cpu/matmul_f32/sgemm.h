@@ -27,7 +27,7 @@ namespace attograd::cpu {
 
 enum class F32Kernel { avx512, avx2, portable, openblas };
 
-// "avx512", "portable", "openblas".
+// "avx512", "avx2", "portable", "openblas".
 const char* f32_kernel_name(F32Kernel kernel);
 
 // The kernel float32 products run on here (read once; a bad
