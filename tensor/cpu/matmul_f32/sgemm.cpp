@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <optional>
 #include <type_traits>
 
 #include "base/error.h"
@@ -328,29 +329,35 @@ void gemm_openblas(const F32Gemm& given) {
               g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.accumulate || g.bias ? 1.0f : 0.0f, g.c, g.ldc);
 }
 
+// The tiles are compiled only where AG_F32_AVX512_KERNEL says the compiler
+// can target AVX-512 and AVX2 (both tiles live in this file's build).
 bool avx512_runs_here() {
-#if AG_F32_AVX512_KERNEL
-  static const bool runs = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
-  }();
+  static const bool runs = AG_F32_AVX512_KERNEL && cpu::this_cpu_vector_isa().avx512;
   return runs;
-#else
-  return false;
-#endif
 }
 
 bool avx2_runs_here() {
-#if AG_F32_AVX512_KERNEL
-  static const bool runs = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
+  static const bool runs = AG_F32_AVX512_KERNEL && cpu::this_cpu_vector_isa().avx2_fma;
   return runs;
-#else
-  return false;
-#endif
+}
+
+// The kernel ATTOGRAD_F32_GEMM names, if it names one (refusing a name it
+// does not know and a kernel this CPU cannot run), read once for the float32
+// and the widening choice alike.
+std::optional<F32Kernel> asked_f32_kernel() {
+  static const std::optional<F32Kernel> asked = []() -> std::optional<F32Kernel> {
+    const char* env = std::getenv("ATTOGRAD_F32_GEMM");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
+      if (std::strcmp(env, kNames[i]) != 0) continue;
+      const auto chosen = static_cast<F32Kernel>(i);
+      AG_CHECK(f32_kernel_runs_here(chosen), "matmul", "ATTOGRAD_F32_GEMM={}: this CPU has no {}", env,
+               chosen == F32Kernel::avx512 ? "AVX-512" : "AVX2 and FMA");
+      return chosen;
+    }
+    fail("matmul", "ATTOGRAD_F32_GEMM={} is not one of avx512, avx2, portable, openblas", env);
+  }();
+  return asked;
 }
 
 }  // namespace
@@ -364,29 +371,14 @@ bool f32_kernel_runs_here(F32Kernel kernel) {
 }
 
 F32Kernel f32_kernel() {
-  static const F32Kernel kernel = [] {
-    const char* env = std::getenv("ATTOGRAD_F32_GEMM");
-    if (env == nullptr || *env == '\0') return avx512_runs_here() ? F32Kernel::avx512 : F32Kernel::openblas;
-    for (int i = 0; i < static_cast<int>(std::size(kNames)); ++i) {
-      if (std::strcmp(env, kNames[i]) != 0) continue;
-      const auto chosen = static_cast<F32Kernel>(i);
-      AG_CHECK(f32_kernel_runs_here(chosen), "matmul", "ATTOGRAD_F32_GEMM={}: this CPU has no {}", env,
-               chosen == F32Kernel::avx512 ? "AVX-512" : "AVX2 and FMA");
-      return chosen;
-    }
-    fail("matmul", "ATTOGRAD_F32_GEMM={} is not one of avx512, avx2, portable, openblas", env);
-  }();
-  return kernel;
+  if (const auto asked = asked_f32_kernel()) return *asked;
+  return avx512_runs_here() ? F32Kernel::avx512 : F32Kernel::openblas;
 }
 
 F32Kernel widening_f32_kernel() {
-  static const F32Kernel kernel = [] {
-    const F32Kernel f32 = f32_kernel();
-    const char* chosen = std::getenv("ATTOGRAD_F32_GEMM");
-    if (f32 != F32Kernel::openblas || (chosen && *chosen)) return f32;
-    return avx2_runs_here() ? F32Kernel::avx2 : f32;
-  }();
-  return kernel;
+  if (const auto asked = asked_f32_kernel()) return *asked;
+  if (avx512_runs_here()) return F32Kernel::avx512;
+  return avx2_runs_here() ? F32Kernel::avx2 : F32Kernel::openblas;
 }
 
 void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
