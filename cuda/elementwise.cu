@@ -219,11 +219,13 @@ AG_FLOATING(double)
   template void copy<T, float>(T*, const float*, const StridedLayout<2>&, cudaStream_t);                   \
   template void copy<T, double>(T*, const double*, const StridedLayout<2>&, cudaStream_t);                 \
   template void copy<T, std::int64_t>(T*, const std::int64_t*, const StridedLayout<2>&, cudaStream_t);    \
-  template void copy<T, bool>(T*, const bool*, const StridedLayout<2>&, cudaStream_t);
+  template void copy<T, bool>(T*, const bool*, const StridedLayout<2>&, cudaStream_t);                   \
+  template void copy<T, bfloat16>(T*, const bfloat16*, const StridedLayout<2>&, cudaStream_t);
 AG_ANY(float)
 AG_ANY(double)
 AG_ANY(std::int64_t)
 AG_ANY(bool)
+AG_ANY(bfloat16)
 #undef AG_ANY
 
 }  // namespace attograd::cuda

@@ -3,7 +3,9 @@
 // cuda/matmul_tensor_core.cu on the tensor cores): the problem as a kernel sees
 // it, loading a tile of either operand from global memory, in either layout,
 // into registers, the job loop around their own products (gemm_jobs), and how
-// cuda/matmul.cu's sgemm reaches a set's kernels. Included by those two files only.
+// cuda/matmul.cu's sgemm reaches a set's kernels. The bfloat16 product
+// (cuda/matmul_bf16.cu) takes the grid, the edge count and the SM count from
+// here. Included by those three files only.
 #include <algorithm>
 #include <cstdint>
 
@@ -39,9 +41,10 @@ __device__ __forceinline__ void unpack4(float4 v, float* out) {
   out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
 
-// How many of four consecutive indices from `start` are below `end` (0 to 4).
-__device__ __forceinline__ std::int64_t in_range4(std::int64_t start, std::int64_t end) {
-  return end - start >= 4 ? 4 : (end > start ? end - start : 0);
+// How many of Width consecutive indices from `start` are below `end` (0 to Width).
+template <int Width>
+__device__ __forceinline__ std::int64_t in_range(std::int64_t start, std::int64_t end) {
+  return end - start >= Width ? Width : (end > start ? end - start : 0);
 }
 
 // A thread's share of loading one tile: the float4s it fetches from global
@@ -75,11 +78,11 @@ __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads
     if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: four consecutive k
       const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range4(gk, x.k) : 0, x.vec);
+      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range<4>(gk, x.k) : 0, x.vec);
     } else {  // X(r, k) = data[k * ld + r]: four consecutive rows
       const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range4(gr, x.rows) : 0, x.vec);
+      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range<4>(gr, x.rows) : 0, x.vec);
     }
   }
 }
@@ -140,12 +143,22 @@ struct GemmKernels {
 };
 const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 
-// The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over batches and slices.
-inline dim3 gemm_grid(const GemmArgs& g, int bm, int bn) {
-  const std::int64_t grid_m = (g.m + bm - 1) / bm, grid_n = (g.n + bn - 1) / bn;
-  AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", g.m, 65535 * bm);
+// The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over
+// the jobs (batches, times slices of K).
+inline dim3 gemm_grid(std::int64_t m, std::int64_t n, std::int64_t jobs, int bm, int bn) {
+  const std::int64_t grid_m = (m + bm - 1) / bm, grid_n = (n + bn - 1) / bn;
+  AG_CHECK(grid_m <= 65535, "matmul", "M = {} is too large for the CUDA kernel (at most {})", m, 65535 * bm);
   return dim3(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
-              static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
+              static_cast<unsigned>(std::min<std::int64_t>(jobs, 65535)));
+}
+inline dim3 gemm_grid(const GemmArgs& g, int bm, int bn) { return gemm_grid(g.m, g.n, g.batches * g.splits, bm, bn); }
+
+// The current device's streaming multiprocessors, which the tile sizes are chosen to fill.
+inline int multiprocessors() {
+  int device = 0, count = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
 }
 
 }  // namespace attograd::cuda::gemm_detail

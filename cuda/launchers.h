@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "base/attention_problem.h"
+#include "base/bfloat16.h"
 #include "base/elementwise_ops.h"
 #include "cuda/strided.h"
 
@@ -29,13 +30,14 @@ template <typename T>
 void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
 template <typename T>
 void compare(BinaryOp op, bool* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
-// out = mask ? a : b; T is any of float, double, int64, bool.
+// out = mask ? a : b; T is any of float, double, int64, bool, bfloat16.
 template <typename T>
 void where(T* out, const bool* mask, const T* a, const T* b, const StridedLayout<4>& layout, cudaStream_t stream);
-// dst = static_cast<Out>(src), for every pair of float, double, int64, bool.
+// dst = static_cast<Out>(src), for every pair of float, double, int64, bool
+// and bfloat16 (rounded to nearest even from float32, as on the CPU).
 template <typename Out, typename In>
 void copy(Out* dst, const In* src, const StridedLayout<2>& layout, cudaStream_t stream);
-template <typename T>  // any of the four
+template <typename T>  // any of the five
 void fill(T* dst, T value, const StridedLayout<1>& layout, cudaStream_t stream);
 // y += alpha * x, in place (operand 0 is y, read and written).
 template <typename T>
@@ -73,6 +75,18 @@ struct GemmOperand {
 // strides over it, 0 on broadcast dims. K may be 0 (C is then zero).
 void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
            const StridedLayout<2>& batch, cudaStream_t stream);
+
+// ---- bfloat16 matmul (cuda/matmul_bf16.cu) ---------------------------------------------------
+// sgemm's problem on bfloat16 operands, on the tensor cores with float32 sums:
+// C = A B (+ bias, added to every row in float32), each sum rounded once to
+// bfloat16, as the CPU's bfloat16 product rounds its float32 ones.
+struct Bf16GemmOperand {
+  const bfloat16* data;
+  std::int64_t ld;
+  bool transposed;
+};
+void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias, std::int64_t m,
+               std::int64_t n, std::int64_t k, const StridedLayout<2>& batch, cudaStream_t stream);
 
 // ---- row ops over the last dim of contiguous (rows, n) buffers (cuda/softmax.cu) ------------
 template <typename T>

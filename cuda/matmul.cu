@@ -165,13 +165,6 @@ std::int64_t k_splits(std::int64_t tiles, std::int64_t k, int sms) {
   return std::max<std::int64_t>(1, std::min({(2 * sms + tiles - 1) / tiles, k / kMinSliceK, kMaxSplits}));
 }
 
-int multiprocessors() {
-  int device = 0, count = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 }  // namespace
 
 void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,

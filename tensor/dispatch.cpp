@@ -254,7 +254,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
     AG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(-1), "matmul", "bias {} does not match the {} columns of b {}",
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
-  check_cuda_float32("matmul", a);
+  AG_CHECK(!a.device().is_cuda() || a.dtype() != DType::f64, "matmul",
+           "float64 is CPU-only (the CUDA kernels are float32 and bfloat16), got {}", a.str());
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 

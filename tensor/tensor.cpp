@@ -105,9 +105,6 @@ Tensor Tensor::detach() const {
 
 Tensor empty(const Shape& sizes, TensorOptions options) {
   for (auto s : sizes) AG_CHECK(s >= 0, "empty", "negative size in {}", shape_str(sizes));
-  AG_CHECK(options.dtype != DType::bf16 || options.device.is_cpu(), "bfloat16",
-           "tensors are CPU-only in this build: the CUDA kernels are float32 (and float64), got a {} tensor on {}",
-           shape_str(sizes), options.device.str());
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = Storage::allocate(numel_of(sizes) * dtype_size(options.dtype), options.device);
   impl->sizes = sizes;

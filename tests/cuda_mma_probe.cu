@@ -4,6 +4,7 @@
 #include "cuda/check.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/mma_bf16.cuh"
 #include "cuda_mma_probe.h"
 
 namespace attograd::test {
@@ -25,17 +26,46 @@ __global__ void warp_product_kernel(const float* A, const float* B, float* c1, f
   }
 }
 
+// The bfloat16 bits of x, which is a bfloat16 number: its top half.
+__device__ std::uint16_t top_half(float x) { return static_cast<std::uint16_t>(cuda::float_bits(x) >> 16); }
+
+__global__ void warp_product_bf16_kernel(const float* A, const float* B, float* C) {
+  using namespace attograd::cuda;
+  const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+  const auto a_pair = [&](int row, int k) { return bf16_pair(top_half(A[row * 16 + k]), top_half(A[row * 16 + k + 1])); };
+  const auto b_pair = [&](int k, int col) { return bf16_pair(top_half(B[k * 8 + col]), top_half(B[(k + 1) * 8 + col])); };
+  const std::uint32_t a[4] = {a_pair(g, 2 * t), a_pair(g + 8, 2 * t), a_pair(g, 2 * t + 8), a_pair(g + 8, 2 * t + 8)};
+  const std::uint32_t b[2] = {b_pair(2 * t, g), b_pair(2 * t + 8, g)};
+  float c[4] = {};
+  mma_bf16(c, a, b);
+  for (int r = 0; r < 4; ++r) C[(g + 8 * (r / 2)) * 8 + 2 * t + r % 2] = c[r];
+}
+
+// x in new device memory, copied on the default stream: the probes need
+// nothing of attograd's own streams or allocator.
+float* device_copy(const std::vector<float>& x) {
+  float* d = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), x.size() * sizeof(float)));
+  CUDA_CHECK(cudaMemcpyAsync(d, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+  return d;
+}
+
 }  // namespace
 
+std::vector<float> warp_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& b) {
+  float *da = device_copy(a), *db = device_copy(b), *dc = device_copy(std::vector<float>(128));
+  cuda::launch(warp_product_bf16_kernel, 1, cuda::kWarp, 0, nullptr, da, db, dc);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> c(128);
+  CUDA_CHECK(cudaMemcpyAsync(c.data(), dc, 128 * sizeof(float), cudaMemcpyDeviceToHost, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (float* p : {da, db, dc}) CUDA_CHECK(cudaFree(p));
+  return c;
+}
+
 WarpProduct warp_product_on_gpu(const std::vector<float>& a, const std::vector<float>& b) {
-  // On the default stream, apart from attograd's own: the probe needs nothing else.
-  float *da = nullptr, *db = nullptr, *c1 = nullptr, *c3 = nullptr;
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&da), 128 * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&db), 64 * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&c1), 128 * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&c3), 128 * sizeof(float)));
-  CUDA_CHECK(cudaMemcpyAsync(da, a.data(), 128 * sizeof(float), cudaMemcpyHostToDevice, nullptr));
-  CUDA_CHECK(cudaMemcpyAsync(db, b.data(), 64 * sizeof(float), cudaMemcpyHostToDevice, nullptr));
+  float *da = device_copy(a), *db = device_copy(b), *c1 = device_copy(std::vector<float>(128)),
+        *c3 = device_copy(std::vector<float>(128));
   cuda::launch(warp_product_kernel, 1, cuda::kWarp, 0, nullptr, da, db, c1, c3);
   CUDA_CHECK_LAUNCH();
   WarpProduct out{std::vector<float>(128), std::vector<float>(128)};

@@ -3,7 +3,10 @@
 // and closeness checks with tolerances written once per dtype.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <string>
 
 #include "autograd/engine.h"
 #include "autograd/gradcheck.h"
@@ -77,6 +80,33 @@ inline bool all_close(const Tensor& a, const Tensor& b, double atol, double rtol
   const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
   for (std::size_t i = 0; i < va.size(); ++i)
     if (!(std::abs(va[i] - vb[i]) <= atol + rtol * std::abs(vb[i]))) return false;
+  return true;
+}
+
+// The bound on a bfloat16 product C = A B (+ bias) computed from bfloat16
+// operands with float32 products (exact) and sums: K float32 additions (one
+// more with the bias), each off by at most 2^-24 of its partial sum, so
+// (k + 1) 2^-24 (sum_i |a_i b_i| + |bias|) (a loose gamma_k), then one
+// rounding to bfloat16 of the result, 2^-8 of it. `got` is on the CPU; on
+// failure `where` names the first element outside.
+inline bool within_product_bound(const Tensor& got, const Tensor& a, const Tensor& b, std::string& where,
+                                 const Tensor& bias = Tensor()) {
+  const auto wide = [](const Tensor& x) { return kernels::cast(x, DType::f64); };
+  const auto abs = [&](const Tensor& x) { return kernels::unary(kernels::Unary::abs, wide(x)); };
+  Tensor want = kernels::matmul(wide(a), wide(b)), scale = kernels::matmul(abs(a), abs(b));
+  if (bias.defined()) {
+    want = kernels::binary(kernels::Binary::add, want, wide(bias));
+    scale = kernels::binary(kernels::Binary::add, scale, abs(bias));
+  }
+  const auto g = got.to_vector<double>(), w = want.to_vector<double>(), s = scale.to_vector<double>();
+  const double k = static_cast<double>(a.size(-1));
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double bound = kBf16UnitRoundoff * std::abs(w[i]) + (k + 1) * 0x1p-24 * s[i] + 1e-30;
+    if (!(std::abs(g[i] - w[i]) <= bound)) {
+      where = fmt::format("element {}: got {}, want {} (bound {})", i, g[i], w[i], bound);
+      return false;
+    }
+  }
   return true;
 }
 

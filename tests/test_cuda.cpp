@@ -309,11 +309,14 @@ TEST_CASE("cuda: where, fill_, add_, copy_ and every cast match the CPU", "[cuda
   const Tensor a = input({3, 5, 7}, DType::f32, Layout::transposed, 10), b = input({7}, DType::f32, Layout::contiguous, 11);
   const Tensor mask = kernels::binary(kernels::Binary::gt, input({5, 1}, DType::f32, Layout::contiguous, 12), zeros({}));
   require_parity(kernels::where(on_gpu(mask), on_gpu(a), on_gpu(b)), kernels::where(mask, a, b), "where");
+  const Tensor a16 = kernels::cast(a, DType::bf16), b16 = kernels::cast(b, DType::bf16);
+  require_parity(kernels::where(on_gpu(mask), on_gpu(a16), on_gpu(b16)), kernels::where(mask, a16, b16),
+                 "where, bfloat16");
 
   // Every pair of dtypes, from a strided source.
   const Tensor values = kernels::unary(kernels::Unary::mul_scalar, input({5, 7}, DType::f64, Layout::transposed, 13), 3.0);
-  for (DType from : {DType::f32, DType::f64, DType::i64, DType::b8})
-    for (DType into : {DType::f32, DType::f64, DType::i64, DType::b8}) {
+  for (DType from : {DType::f32, DType::f64, DType::i64, DType::b8, DType::bf16})
+    for (DType into : {DType::f32, DType::f64, DType::i64, DType::b8, DType::bf16}) {
       const Tensor src = make_view(kernels::cast(kernels::contiguous(values), from), {7, 5}, {1, 7}, 0);
       require_parity(kernels::cast(on_gpu(src), into), kernels::cast(src, into),
                      fmt::format("cast {} -> {}", dtype_name(from), dtype_name(into)));
@@ -457,6 +460,90 @@ TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches th
         "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
         {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
   });
+}
+
+// ---- bfloat16 ---------------------------------------------------------------------------------------
+
+// The bfloat16 product stands on cuda/mma_bf16.cuh's reading of the PTX ISA's
+// m16n8k16 fragment layout: one warp's product on operands whose every product
+// and sum is exact in float32 (small multiples of 1/8), so the result must be
+// A B to the bit, and any value read from the wrong place shows.
+TEST_CASE("cuda: the bfloat16 tensor-core product follows cuda/mma_bf16.cuh's fragment layout", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  std::vector<float> a(16 * 16), b(16 * 8);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 23) - 11) / 8;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 5 % 19) - 9) / 8;
+  const std::vector<float> got = test::warp_product_bf16_on_gpu(a, b);
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double want = 0;
+      for (int k = 0; k < 16; ++k) want += static_cast<double>(a[i * 16 + k]) * b[k * 8 + j];
+      INFO("C[" << i << "][" << j << "]");
+      REQUIRE(got[i * 8 + j] == want);
+    }
+#endif
+}
+
+namespace {
+
+// A bfloat16 operand of `sizes`, normal values rounded, laid out row-major or
+// transposed (its last two dims swapped in memory).
+Tensor bf16_operand(const Shape& sizes, bool transposed, std::uint64_t seed) {
+  Shape stored = sizes;
+  if (transposed) std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  const Tensor base = kernels::cast(input(stored, DType::f32, Layout::contiguous, seed), DType::bf16);
+  if (!transposed) return base;
+  Shape strides = base.strides();
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  return make_view(base, sizes, strides, 0);
+}
+
+void require_bf16_product(const Tensor& got_gpu, const Tensor& a, const Tensor& b, const Tensor& bias,
+                          const std::string& what) {
+  INFO(what);
+  REQUIRE(got_gpu.device().is_cuda());
+  REQUIRE(got_gpu.dtype() == DType::bf16);
+  std::string where;
+  const bool within = within_product_bound(on_cpu(got_gpu), a, b, where, bias);
+  INFO(where);
+  REQUIRE(within);
+}
+
+}  // namespace
+
+// Against float64 within bfloat16's bound (tests/helpers.h), as the CPU's
+// bfloat16 kernels are: the sums' order on the tensor cores is theirs.
+// Partial tiles on every edge, K below, at and past the 32 of a tile, both
+// tile sizes (264 batches of one 128 x 128 tile fill the emulated H100's 132
+// SMs twice), broadcast batches, K = 0, offset operands that cannot take
+// 16-byte loads, and a bias added before the one rounding.
+TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd sizes, transposes, batches, bias",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<MatmulCase> cases{
+      {{1, 1}, {1, 1}},         {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},        {{64, 64}, {64, 64}},
+      {{37, 70}, {70, 45}},     {{127, 129}, {129, 131}},   {{300, 200}, {200, 150}}, {{2, 3, 5, 7}, {3, 7, 11}},
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},      {{264, 20, 33}, {33, 40}}};
+  for (const MatmulCase& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = bf16_operand(c.a, ta, 50), b = bf16_operand(c.b, tb, 51);
+        require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b)), a, b, Tensor(),
+                             fmt::format("bfloat16 matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "",
+                                         shape_str(c.b), tb ? "(transposed)" : ""));
+      }
+  const Tensor wide = bf16_operand({33, 20}, false, 52);
+  const Tensor a = make_view(wide, {33, 17}, wide.strides(), 1);  // 2 bytes past a 16-byte boundary
+  const Tensor b = bf16_operand({17, 9}, false, 53), bias = kernels::cast(input({9}, DType::f32, Layout::contiguous, 54), DType::bf16);
+  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                       "bfloat16 matmul of an offset view, with a bias");
+}
+
+TEST_CASE("cuda: bfloat16 arithmetic without a CUDA kernel is refused by name", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  const Tensor x = on_gpu(bf16_operand({3, 4}, false, 55));
+  REQUIRE_THROWS_WITH(kernels::binary(kernels::Binary::mul, x, x), Catch::Contains("[mul] has no bfloat16 kernel"));
 }
 
 // ---- fused row ops ------------------------------------------------------------------------------------

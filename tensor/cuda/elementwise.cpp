@@ -31,7 +31,7 @@ Tensor binary(kernels::Binary op, const Tensor& a, const Tensor& b, const Shape&
 Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b, const Shape& out_shape) {
   Tensor out = empty(out_shape, a.options());
   const auto layout = layout_of<4>("where", out_shape, {&out, &mask, &a, &b});
-  visit_cuda_dtype("where", a.dtype(), [&](auto zero) {
+  visit_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cuda::where<T>(out.data<T>(), mask.data<bool>(), a.data<T>(), b.data<T>(), layout, stream_of(a));
   });
@@ -40,8 +40,8 @@ Tensor where(const Tensor& mask, const Tensor& a, const Tensor& b, const Shape& 
 
 void copy_(const Tensor& dst, const Tensor& src) {
   const auto layout = layout_of<2>("copy_", dst.sizes(), {&dst, &src});
-  visit_cuda_dtype("copy_", dst.dtype(), [&](auto out_zero) {
-    visit_cuda_dtype("copy_", src.dtype(), [&](auto in_zero) {
+  visit_dtype(dst.dtype(), [&](auto out_zero) {
+    visit_dtype(src.dtype(), [&](auto in_zero) {
       using Out = decltype(out_zero);
       using In = decltype(in_zero);
       cuda::copy<Out, In>(dst.data<Out>(), src.data<In>(), layout, stream_of(dst));
@@ -51,7 +51,7 @@ void copy_(const Tensor& dst, const Tensor& src) {
 
 void fill_(const Tensor& dst, double value) {
   const auto layout = layout_of<1>("fill_", dst.sizes(), {&dst});
-  visit_cuda_dtype("fill_", dst.dtype(), [&](auto zero) {
+  visit_dtype(dst.dtype(), [&](auto zero) {
     using T = decltype(zero);
     cuda::fill<T>(dst.data<T>(), static_cast<T>(value), layout, stream_of(dst));
   });

@@ -64,8 +64,10 @@ cuda::StridedLayout<N> layout_of(const char* op, const Shape& shape, const std::
   return collapse<N>(op, shape, strides);
 }
 
-// visit_dtype over the dtypes CUDA tensors come in: every one but bfloat16, which
-// has no CUDA kernels yet (empty() refuses a bfloat16 CUDA tensor).
+// visit_dtype over the dtypes the CUDA arithmetic kernels come in: every one
+// but bfloat16, whose CUDA tensors have the copies, casts, fill, where and
+// the matrix product (visit_dtype, and tensor/cuda/matmul.cpp), and no
+// arithmetic kernels yet.
 template <typename Fn>
 void visit_cuda_dtype(const char* op, DType t, Fn fn) {
   switch (t) {

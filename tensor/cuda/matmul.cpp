@@ -1,8 +1,9 @@
-// Batched matmul on CUDA tensors (float32), with an optional bias added to
-// every row: each operand goes to the SGEMM of
-// cuda/matmul.cu as it lies in memory when its last two dims are row-major or
-// column-major (a transposed view), exactly as the CPU hands operands to BLAS;
-// anything else is copied to contiguous first.
+// Batched matmul on CUDA tensors (float32, or bfloat16 with float32 sums),
+// with an optional bias added to every row: each operand goes to the SGEMM of
+// cuda/matmul.cu (or the bfloat16 product of cuda/matmul_bf16.cu) as it lies
+// in memory when its last two dims are row-major or column-major (a transposed
+// view), exactly as the CPU hands operands to BLAS; anything else is copied to
+// contiguous first.
 #include "tensor/cuda/launch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
@@ -13,9 +14,17 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
   Tensor out = matmul_output(a_in, b_in, batch_shape);
   if (out.numel() == 0) return out;
   const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
-  const auto gemm = [](const MatrixOperand& x) { return cuda::GemmOperand{x.t.data<float>(), x.ld, x.transposed}; };
   const MatmulBatches batches(a.t, b.t, batch_shape);
   const auto batch = collapse<2>("matmul", batch_shape, {batches.a_strides, batches.b_strides});
+  if (out.dtype() == DType::bf16) {  // the bias is added to the float32 sums, before their one rounding
+    const auto gemm = [](const MatrixOperand& x) {
+      return cuda::Bf16GemmOperand{x.t.data<bfloat16>(), x.ld, x.transposed};
+    };
+    const bfloat16* bias_data = bias.defined() ? bias.data<bfloat16>() : nullptr;
+    cuda::gemm_bf16(out.data<bfloat16>(), gemm(a), gemm(b), bias_data, m, n, k, batch, stream_of(out));
+    return out;
+  }
+  const auto gemm = [](const MatrixOperand& x) { return cuda::GemmOperand{x.t.data<float>(), x.ld, x.transposed}; };
   cuda::sgemm(out.data<float>(), gemm(a), gemm(b), m, n, k, batch, stream_of(out));
   // The bias in a second pass over C (the CPU writes it into C before the product).
   if (bias.defined()) add_(out, bias, 1.0);
