@@ -95,8 +95,6 @@ void validate(const TrainOptions& o) {
            "applies to the CPU's attention, not to --device {}", o.device);
   AG_CHECK(o.dtype.empty() || o.dtype == "float32" || o.dtype == "bfloat16", "--dtype",
            "unknown dtype '{}' (float32, bfloat16)", o.dtype);
-  AG_CHECK(o.dtype != "bfloat16" || o.device == "cpu", "--dtype",
-           "bfloat16 cannot go with --device {}: this build's bfloat16 kernels are the CPU's (the GPU's are float32)", o.device);
   if (o.device == "cuda") {
     AG_CHECK(cuda::built_with_cuda(), "--device", "cuda: this build has no CUDA backend");
     AG_CHECK(cuda::device_count() > 0, "--device", "cuda: no CUDA device is present ({})", cuda::no_device_reason());

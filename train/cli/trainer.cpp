@@ -192,8 +192,9 @@ class TrainingRun {
   // ---- 3. the header: the data, the model, the processes
   // What the matrix products run on, after the device: ", bfloat16 (amx)",
   // ", bfloat16 (widen: avx2)" (float32's products on that kernel), or
-  // ", float32 (avx512)" on the CPU.
+  // ", float32 (avx512)" on the CPU; ", bfloat16 (tensor cores)" on the GPU.
   std::string products_kernel() const {
+    if (dtype_ == DType::bf16 && !device_.is_cpu()) return ", bfloat16 (tensor cores)";
     if (dtype_ == DType::bf16) {
       const std::string kernel = kernels::bf16_matmul_kernel();
       if (kernel != "widen") return fmt::format(", bfloat16 ({})", kernel);
