@@ -3,12 +3,15 @@
 //   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
 //   cuda_matmul/gpt_MxKxN[_at]                           the toy GPT's products (_at: A read transposed)
 //   cuda_matmul/tc/...                                   the same on the tensor-core kernels (3xTF32)
+//   cuda_matmul/bf16/...                                 the same on bfloat16 operands (tensor cores)
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
 //     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
 //   cuda_gpt_step, cuda_gpt_step_tc                        the toy GPT's training step (tokens/s), its
 //                                                          attention and matmul on the SIMT or the tensor-core kernels
+//   cuda_gpt_step/bf16, cuda_gpt2_step[/bf16]              the toy GPT under autocast; GPT-2 small (12 layers,
+//                                                          768, block 1024, batch 8, vocab 65) in either dtype
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
 // the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
 // composed path is left out at XXL (its (T, T) matrices alone are 3 GiB).
@@ -33,12 +36,11 @@
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
 #include "bench_common.h"
+#include "bench_step_case.h"
 #include "cuda/runtime.h"
 #include "nn/attention.h"
-#include "nn/gpt.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
-#include "train/optim/optimizer.h"
 
 namespace attograd::bench {
 namespace {
@@ -90,6 +92,34 @@ void matmul_case(benchmark::State& state, cuda::KernelSet kernels_to_use, std::i
   time_iterations(state, [&] { benchmark::DoNotOptimize(kernels::matmul(a, b).raw_data()); });
   const double m = static_cast<double>(M), k = static_cast<double>(K), n = static_cast<double>(N);
   set_counters(state, 2 * m * k * n, 4 * (m * k + k * n + m * n));
+}
+
+// The same product on bfloat16 operands (cuda/matmul_bf16.cu: the tensor
+// cores, float32 sums, a bfloat16 result), checked on the first 64 rows
+// against the CPU's bfloat16 product of the same operands: each result is one
+// rounding of a float32 sum, the two sums added in different orders, so they
+// may differ by a unit of bfloat16 (2^-7 relative) and the sums' own error.
+void matmul_bf16_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N,
+                      bool a_transposed = false) {
+  const auto bf16 = [](const Tensor& x) { return kernels::cast(x, DType::bf16); };
+  const Tensor a_stored = bf16(gpu_input(a_transposed ? Shape{K, M} : Shape{M, K}, 1)), b = bf16(gpu_input({K, N}, 2));
+  const Tensor a = a_transposed ? make_view(a_stored, {M, K}, {1, M}, 0) : a_stored;
+  {
+    const std::int64_t band = std::min<std::int64_t>(64, M);
+    const auto f32_on_cpu = [](const Tensor& x) {
+      return kernels::cast(kernels::to_device(x, Device::cpu()), DType::f32);
+    };
+    const Tensor rows = f32_on_cpu(kernels::matmul(a, b));
+    const Tensor a_cpu = kernels::contiguous(kernels::to_device(a, Device::cpu()));
+    const Tensor want = kernels::matmul(make_view(a_cpu, {band, K}, {K, 1}, 0), kernels::to_device(b, Device::cpu()));
+    const Tensor got = make_view(rows, {band, N}, {N, 1}, 0);
+    if (!check_close(state, "cuda bfloat16 matmul rows 0..63 vs the CPU", got, kernels::cast(want, DType::f32),
+                     1e-4 * std::sqrt(double(K)), 1.0 / 128))
+      return;
+  }
+  time_iterations(state, [&] { benchmark::DoNotOptimize(kernels::matmul(a, b).raw_data()); });
+  const double m = static_cast<double>(M), k = static_cast<double>(K), n = static_cast<double>(N);
+  set_counters(state, 2 * m * k * n, 2 * (m * k + k * n + m * n));
 }
 
 // The toy GPT's products (B T = 4096 tokens, C = 128): the forward's X W^T of
@@ -215,49 +245,13 @@ void row_op_case(benchmark::State& state, const std::string& what, const Shape& 
   set_counters(state, flops, bytes);
 }
 
-// ---- the toy GPT ---------------------------------------------------------------------------------
+// ---- training steps --------------------------------------------------------------------------------
 
-// Token ids as random_tokens draws them, on the GPU.
-Tensor gpu_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::uint64_t seed) {
-  return kernels::to_device(random_tokens(B, T, vocab, seed), kGpu);
-}
-
-double step_loss(nn::GPT& model, train::optim::AdamW& optimizer, const Tensor& tokens, const Tensor& targets) {
-  optimizer.zero_grad();
-  Tensor loss = model.loss(tokens, targets);
-  backward(loss);
-  optimizer.step();
-  return loss.item();
-}
-
-// kernels_to_use: for both attention and matmul.
-void gpt_step_case(benchmark::State& state, cuda::KernelSet kernels_to_use) {
+// bench_step_case.h's step on the GPU; kernels_to_use: for both attention and matmul.
+void gpu_step_case(benchmark::State& state, const StepCase& c, cuda::KernelSet kernels_to_use) {
   const cuda::ScopedKernelSet attention(cuda::KernelOp::attention, kernels_to_use);
   const cuda::ScopedKernelSet matmul(cuda::KernelOp::matmul, kernels_to_use);
-  const nn::GPTConfig config;  // the toy GPT of the design notes
-  const std::int64_t B = 32, T = config.block_size, C = config.n_embd, V = config.vocab_size;
-  nn::GPT model(config);
-  model.to(kGpu);
-  train::optim::AdamW optimizer(model.named_parameters(), train::optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.01});
-  const Tensor tokens = gpu_tokens(B, T, V, 31), targets = gpu_tokens(B, T, V, 32);
-  const double first = step_loss(model, optimizer, tokens, targets);
-  if (!(std::abs(first - std::log(static_cast<double>(V))) < 0.1)) {
-    state.SkipWithError(("check failed: initial loss " + std::to_string(first) + " is not near ln(V)").c_str());
-    return;
-  }
-  double last = first;
-  for (int i = 0; i < 3; ++i) last = step_loss(model, optimizer, tokens, targets);
-  if (!(last < first - 0.01)) {
-    state.SkipWithError(("check failed: 4 AdamW steps did not lower the loss (" + std::to_string(first) + " -> " +
-                         std::to_string(last) + ")")
-                            .c_str());
-    return;
-  }
-  time_iterations(state, [&] { benchmark::DoNotOptimize(step_loss(model, optimizer, tokens, targets)); });
-  const double BT = static_cast<double>(B * T);
-  const double layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1);
-  set_counters(state, 3 * (config.n_layer * layer + 2 * BT * C * V), 40.0 * static_cast<double>(model.num_parameters()));
-  state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  step_case(state, c, kGpu);
 }
 
 const bool registered = [] {
@@ -271,6 +265,13 @@ const bool registered = [] {
       register_gpu_case(gemm_name(prefix, s),
                         [k, s](benchmark::State& st) { matmul_case(st, k, s.M, s.K, s.N, s.a_transposed); });
   }
+  // cuda_matmul/bf16/...: bfloat16 operands on the tensor cores (one kernel set).
+  for (std::int64_t n : {1024, 2048, 4096})
+    register_gpu_case("cuda_matmul/bf16/" + std::to_string(n),
+                      [n](benchmark::State& st) { matmul_bf16_case(st, n, n, n); });
+  for (const GemmShape& s : kGptGemms)
+    register_gpu_case(gemm_name("cuda_matmul/bf16/", s),
+                      [s](benchmark::State& st) { matmul_bf16_case(st, s.M, s.K, s.N, s.a_transposed); });
   for (bool bwd : {false, true})
     for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore, kComposed})
       for (const AttentionShape& s : kGpuShapes) {
@@ -304,8 +305,14 @@ const bool registered = [] {
       return cross_entropy(x, x.device().is_cuda() ? targets_gpu : targets_cpu);
     }, 7 * 4096 * V, 12 * 4096 * V);
   });
-  register_gpu_case("cuda_gpt_step", [](benchmark::State& st) { gpt_step_case(st, cuda::KernelSet::simt); });
-  register_gpu_case("cuda_gpt_step_tc", [](benchmark::State& st) { gpt_step_case(st, cuda::KernelSet::tensor_core); });
+  constexpr auto simt = cuda::KernelSet::simt, tensor_core = cuda::KernelSet::tensor_core;
+  register_gpu_case("cuda_gpt_step", [](benchmark::State& st) { gpu_step_case(st, gpt_step(), simt); });
+  register_gpu_case("cuda_gpt_step_tc", [](benchmark::State& st) { gpu_step_case(st, gpt_step(), tensor_core); });
+  register_gpu_case("cuda_gpt_step/bf16", [](benchmark::State& st) { gpu_step_case(st, in_bf16(gpt_step()), simt); });
+  // GPT-2 small at the batch of the GPU issue's target (8 x 1024 tokens), vocab 65 as on the CPU.
+  const auto gpt2 = [] { return real_size(12, 768, 12, 1024, 8); };
+  register_gpu_case("cuda_gpt2_step", [gpt2](benchmark::State& st) { gpu_step_case(st, gpt2(), simt); });
+  register_gpu_case("cuda_gpt2_step/bf16", [gpt2](benchmark::State& st) { gpu_step_case(st, in_bf16(gpt2()), simt); });
   return true;
 }();
 

@@ -23,7 +23,9 @@
 //                lower its loss fails at 1e-4 for GPT-2 small, in PyTorch too), weight
 //                decay 0.1, clipping at 1.0.
 // Each case also as <case>/bf16: the forward under autocast
-// (autograd/autocast.h), as `attograd train --dtype bfloat16` runs it.
+// (autograd/autocast.h), as `attograd train --dtype bfloat16` runs it. The
+// step itself, its checks and counters: bench_step_case.h (bench_cuda.cpp
+// runs the same on the GPU).
 // Counters: "tokens" (tokens/s, B*T per step), and "flops", "bytes" as below.
 //
 // FLOPs per step (matmul FLOPs only, forward x 3 for forward + backward;
@@ -37,91 +39,15 @@
 // (read in forward and in backward, gradient written, and AdamW reading p, g,
 // m, v and writing p, m, v); activations, and clipping's reads of the
 // gradients, are not counted.
-#include <cmath>
-#include <vector>
+#include <string>
+#include <utility>
 
-#include "autograd/autocast.h"
-#include "autograd/engine.h"
-#include "autograd/grad_mode.h"
-#include "bench_common.h"
-#include "nn/gpt.h"
-#include "tensor/rng.h"
+#include "bench_step_case.h"
 #include "train/model/gpt.h"
-#include "train/optim/grad_clip.h"
-#include "train/optim/optimizer.h"
 #include "train/options.h"
 
 namespace attograd::bench {
 namespace {
-
-
-// What a case trains and how.
-struct StepCase {
-  nn::GPTConfig config;
-  std::int64_t batch;
-  train::optim::AdamWOptions adamw;
-  double clip_norm;  // max global gradient norm; 0: no clipping (not even the norm is computed)
-  DType dtype = DType::f32;  // bfloat16: the forward under autocast
-  // How far from ln(V) the loss at GPT-2's init may be: deeper and wider models
-  // start further off (12 layers of 768: 0.15-0.2).
-  double initial_loss_tolerance = 0.1;
-};
-
-// One step in the trainer's order: loss, backward, clip, update, zero_grad. Returns the loss.
-double step_loss(nn::GPT& model, train::optim::AdamW& optimizer, const Tensor& tokens, const Tensor& targets,
-                 double clip_norm, DType dtype) {
-  Tensor loss;
-  {
-    const AutocastGuard autocast(dtype);
-    loss = model.loss(tokens, targets);
-  }
-  backward(loss);
-  if (clip_norm > 0) train::optim::clip_grad_norm(optimizer.params(), clip_norm);
-  optimizer.step();
-  optimizer.zero_grad();
-  return loss.item();
-}
-
-void step_case(benchmark::State& state, const StepCase& c) {
-  const std::int64_t B = c.batch, T = c.config.block_size, C = c.config.n_embd, V = c.config.vocab_size;
-  nn::GPT model(c.config);
-  model.train();  // dropout on, when the config has any
-  train::optim::AdamW optimizer(model.named_parameters(), c.adamw);
-  const Tensor tokens = random_tokens(B, T, V, 31), targets = random_tokens(B, T, V, 32);
-
-  // Checks before timing: at GPT-2's init (weights ~ N(0, 0.02)) the logits
-  // are near zero, so the loss is near ln(V); and a few AdamW steps on one
-  // batch must lower the loss on it.
-  const double first = step_loss(model, optimizer, tokens, targets, c.clip_norm, c.dtype);
-  if (!(std::abs(first - std::log(static_cast<double>(V))) < c.initial_loss_tolerance)) {
-    state.SkipWithError(("check failed: initial loss " + std::to_string(first) + " is not near ln(V) = " +
-                         std::to_string(std::log(static_cast<double>(V))))
-                            .c_str());
-    return;
-  }
-  double last = first;
-  for (int i = 0; i < 3; ++i) last = step_loss(model, optimizer, tokens, targets, c.clip_norm, c.dtype);
-  if (!(last < first - 0.01)) {
-    state.SkipWithError(("check failed: 4 AdamW steps on one batch did not lower its loss (" +
-                         std::to_string(first) + " -> " + std::to_string(last) + ")")
-                            .c_str());
-    return;
-  }
-
-  for (auto _ : state)
-    benchmark::DoNotOptimize(step_loss(model, optimizer, tokens, targets, c.clip_norm, c.dtype));
-
-  const double BT = static_cast<double>(B * T);
-  const double layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1);
-  const double flops = 3 * (c.config.n_layer * layer + 2 * BT * C * V);
-  set_counters(state, flops, 40.0 * static_cast<double>(model.num_parameters()));
-  state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
-}
-
-// The toy GPT of the design notes.
-StepCase gpt_step() {
-  return {.config = nn::GPTConfig{}, .batch = 32, .adamw = {.lr = 1e-3, .weight_decay = 0.01}, .clip_norm = 0};
-}
 
 // `attograd train --data FILE --layers 4 --width 128 --heads 4 --block 64 --batch 64`:
 // the --data preset with the given flags over it, as train/cli/cli.cpp composes them,
@@ -138,22 +64,8 @@ StepCase charlm_step() {
           .clip_norm = o.grad_clip};
 }
 
-// The design notes' real sizes, vocab 65 (characters).
-StepCase real_size(std::int64_t layers, std::int64_t width, std::int64_t heads, std::int64_t block,
-                   std::int64_t batch) {
-  return {.config = {.vocab_size = 65, .block_size = block, .n_layer = layers, .n_head = heads, .n_embd = width},
-          .batch = batch,
-          .adamw = {.lr = 1e-5, .weight_decay = 0.1},
-          .clip_norm = 1.0,
-          .initial_loss_tolerance = 0.3};
-}
 StepCase shakespeare_step() { return real_size(6, 384, 6, 256, 16); }
 StepCase gpt2_step() { return real_size(12, 768, 12, 1024, 2); }
-
-StepCase in_bf16(StepCase c) {
-  c.dtype = DType::bf16;
-  return c;
-}
 
 // A step is ~0.1-1 s on two cores (GPT-2 small's a few); a fixed count keeps the
 // figure stable and the suite short.

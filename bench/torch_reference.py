@@ -20,7 +20,8 @@ With --device cuda it runs the GPU cases of bench/bench_cuda.cpp instead, on the
 GPU, float32 with TF32 off (so matmul is cuBLAS's float32 SGEMM, the yardstick of
 cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_matmul/gpt_* (the toy GPT's products),
 cuda_attn_core_{fwd,fwdbwd}/{composed,fused}/{S..XXL} (no composed XXL),
-cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step;
+cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step; and in bfloat16 cuda_matmul/bf16/* (cuBLAS's
+bfloat16 GEMM), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
 each iteration timed with CUDA events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
@@ -355,9 +356,11 @@ def matmul_case(M, K, N, a_transposed=False):
     return step, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N), None
 
 
-def matmul_bf16_case(M, K, N):
-    """bfloat16 operands and result (oneDNN's kernels: AMX or AVX512_BF16 where the CPU has them)."""
-    a, b = randn(M, K, seed=1).bfloat16(), randn(K, N, seed=2).bfloat16()
+def matmul_bf16_case(M, K, N, a_transposed=False):
+    """bfloat16 operands and result (oneDNN's kernels: AMX or AVX512_BF16 where the CPU has them;
+    cuBLAS on the GPU)."""
+    a = (randn(K, M, seed=1).t() if a_transposed else randn(M, K, seed=1)).bfloat16()
+    b = randn(K, N, seed=2).bfloat16()
     check_close("matmul_bf16", (a @ b)[:16, :16].double(), a[:16].double() @ b[:, :16].double(),
                 1e-3 * math.sqrt(K), 1.0 / 128)
 
@@ -501,6 +504,10 @@ def gpu_cases():
     for M, K, N, a_transposed in GPT_GEMMS:
         name = f"cuda_matmul/gpt_{M}x{K}x{N}" + ("_at" if a_transposed else "")
         cases.append((name, lambda M=M, K=K, N=N, t=a_transposed: matmul_case(M, K, N, t)))
+    cases += [(f"cuda_matmul/bf16/{n}", lambda n=n: matmul_bf16_case(n, n, n)) for n in (1024, 2048, 4096)]
+    for M, K, N, a_transposed in GPT_GEMMS:
+        name = f"cuda_matmul/bf16/gpt_{M}x{K}x{N}" + ("_at" if a_transposed else "")
+        cases.append((name, lambda M=M, K=K, N=N, t=a_transposed: matmul_bf16_case(M, K, N, t)))
     for bwd in (False, True):
         for impl in ("fused", "composed"):
             for s, (B, T, C, H) in GPU_SHAPES.items():
@@ -511,6 +518,10 @@ def gpu_cases():
     for s in GPU_SHAPES:
         cases.append((f"cuda_mha_fwdbwd/fused/{s}", lambda s=s: mha_case(s, "fused", True)))
     cases.append(("cuda_gpt_step", gpt_step_case))
+    cases.append(("cuda_gpt_step/bf16", lambda: gpt_step_case(bf16=True)))
+    for bf16 in (False, True):  # GPT-2 small at batch 8, as bench_cuda.cpp
+        cases.append(("cuda_gpt2_step" + ("/bf16" if bf16 else ""),
+                      lambda bf16=bf16: real_size_case(12, 768, 12, 1024, 8, bf16)))
     return cases
 
 

@@ -87,26 +87,34 @@ __device__ __forceinline__ bool apply_compare(T x, T y) {
 
 // ---- bodies: one element, given its operand offsets -------------------------------------
 
+// Each reads its operands as compute_t<T> (bfloat16 widened to float32) and
+// converts its result back to T (bfloat16: one rounding).
 template <UnaryOp op, typename T>
 struct UnaryBody {
   T* out;
   const T* x;
-  T s;
-  __device__ void operator()(const std::int64_t (&o)[2]) const { out[o[0]] = apply_unary<op>(x[o[1]], s); }
+  compute_t<T> s;
+  __device__ void operator()(const std::int64_t (&o)[2]) const {
+    out[o[0]] = T(apply_unary<op>(compute_t<T>(x[o[1]]), s));
+  }
 };
 
 template <BinaryOp op, typename T>
 struct BinaryBody {
   T* out;
   const T *a, *b;
-  __device__ void operator()(const std::int64_t (&o)[3]) const { out[o[0]] = apply_binary<op>(a[o[1]], b[o[2]]); }
+  __device__ void operator()(const std::int64_t (&o)[3]) const {
+    out[o[0]] = T(apply_binary<op>(compute_t<T>(a[o[1]]), compute_t<T>(b[o[2]])));
+  }
 };
 
 template <BinaryOp op, typename T>
 struct CompareBody {
   bool* out;
   const T *a, *b;
-  __device__ void operator()(const std::int64_t (&o)[3]) const { out[o[0]] = apply_compare<op>(a[o[1]], b[o[2]]); }
+  __device__ void operator()(const std::int64_t (&o)[3]) const {
+    out[o[0]] = apply_compare<op>(compute_t<T>(a[o[1]]), compute_t<T>(b[o[2]]));
+  }
 };
 
 template <typename T>
@@ -135,8 +143,10 @@ template <typename T>
 struct AxpyBody {
   T* y;
   const T* x;
-  T alpha;
-  __device__ void operator()(const std::int64_t (&o)[2]) const { y[o[0]] = y[o[0]] + alpha * x[o[1]]; }
+  compute_t<T> alpha;
+  __device__ void operator()(const std::int64_t (&o)[2]) const {
+    y[o[0]] = T(compute_t<T>(y[o[0]]) + alpha * compute_t<T>(x[o[1]]));
+  }
 };
 
 }  // namespace
@@ -144,7 +154,7 @@ struct AxpyBody {
 // ---- launchers ------------------------------------------------------------------------------
 
 template <typename T>
-void unary(UnaryOp op, T* out, const T* x, T s, const StridedLayout<2>& layout, cudaStream_t stream) {
+void unary(UnaryOp op, T* out, const T* x, compute_t<T> s, const StridedLayout<2>& layout, cudaStream_t stream) {
   switch (op) {
 #define AG_CASE(name) \
   case UnaryOp::name: return for_each(layout, UnaryBody<UnaryOp::name, T>{out, x, s}, stream);
@@ -198,19 +208,20 @@ void fill(T* dst, T value, const StridedLayout<1>& layout, cudaStream_t stream) 
 }
 
 template <typename T>
-void add_scaled(T* y, const T* x, T alpha, const StridedLayout<2>& layout, cudaStream_t stream) {
+void add_scaled(T* y, const T* x, compute_t<T> alpha, const StridedLayout<2>& layout, cudaStream_t stream) {
   for_each(layout, AxpyBody<T>{y, x, alpha}, stream);
 }
 
 // ---- instantiations ---------------------------------------------------------------------------
 
 #define AG_FLOATING(T)                                                                                  \
-  template void unary<T>(UnaryOp, T*, const T*, T, const StridedLayout<2>&, cudaStream_t);             \
+  template void unary<T>(UnaryOp, T*, const T*, compute_t<T>, const StridedLayout<2>&, cudaStream_t);  \
   template void binary<T>(BinaryOp, T*, const T*, const T*, const StridedLayout<3>&, cudaStream_t);    \
   template void compare<T>(BinaryOp, bool*, const T*, const T*, const StridedLayout<3>&, cudaStream_t); \
-  template void add_scaled<T>(T*, const T*, T, const StridedLayout<2>&, cudaStream_t);
+  template void add_scaled<T>(T*, const T*, compute_t<T>, const StridedLayout<2>&, cudaStream_t);
 AG_FLOATING(float)
 AG_FLOATING(double)
+AG_FLOATING(bfloat16)
 #undef AG_FLOATING
 
 #define AG_ANY(T)                                                                                           \

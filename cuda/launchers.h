@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "base/attention_problem.h"
 #include "base/bfloat16.h"
@@ -21,10 +22,14 @@ namespace attograd::cuda {
 
 // ---- elementwise (cuda/elementwise.cu) ---------------------------------------------
 // The ops of base/elementwise_ops.h (attograd::UnaryOp and BinaryOp), as
-// tensor/kernels.h names them too.
+// tensor/kernels.h names them too. T is float, double or bfloat16 here; a
+// bfloat16 op computes in float32 (compute_t) and rounds once on the way out,
+// as the CPU's bfloat16 loops do, its scalar a float32 as theirs is.
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
 // Operand 0 of every layout is the output. `s` is the scalar of the *_scalar ops.
 template <typename T>
-void unary(UnaryOp op, T* out, const T* x, T s, const StridedLayout<2>& layout, cudaStream_t stream);
+void unary(UnaryOp op, T* out, const T* x, compute_t<T> s, const StridedLayout<2>& layout, cudaStream_t stream);
 // Arithmetic ops write T; the comparisons (gt, lt, eq) write bool through `compare`.
 template <typename T>
 void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
@@ -41,7 +46,7 @@ template <typename T>  // any of the five
 void fill(T* dst, T value, const StridedLayout<1>& layout, cudaStream_t stream);
 // y += alpha * x, in place (operand 0 is y, read and written).
 template <typename T>
-void add_scaled(T* y, const T* x, T alpha, const StridedLayout<2>& layout, cudaStream_t stream);
+void add_scaled(T* y, const T* x, compute_t<T> alpha, const StridedLayout<2>& layout, cudaStream_t stream);
 
 // ---- reductions (cuda/reduce.cu) ---------------------------------------------------------
 // The input's dims split in two: `kept` (the output's dims, written

@@ -85,26 +85,40 @@ __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
   return f;
 }
 
+#if defined(ATTOGRAD_CUDA_EMULATION)
+// The emulated mma.sync of shape m16n8kK: the warp's fragments (four A and two
+// B registers a lane) gathered from every lane, then this lane's four C values
+// (the C layout above, the same for every K) each plus its sum over k of
+// A[row][k] B[k][col], which a_at(all, row, k) and b_at(all, k, col) read back
+// from the lanes that hold them. The products of TF32 or bfloat16 numbers are
+// exact in double; the tensor core's sum order is its own.
+struct WarpFragments {
+  std::uint32_t a[4], b[2];
+};
+template <int K, typename AAt, typename BAt>
+void emulated_mma(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], AAt a_at, BAt b_at) {
+  WarpFragments all[kWarp];
+  ::emu::warp_all_gather(kFullMask, WarpFragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
+  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
+  for (int r = 0; r < 4; ++r) {
+    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+    double sum = c[r];
+    for (int k = 0; k < K; ++k) sum += static_cast<double>(a_at(all, row, k)) * b_at(all, k, col);
+    c[r] = static_cast<float>(sum);
+  }
+}
+#endif
+
 // c += A B for one 16 x 8 x 8 tile, on TF32 operands. Every lane of the warp calls it together.
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  struct Fragments {
-    std::uint32_t a[4], b[2];
-  };
-  Fragments all[kWarp];
-  ::emu::warp_all_gather(kFullMask, Fragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
-  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
-  // A[row][k] and B[k][col], read back from the lanes that hold them (the layout above), truncated.
-  const auto a_at = [&](int row, int k) {
-    return tf32_operand_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]);
-  };
-  const auto b_at = [&](int k, int col) { return tf32_operand_value(all[col * 4 + k % 4].b[k / 4]); };
-  for (int r = 0; r < 4; ++r) {
-    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
-    double sum = c[r];  // the products of TF32 numbers are exact in double; the tensor core's sum order is its own
-    for (int k = 0; k < 8; ++k) sum += static_cast<double>(a_at(row, k)) * b_at(k, col);
-    c[r] = static_cast<float>(sum);
-  }
+  // A[row][k] and B[k][col] from the lanes that hold them (the layout above), truncated.
+  emulated_mma<8>(
+      c, a, b,
+      [](const WarpFragments* all, int row, int k) {
+        return tf32_operand_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]);
+      },
+      [](const WarpFragments* all, int k, int col) { return tf32_operand_value(all[col * 4 + k % 4].b[k / 4]); });
 #else
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

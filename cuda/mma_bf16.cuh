@@ -12,7 +12,7 @@
 //                           a[2] = A[g][2t+8, 2t+9]     a[3] = A[g + 8][2t+8, 2t+9]
 //   B (16 x 8, K x N):      b[0] = B[2t, 2t+1][g]       b[1] = B[2t+8, 2t+9][g]
 //   C (16 x 8, float32):    c[0] = C[g][2t]   c[1] = C[g][2t + 1]   c[2] = C[g + 8][2t]   c[3] = C[g + 8][2t + 1]
-// (C is m16n8k8's layout, cuda/mma.cuh.) So a tile kept in shared memory with
+// (C is m16n8k8's layout, cuda/mma.cuh, whose emulated_mma models both.) So a tile kept in shared memory with
 // k running fastest, A as it is and B as B^T, gives each register as one
 // aligned 32-bit read. In the emulated build (tests/cuda_emulator) the product
 // is computed on the CPU from the whole warp's fragments, which the lanes
@@ -32,25 +32,15 @@ __device__ __forceinline__ std::uint32_t bf16_pair(std::uint16_t lo, std::uint16
 // c += A B for one 16 x 8 x 16 tile on bfloat16 operands. Every lane of the warp calls it together.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  struct Fragments {
-    std::uint32_t a[4], b[2];
-  };
-  Fragments all[kWarp];
-  ::emu::warp_all_gather(kFullMask, Fragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
-  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
   // The bfloat16 in half `k % 2` of a register, widened exactly.
   const auto value = [](std::uint32_t pair, int k) { return bits_float((k % 2 ? pair >> 16 : pair & 0xffffu) << 16); };
-  // A[row][k] and B[k][col], read back from the lanes that hold them (the layout above).
-  const auto a_at = [&](int row, int k) {
-    return value(all[row % 8 * 4 + k % 8 / 2].a[row / 8 + 2 * (k / 8)], k);
-  };
-  const auto b_at = [&](int k, int col) { return value(all[col * 4 + k % 8 / 2].b[k / 8], k); };
-  for (int r = 0; r < 4; ++r) {
-    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
-    double sum = c[r];  // products of bfloat16 numbers are exact; the tensor core's sum order is its own
-    for (int k = 0; k < 16; ++k) sum += static_cast<double>(a_at(row, k)) * b_at(k, col);
-    c[r] = static_cast<float>(sum);
-  }
+  // A[row][k] and B[k][col] from the lanes that hold them (the layout above).
+  emulated_mma<16>(
+      c, a, b,
+      [&](const WarpFragments* all, int row, int k) {
+        return value(all[row % 8 * 4 + k % 8 / 2].a[row / 8 + 2 * (k / 8)], k);
+      },
+      [&](const WarpFragments* all, int k, int col) { return value(all[col * 4 + k % 8 / 2].b[k / 8], k); });
 #else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

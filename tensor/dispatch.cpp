@@ -55,11 +55,11 @@ void check_floating(const char* op, const Tensor& t) {
 // bfloat16 through float32: an op whose kernels have no bfloat16 loop widens its
 // bfloat16 operands to float32 (exactly), computes there, and rounds its
 // floating results once to bfloat16, which is what a bfloat16 loop computing
-// in float32 gives too. Ops with a loop of their own skip this on the CPU:
-// the products, the element-wise unary, binary and add_ (a chunk at a time),
-// and sum (float32 and float64 sums of bfloat16 reads). On the GPU only the
-// products have a bfloat16 kernel (cuda/matmul_bf16.cu): the rest go through
-// float32 there (widened_on_gpu).
+// in float32 gives too. Ops with a loop of their own skip this: the products,
+// the element-wise unary, binary and add_ (a chunk at a time on the CPU, an
+// element at a time in float32 on the GPU), and on the CPU sum (float32 and
+// float64 sums of bfloat16 reads) and float32 with bfloat16 operands. On the
+// GPU those two go through float32 (widened_on_gpu).
 bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16; }
 bool widened_on_gpu(const Tensor& t) { return is_bf16(t) && t.device().is_cuda(); }
 Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
@@ -95,7 +95,6 @@ Tensor unary(Unary op, const Tensor& x, double s) {
   const char* name = unary_name(op);
   check_defined(name, x, "input");
   check_floating(name, x);
-  if (widened_on_gpu(x)) return to_bf16(unary(op, widen(x), s));
   return AG_DEVICE_KERNEL(x, unary)(op, x, s);
 }
 
@@ -113,10 +112,7 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
   if (is_bf16(a) && is_comparison(op)) return binary(op, widen(a), widen(b));
-  if (widened_on_gpu(a) || widened_on_gpu(b)) {
-    const Tensor wide = binary(op, widen(a), widen(b));
-    return widening ? wide : to_bf16(wide);
-  }
+  if (widening && (widened_on_gpu(a) || widened_on_gpu(b))) return binary(op, widen(a), widen(b));
   const DType out_dtype = is_comparison(op) ? DType::b8 : widening ? DType::f32 : a.dtype();
   return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }
@@ -175,12 +171,6 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   check_floating("add_", y);
   AG_CHECK(broadcast_shapes("add_", y.sizes(), x.sizes()) == y.sizes(), "add_", "cannot add {} into {}",
            shape_str(x.sizes()), shape_str(y.sizes()));
-  if (widened_on_gpu(y)) {  // y + alpha x in float32, rounded once into y
-    const Tensor wide = widen(y);
-    add_(wide, widen(x), alpha);
-    copy_(y, wide);
-    return;
-  }
   AG_DEVICE_KERNEL(y, add_)(y, x, alpha);
   y.bump_version();
 }

@@ -541,12 +541,14 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
                        "bfloat16 matmul of an offset view, with a bias");
 }
 
-// Element-wise ops and sums on bfloat16 CUDA tensors go through float32
-// (tensor/dispatch.cpp): widened, computed, rounded once, which is what the
-// CPU's bfloat16 loops compute. Correctly rounded ops (add, mul, div, and the
-// float32 result of a float32 + bfloat16 sum) give the CPU's bits; a sum
-// adds in another order and is within bfloat16's bound of the exact one.
-TEST_CASE("cuda: bfloat16 element-wise ops and sums through float32 match the CPU", "[cuda][bf16]") {
+// Element-wise ops on bfloat16 CUDA tensors compute in float32 and round
+// once (cuda/elementwise.cu), as the CPU's bfloat16 loops do; float32 with
+// bfloat16 operands and sums go through float32 (tensor/dispatch.cpp).
+// Correctly rounded ops (add, mul, div, a scalar's multiple, add_, and the
+// float32 result of a float32 + bfloat16 sum) give the CPU's bits; GELU, whose
+// exp is CUDA's, one unit of bfloat16 at most; a sum adds in another order
+// and is within bfloat16's bound of the exact one.
+TEST_CASE("cuda: bfloat16 element-wise ops and sums match the CPU", "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   const Tensor a = bf16_operand({6, 9}, true, 56), b = bf16_operand({9}, false, 57);
   const Tensor wide = input({6, 9}, DType::f32, Layout::contiguous, 58);
@@ -559,7 +561,10 @@ TEST_CASE("cuda: bfloat16 element-wise ops and sums through float32 match the CP
   REQUIRE(mixed.dtype() == DType::f32);
   CHECK(max_abs_diff(on_cpu(mixed), kernels::binary(kernels::Binary::add, wide, a)) == 0);
   const Tensor scaled = kernels::unary(kernels::Unary::mul_scalar, on_gpu(a), 0.3);
+  REQUIRE(scaled.dtype() == DType::bf16);
   CHECK(max_abs_diff(on_cpu(scaled), kernels::unary(kernels::Unary::mul_scalar, a, 0.3)) == 0);
+  const Tensor gelu_cpu = kernels::unary(kernels::Unary::gelu, a);
+  CHECK(all_close(on_cpu(kernels::unary(kernels::Unary::gelu, on_gpu(a))), gelu_cpu, 0, 2 * kBf16UnitRoundoff));
   const Tensor y = kernels::contiguous(a), y_gpu = on_gpu(y);
   kernels::add_(y, b, -0.5);
   kernels::add_(y_gpu, on_gpu(b), -0.5);

@@ -8,9 +8,9 @@ Tensor unary(kernels::Unary op, const Tensor& x, double s) {
   const char* name = kernels::unary_name(op);
   Tensor out = empty(x.sizes(), x.options());
   const auto layout = layout_of<2>(name, out.sizes(), {&out, &x});
-  AG_DISPATCH_FLOAT(x.dtype(), name, [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(x.dtype(), name, [&] {
     cuda::unary<scalar_t>(op, out.data<scalar_t>(), x.data<scalar_t>(),
-                          static_cast<scalar_t>(s), layout, stream_of(x));
+                          static_cast<cuda::compute_t<scalar_t>>(s), layout, stream_of(x));
   });
   return out;
 }
@@ -19,7 +19,7 @@ Tensor binary(kernels::Binary op, const Tensor& a, const Tensor& b, const Shape&
   const char* name = kernels::binary_name(op);
   Tensor out = empty(out_shape, {out_dtype, a.device()});
   const auto layout = layout_of<3>(name, out_shape, {&out, &a, &b});
-  AG_DISPATCH_FLOAT(a.dtype(), name, [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(a.dtype(), name, [&] {
     if (is_comparison(op))
       cuda::compare<scalar_t>(op, out.data<bool>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
     else
@@ -59,9 +59,9 @@ void fill_(const Tensor& dst, double value) {
 
 void add_(const Tensor& y, const Tensor& x, double alpha) {
   const auto layout = layout_of<2>("add_", y.sizes(), {&y, &x});
-  AG_DISPATCH_FLOAT(y.dtype(), "add_", [&] {
-    cuda::add_scaled<scalar_t>(y.data<scalar_t>(), x.data<scalar_t>(), static_cast<scalar_t>(alpha), layout,
-                               stream_of(y));
+  AG_DISPATCH_FLOAT_OR_BF16(y.dtype(), "add_", [&] {
+    cuda::add_scaled<scalar_t>(y.data<scalar_t>(), x.data<scalar_t>(),
+                               static_cast<cuda::compute_t<scalar_t>>(alpha), layout, stream_of(y));
   });
 }
 
