@@ -64,21 +64,6 @@ cuda::StridedLayout<N> layout_of(const char* op, const Shape& shape, const std::
   return collapse<N>(op, shape, strides);
 }
 
-// visit_dtype over the dtypes the CUDA arithmetic kernels come in: every one
-// but bfloat16, whose CUDA tensors have the copies, casts, fill, where and
-// the matrix product (visit_dtype, and tensor/cuda/matmul.cpp), and no
-// arithmetic kernels yet.
-template <typename Fn>
-void visit_cuda_dtype(const char* op, DType t, Fn fn) {
-  switch (t) {
-    case DType::f32: return fn(float{});
-    case DType::f64: return fn(double{});
-    case DType::i64: return fn(std::int64_t{});
-    case DType::b8: return fn(bool{});
-    case DType::bf16: fail(op, "has no bfloat16 CUDA kernel");
-  }
-}
-
 // x's dims split into the kept ones (in order) and `reduced` ones, each a
 // one-operand layout of x's strides over them (cuda::ReduceLayout).
 inline cuda::ReduceLayout reduce_layout_of(const char* op, const Tensor& x, const std::vector<int>& reduced) {
