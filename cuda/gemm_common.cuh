@@ -4,8 +4,8 @@
 // it, loading a tile of either operand from global memory, in either layout,
 // into registers, the job loop around their own products (gemm_jobs), and how
 // cuda/matmul.cu's sgemm reaches a set's kernels. The bfloat16 product
-// (cuda/matmul_bf16.cu) takes the grid, the edge count and the SM count from
-// here. Included by those three files only.
+// (cuda/matmul_bf16.cu) takes the grid, the edge count, the alignment check
+// and the SM count from here. Included by those three files only.
 #include <algorithm>
 #include <cstdint>
 
@@ -152,6 +152,20 @@ inline dim3 gemm_grid(std::int64_t m, std::int64_t n, std::int64_t jobs, int bm,
               static_cast<unsigned>(std::min<std::int64_t>(jobs, 65535)));
 }
 inline dim3 gemm_grid(const GemmArgs& g, int bm, int bn) { return gemm_grid(g.m, g.n, g.batches * g.splits, bm, bn); }
+
+inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// 16-byte loads of an operand (four floats, eight bfloat16) stay aligned in
+// every batch when its base, its ld and each of its batch strides are
+// multiples of one load's values.
+template <typename T>
+bool vector_ok(const MatrixOperandOf<T>& x, const StridedLayout<2>& batch, int operand) {
+  constexpr std::int64_t kPerLoad = 16 / sizeof(T);
+  if (!aligned16(x.data) || x.ld % kPerLoad != 0) return false;
+  for (int d = 0; d < batch.ndim; ++d)
+    if (batch.strides[operand][d] % kPerLoad != 0) return false;
+  return true;
+}
 
 // The current device's streaming multiprocessors, which the tile sizes are chosen to fill.
 inline int multiprocessors() {

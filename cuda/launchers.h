@@ -70,11 +70,13 @@ void max(T* values, std::int64_t* indices, const T* x, const ReduceLayout& layou
 // ---- matmul (cuda/matmul.cu) ---------------------------------------------------------------
 // One operand of C = A B as it lies in memory: element (r, c) of the logical
 // matrix is data[r * ld + c], or data[c * ld + r] when `transposed`.
-struct GemmOperand {
-  const float* data;
+template <typename T>
+struct MatrixOperandOf {
+  const T* data;
   std::int64_t ld;
   bool transposed;
 };
+using GemmOperand = MatrixOperandOf<float>;
 // C (batch..., M, N), contiguous, = A (M, K) @ B (K, N) for every batch index;
 // `batch` is the broadcast batch shape with A's (operand 0) and B's (operand 1)
 // strides over it, 0 on broadcast dims. K may be 0 (C is then zero).
@@ -85,11 +87,7 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
 // sgemm's problem on bfloat16 operands, on the tensor cores with float32 sums:
 // C = A B (+ bias, added to every row in float32), each sum rounded once to
 // bfloat16, as the CPU's bfloat16 product rounds its float32 ones.
-struct Bf16GemmOperand {
-  const bfloat16* data;
-  std::int64_t ld;
-  bool transposed;
-};
+using Bf16GemmOperand = MatrixOperandOf<bfloat16>;
 void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias, std::int64_t m,
                std::int64_t n, std::int64_t k, const StridedLayout<2>& batch, cudaStream_t stream);
 

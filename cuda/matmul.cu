@@ -135,17 +135,6 @@ __global__ void sum_slices_kernel(float* c, const float* partial, std::int64_t m
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// float4 loads of an operand stay aligned in every batch when its base, its ld
-// and each of its batch strides are multiples of four floats.
-bool vector_ok(const GemmOperand& x, const StridedLayout<2>& batch, int operand) {
-  if (!aligned16(x.data) || x.ld % 4 != 0) return false;
-  for (int d = 0; d < batch.ndim; ++d)
-    if (batch.strides[operand][d] % 4 != 0) return false;
-  return true;
-}
-
 template <int BM, int BN, int BK, int TM, int TN, bool SplitK>
 void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   launch(sgemm_kernel<BM, BN, BK, TM, TN, SplitK>, gemm_grid(g, BM, BN), (BM / TM) * (BN / TN), 0, stream, g);

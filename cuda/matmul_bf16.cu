@@ -29,6 +29,7 @@ namespace {
 
 using gemm_detail::gemm_grid;
 using gemm_detail::in_range;
+using gemm_detail::vector_ok;
 
 constexpr int kBK = 32;                // K per shared-memory tile: two mma steps
 constexpr int kRowStride = kBK + 8;    // values per tile row, padded (see above)
@@ -202,17 +203,6 @@ void launch_gemm_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
   launch(gemm_bf16_kernel<BM, BN, WM, WN>, gemm_grid(g.m, g.n, g.batches, BM, BN), kWarp * (BM / WM) * (BN / WN), 0,
          stream, g);
   CUDA_CHECK_LAUNCH();
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// 16-byte loads of an operand stay aligned in every batch when its base, its
-// ld and each of its batch strides are multiples of eight values.
-bool vector_ok(const Bf16GemmOperand& x, const StridedLayout<2>& batch, int operand) {
-  if (!aligned16(x.data) || x.ld % kChunk != 0) return false;
-  for (int d = 0; d < batch.ndim; ++d)
-    if (batch.strides[operand][d] % kChunk != 0) return false;
-  return true;
 }
 
 }  // namespace

@@ -65,10 +65,12 @@ bool widened_on_gpu(const Tensor& t) { return is_bf16(t) && t.device().is_cuda()
 Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
 Tensor to_bf16(const Tensor& t) { return t.defined() ? cast(t, DType::bf16) : t; }
 
-// The float32-only kernels of the GPU refuse float64 with a message that says why.
-void check_cuda_float32(const char* op, const Tensor& t) {
-  AG_CHECK(!t.device().is_cuda() || t.dtype() == DType::f32, op,
-           "{} is CPU-only (the CUDA kernel is float32), got {}", dtype_name(t.dtype()), t.str());
+// The GPU's kernels take float32 and bfloat16 (a bfloat16 operand of a
+// float32-only kernel comes widened); float64, the CPU's reference dtype, is
+// refused with a message that says why.
+void check_not_cuda_float64(const char* op, const Tensor& t) {
+  AG_CHECK(!t.device().is_cuda() || t.dtype() != DType::f64, op,
+           "float64 is CPU-only (the CUDA kernels are float32 and bfloat16), got {}", t.str());
 }
 
 }  // namespace
@@ -258,8 +260,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
     AG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(-1), "matmul", "bias {} does not match the {} columns of b {}",
              shape_str(bias.sizes()), b.size(-1), shape_str(b.sizes()));
   }
-  AG_CHECK(!a.device().is_cuda() || a.dtype() != DType::f64, "matmul",
-           "float64 is CPU-only (the CUDA kernels are float32 and bfloat16), got {}", a.str());
+  check_not_cuda_float64("matmul", a);
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 
@@ -527,7 +528,7 @@ AttentionCall attention_call(const char* op, const Tensor& q, const Tensor& k, c
   AG_CHECK(options.dropout_p >= 0 && options.dropout_p < 1, op, "dropout_p must be in [0, 1), got {}",
            options.dropout_p);
   if (q.device().is_cuda()) {
-    check_cuda_float32(op, q);
+    check_not_cuda_float64(op, q);
     AG_CHECK(qs[3] <= cuda::kAttentionMaxHeadDim, op, "head dim {} is above the CUDA kernels' maximum of {}", qs[3],
              cuda::kAttentionMaxHeadDim);
   }
@@ -682,7 +683,7 @@ void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& ste
     AG_CHECK(p.param.is_contiguous() && p.m.is_contiguous() && p.v.is_contiguous(), op,
              "param and state must be contiguous, got {} {} {}", p.param.str(), p.m.str(), p.v.str());
     check_same_device(op, params.front().param, p.param);  // one launch needs one device
-    check_cuda_float32(op, p.param);
+    check_not_cuda_float64(op, p.param);
     AG_CHECK(p.param.dtype() != DType::bf16, op,
              "parameters and their state are float32 (mixed precision keeps float32 master weights), got {}",
              p.param.str());
