@@ -13,6 +13,7 @@
 #include "tensor/cpu/attention/attention.h"
 #include "tensor/cpu/matmul_bf16/isa.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
+#include "tensor/dense_span.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernels.h"
 
@@ -575,8 +576,11 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
   if (bf16 && !bf16_attention_fused_on_cpu(q, options.return_weights)) {
     // Widened: the output rounded to bfloat16; lse, weights and probs float32.
-    AttentionForwardResult r = attention_forward(widen(q), widen(k), widen(v), mask, options);
-    r.out = to_bf16(r.out);
+    // q, k, v (a packed projection's views) widen in one flat pass, and the
+    // output, laid out (B, Tq, H, D), rounds so: its heads merge for free.
+    const std::vector<Tensor> wide = cast_keeping_layout({q, k, v}, DType::f32);
+    AttentionForwardResult r = attention_forward(wide[0], wide[1], wide[2], mask, options);
+    r.out = cast_keeping_layout({r.out}, DType::bf16)[0];
     r.weights = to_bf16(r.weights);
     return r;
   }
@@ -604,9 +608,23 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const char* op = "attention backward";
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
   if (bf16 && (!bf16_attention_fused_on_cpu(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
-    // Widened (as its forward was): float32 gradients, rounded into bfloat16 ones.
-    const AttentionGrads g = attention_backward(widen(dout), widen(q), widen(k), widen(v), mask, widen(out),
-                                                widen(lse), probs, options);
+    // Widened (as its forward was): float32 gradients, rounded into bfloat16
+    // ones. Casts keep the layouts, and the three gradients, when they are one
+    // packed d(qkv)'s views, are computed into a float32 twin of it and rounded
+    // in one flat pass.
+    const std::vector<Tensor> wide = cast_keeping_layout({q, k, v}, DType::f32);
+    const Tensor wide_dout = cast_keeping_layout({dout}, DType::f32)[0];
+    const Tensor wide_out = cast_keeping_layout({out}, DType::f32)[0];
+    if (const std::optional<StorageSpan> span = dense_span({into.dq, into.dk, into.dv})) {
+      const Tensor twin = empty({span->numel}, {DType::f32, q.device()});
+      const std::vector<Tensor> twins = views_over(twin, {into.dq, into.dk, into.dv}, *span);
+      attention_backward(wide_dout, wide[0], wide[1], wide[2], mask, wide_out, widen(lse), probs, options,
+                         {twins[0], twins[1], twins[2]});
+      copy_(flat_view(into.dq, *span), twin);
+      return into;
+    }
+    const AttentionGrads g =
+        attention_backward(wide_dout, wide[0], wide[1], wide[2], mask, wide_out, widen(lse), probs, options);
     AttentionGrads rounded;
     for (auto [target, computed, result] : {std::tuple{&into.dq, &g.dq, &rounded.dq}, std::tuple{&into.dk, &g.dk, &rounded.dk},
                                             std::tuple{&into.dv, &g.dv, &rounded.dv}}) {

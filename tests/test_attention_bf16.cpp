@@ -238,3 +238,43 @@ TEST_CASE("bfloat16 attention gives the same bits on any number of threads", "[b
   }
   set_num_threads(2);
 }
+
+TEST_CASE("bfloat16 attention on a packed projection's views gives the bits of contiguous operands",
+          "[bf16][attention]") {
+  // Where it widens, q, k, v of one packed (B, T, 3C) buffer are cast in one
+  // flat pass and the gradients rounded from a float32 twin of d(qkv); the
+  // same values as separate contiguous operands take the per-tensor casts.
+  // Either way the arithmetic is the kernel's: the bits must agree, and the
+  // output must keep the (B, T, H, D) layout that merges heads for free.
+  const std::int64_t B = 2, T = 37, H = 3, D = 16, C = H * D;
+  Generator gen(9);
+  const Tensor qkv = kernels::cast(randn({B, T, 3 * C}, {DType::f32}, gen), DType::bf16);
+  const Tensor d_qkv = zeros({B, T, 3 * C}, {DType::bf16});
+  const auto heads = [&](const Tensor& packed, std::int64_t i) {
+    return make_view(packed, {B, H, T, D}, {T * 3 * C, D, 3 * C, 1}, packed.offset() + i * C);
+  };
+  const Tensor q = heads(qkv, 0), k = heads(qkv, 1), v = heads(qkv, 2);
+  const Tensor dout = bf16_operand(B, H, T, D, true, 4);
+  kernels::AttentionKernelOptions options;
+  options.causal = true;
+  options.scale = 0.25;
+  options.dropout_p = 0.2;
+  options.seed = 5;
+
+  const kernels::AttentionForwardResult packed = kernels::attention_forward(q, k, v, Tensor(), options);
+  const kernels::AttentionGrads into{heads(d_qkv, 0), heads(d_qkv, 1), heads(d_qkv, 2)};
+  kernels::attention_backward(dout, q, k, v, Tensor(), packed.out, packed.lse, packed.probs, options, into);
+
+  const Tensor cq = contiguous(q), ck = contiguous(k), cv = contiguous(v);
+  const kernels::AttentionForwardResult alone = kernels::attention_forward(cq, ck, cv, Tensor(), options);
+  const kernels::AttentionGrads g =
+      kernels::attention_backward(contiguous(dout), cq, ck, cv, Tensor(), alone.out, alone.lse, alone.probs, options);
+
+  CHECK(packed.out.dtype() == DType::bf16);
+  CHECK(packed.out.strides() == Shape{T * H * D, D, H * D, 1});
+  CHECK(packed.out.to_vector<double>() == alone.out.to_vector<double>());
+  CHECK(packed.lse.to_vector<double>() == alone.lse.to_vector<double>());
+  CHECK(into.dq.to_vector<double>() == g.dq.to_vector<double>());
+  CHECK(into.dk.to_vector<double>() == g.dk.to_vector<double>());
+  CHECK(into.dv.to_vector<double>() == g.dv.to_vector<double>());
+}

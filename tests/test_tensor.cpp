@@ -3,6 +3,7 @@
 
 #include "helpers.h"
 #include "tensor/cpu/philox_block.h"
+#include "tensor/dense_span.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -162,4 +163,49 @@ TEST_CASE("devices: CUDA tensors are refused cleanly without a GPU", "[tensor][e
   }
   REQUIRE_THROWS_AS(to(zeros({2}), Device::cuda(0)), Error);
   REQUIRE_THROWS_WITH(zeros({2}, {DType::f32, Device::cuda(0)}), Catch::Contains("cuda"));
+}
+
+TEST_CASE("dense_span finds the stretch that views fill exactly once, and nothing else", "[tensor][views]") {
+  using kernels::dense_span;
+  // q, k, v of a packed (B, T, 3 H D) projection, as (B, H, T, D) views: the whole buffer.
+  const std::int64_t B = 2, T = 3, H = 2, D = 4, C = H * D;
+  const Tensor qkv = zeros({1 + B * T * 3 * C});  // one element before them: the span starts at 1
+  std::vector<Tensor> parts;
+  for (std::int64_t i = 0; i < 3; ++i) parts.push_back(make_view(qkv, {B, H, T, D}, {T * 3 * C, D, 3 * C, 1}, 1 + i * C));
+  const auto span = dense_span(parts);
+  REQUIRE(span.has_value());
+  CHECK(span->offset == 1);
+  CHECK(span->numel == B * T * 3 * C);
+  // Laid over another buffer, each part keeps its sizes, strides and place.
+  const Tensor flat = arange(span->numel);
+  const std::vector<Tensor> over = kernels::views_over(flat, parts, *span);
+  CHECK(over[1].strides() == parts[1].strides());
+  CHECK(over[2].at({1, 1, 2, 3}) == 2 * C + 1 * (T * 3 * C) + 1 * D + 2 * (3 * C) + 3);  // v's place, b h t d
+  // A permuted dense tensor alone (the attention output's (B, H, T, D) view of (B, T, H, D)).
+  const Tensor heads = make_view(zeros({B, T, H, D}), {B, H, T, D}, {T * H * D, D, H * D, 1}, 0);
+  REQUIRE(dense_span({heads}).has_value());
+  CHECK(dense_span({heads})->numel == B * T * H * D);
+  // Two of the three leave a gap; reordered, overlapping or apart they are not one stretch.
+  CHECK_FALSE(dense_span({parts[0], parts[2]}).has_value());
+  CHECK_FALSE(dense_span({parts[1], parts[0], parts[2]}).has_value());
+  CHECK_FALSE(dense_span({parts[0], parts[0], parts[1]}).has_value());
+  CHECK_FALSE(dense_span({parts[0], parts[1], contiguous(parts[2])}).has_value());
+  CHECK_FALSE(dense_span({make_view(qkv, {4, 2}, {3, 1}, 0)}).has_value());  // rows with a gap
+  CHECK_FALSE(dense_span({make_view(qkv, {4, 2}, {1, 1}, 0)}).has_value());  // rows overlapping
+  CHECK_FALSE(dense_span({Tensor()}).has_value());
+  CHECK_FALSE(dense_span({zeros({0, 3})}).has_value());
+}
+
+TEST_CASE("cast_keeping_layout casts views of one stretch in their layout, and others alone", "[tensor][views][bf16]") {
+  Generator gen(4);
+  const Tensor x = randn({2, 3, 4}, {}, gen);
+  const Tensor xt = permute(x, {2, 0, 1});  // dense, not contiguous
+  const Tensor cast = kernels::cast_keeping_layout({xt}, DType::bf16)[0];
+  CHECK(cast.dtype() == DType::bf16);
+  CHECK(cast.strides() == xt.strides());
+  CHECK(cast.to_vector<double>() == kernels::cast(xt, DType::bf16).to_vector<double>());
+  const Tensor gappy = make_view(x, {2, 2}, {12, 1}, 1);  // no dense span: cast alone, contiguous
+  const Tensor alone = kernels::cast_keeping_layout({gappy}, DType::bf16)[0];
+  CHECK(alone.is_contiguous());
+  CHECK(alone.to_vector<double>() == kernels::cast(gappy, DType::bf16).to_vector<double>());
 }
