@@ -102,13 +102,15 @@ template <typename T>  // dx = dy - exp(y) * sum(dy)
 void log_softmax_backward(T* dx, const T* y, const T* dy, std::int64_t rows, std::int64_t n, cudaStream_t stream);
 
 // ---- layer norm (cuda/layer_norm.cu) -----------------------------------------------------
-// weight and bias may be null. mean and rstd are (rows).
-template <typename T>
-void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
+// weight and bias may be null. mean and rstd are (rows). y (Y) and dy (G) are
+// x's type T, or bfloat16 for a float32 x (autocast: y rounded once as it is
+// stored, dy widened as it is read).
+template <typename T, typename Y = T>
+void layer_norm_forward(Y* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
                         std::int64_t n, double eps, cudaStream_t stream);
 // dweight is null when there is no weight; dbias is always written.
-template <typename T>
-void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, const T* mean,
+template <typename T, typename G = T>
+void layer_norm_backward(T* dx, T* dweight, T* dbias, const G* dy, const T* x, const T* weight, const T* mean,
                          const T* rstd, std::int64_t rows, std::int64_t n, cudaStream_t stream);
 
 // ---- cross-entropy fused with log-softmax (cuda/cross_entropy.cu) --------------------------

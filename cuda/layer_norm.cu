@@ -1,4 +1,7 @@
-// LayerNorm over the last dim of contiguous (rows, n) buffers.
+// LayerNorm over the last dim of contiguous (rows, n) buffers. Under autocast
+// a float32 x gives a bfloat16 y (Y), rounded once as it is stored, and its
+// gradient dy comes bfloat16 (G), widened as it is read: the CPU's
+// tensor/cpu/layer_norm.cpp, without a float32 y or dy in memory.
 //
 // Forward and the dx part of backward are row kernels (a warp or a block per
 // row, cuda/device_utils.cuh). The mean and variance take two passes over the
@@ -18,8 +21,8 @@
 namespace attograd::cuda {
 namespace {
 
-template <int Threads, typename T>
-__global__ void layer_norm_forward_kernel(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
+template <int Threads, typename T, typename Y>
+__global__ void layer_norm_forward_kernel(Y* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
                                           std::int64_t rows, std::int64_t n, T eps) {
   constexpr int kRowsPerBlock = kThreads / Threads;
   const int lane = threadIdx.x % Threads;
@@ -39,20 +42,20 @@ __global__ void layer_norm_forward_kernel(T* y, T* mean, T* rstd, const T* x, co
     if (!active) continue;
     const T rs = T(1) / dmath::sqrt(var + eps);
     if (lane == 0) mean[r] = mu, rstd[r] = rs;
-    T* yr = y + r * n;
+    Y* yr = y + r * n;
     for (std::int64_t i = lane; i < n; i += Threads) {
       T v = (xr[i] - mu) * rs;
       if (weight) v *= weight[i];
       if (bias) v += bias[i];
-      yr[i] = v;
+      yr[i] = Y(v);
     }
   }
 }
 
 // forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-template <int Threads, typename T>
-__global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* weight, const T* mean, const T* rstd,
+template <int Threads, typename T, typename G>
+__global__ void layer_norm_dx_kernel(T* dx, const G* dy, const T* x, const T* weight, const T* mean, const T* rstd,
                                      std::int64_t rows, std::int64_t n) {
   constexpr int kRowsPerBlock = kThreads / Threads;
   const int lane = threadIdx.x % Threads;
@@ -60,12 +63,13 @@ __global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* we
        first += std::int64_t(gridDim.x) * kRowsPerBlock) {
     const std::int64_t r = first + threadIdx.x / Threads;
     const bool active = r < rows;
-    const T *xr = x + r * n, *dyr = dy + r * n;
+    const T* xr = x + r * n;
+    const G* dyr = dy + r * n;
     const T mu = active ? mean[r] : T(0), rs = active ? rstd[r] : T(0);
     T sum_dxhat = 0, sum_dxhat_xhat = 0;
     if (active) {
       for (std::int64_t i = lane; i < n; i += Threads) {
-        const T dxhat = weight ? dyr[i] * weight[i] : dyr[i];
+        const T dxhat = weight ? T(dyr[i]) * weight[i] : T(dyr[i]);
         sum_dxhat += dxhat;
         sum_dxhat_xhat += dxhat * (xr[i] - mu) * rs;
       }
@@ -75,7 +79,7 @@ __global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* we
     if (!active) continue;
     T* dxr = dx + r * n;
     for (std::int64_t i = lane; i < n; i += Threads) {
-      const T dxhat = weight ? dyr[i] * weight[i] : dyr[i];
+      const T dxhat = weight ? T(dyr[i]) * weight[i] : T(dyr[i]);
       const T xhat = (xr[i] - mu) * rs;
       dxr[i] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
     }
@@ -85,8 +89,8 @@ __global__ void layer_norm_dx_kernel(T* dx, const T* dy, const T* x, const T* we
 // dw = sum over rows of dy * xhat, db = sum over rows of dy, as a column sum
 // (device_utils.cuh): block (x, y) takes columns [x * kWarp, (x + 1) * kWarp)
 // over rows [y * chunk, (y + 1) * chunk). Partials are (chunks, n).
-template <typename T>
-__global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial, const T* dy, const T* x,
+template <typename T, typename G>
+__global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial, const G* dy, const T* x,
                                           const T* mean, const T* rstd, std::int64_t rows, std::int64_t n,
                                           std::int64_t chunk) {
   const int lane = threadIdx.x / kWarp;
@@ -96,7 +100,7 @@ __global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial
   if (c < n) {
 #pragma unroll 4
     for (std::int64_t r = begin + lane; r < end; r += kColumnLanes) {
-      const T g = dy[r * n + c];
+      const T g = T(dy[r * n + c]);
       const T xhat = (x[r * n + c] - mean[r]) * rstd[r];
       sums[0] += static_cast<double>(g) * xhat;
       sums[1] += g;
@@ -110,40 +114,43 @@ __global__ void layer_norm_dparams_kernel(double* dw_partial, double* db_partial
 
 }  // namespace
 
-template <typename T>
-void layer_norm_forward(T* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
+template <typename T, typename Y>
+void layer_norm_forward(Y* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias, std::int64_t rows,
                         std::int64_t n, double eps, cudaStream_t stream) {
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    launch(layer_norm_forward_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, y, mean, rstd, x, weight,
-           bias, rows, n, static_cast<T>(eps));
+    launch(layer_norm_forward_kernel<decltype(threads)::value, T, Y>, grid, kThreads, 0, stream, y, mean, rstd, x,
+           weight, bias, rows, n, static_cast<T>(eps));
   });
 }
 
-template <typename T>
-void layer_norm_backward(T* dx, T* dweight, T* dbias, const T* dy, const T* x, const T* weight, const T* mean,
+template <typename T, typename G>
+void layer_norm_backward(T* dx, T* dweight, T* dbias, const G* dy, const T* x, const T* weight, const T* mean,
                          const T* rstd, std::int64_t rows, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   launch_rows(rows, n, [&](auto threads, unsigned grid) {
-    launch(layer_norm_dx_kernel<decltype(threads)::value, T>, grid, kThreads, 0, stream, dx, dy, x, weight, mean, rstd,
-           rows, n);
+    launch(layer_norm_dx_kernel<decltype(threads)::value, T, G>, grid, kThreads, 0, stream, dx, dy, x, weight, mean,
+           rstd, rows, n);
   });
   const std::int64_t chunks = column_sum_chunks(rows, n), chunk = (rows + chunks - 1) / chunks;
   DeviceBuffer dw_partial(dweight ? sizeof(double) * chunks * n : 0), db_partial(sizeof(double) * chunks * n);
   const dim3 grid(static_cast<unsigned>((n + kWarp - 1) / kWarp), static_cast<unsigned>(chunks));
-  launch(layer_norm_dparams_kernel<T>, grid, kThreads, 0, stream, dweight ? dw_partial.as<double>() : nullptr,
+  launch(layer_norm_dparams_kernel<T, G>, grid, kThreads, 0, stream, dweight ? dw_partial.as<double>() : nullptr,
          db_partial.as<double>(), dy, x, mean, rstd, rows, n, chunk);
   CUDA_CHECK_LAUNCH();
   if (dweight) sum_column_partials(dweight, dw_partial.as<const double>(), chunks, n, stream);
   sum_column_partials(dbias, db_partial.as<const double>(), chunks, n, stream);
 }
 
-#define AG_INSTANTIATE(T)                                                                                         \
-  template void layer_norm_forward<T>(T*, T*, T*, const T*, const T*, const T*, std::int64_t, std::int64_t, double, \
-                                      cudaStream_t);                                                              \
-  template void layer_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*, const T*, std::int64_t, \
-                                       std::int64_t, cudaStream_t);
-AG_INSTANTIATE(float)
-AG_INSTANTIATE(double)
+// T: x, the statistics and the parameters; O: y (forward) and dy (backward),
+// T or, for a float32 x, bfloat16.
+#define AG_INSTANTIATE(T, O)                                                                                          \
+  template void layer_norm_forward<T, O>(O*, T*, T*, const T*, const T*, const T*, std::int64_t, std::int64_t, double, \
+                                         cudaStream_t);                                                              \
+  template void layer_norm_backward<T, O>(T*, T*, T*, const O*, const T*, const T*, const T*, const T*, std::int64_t, \
+                                          std::int64_t, cudaStream_t);
+AG_INSTANTIATE(float, float)
+AG_INSTANTIATE(double, double)
+AG_INSTANTIATE(float, bfloat16)
 #undef AG_INSTANTIATE
 
 }  // namespace attograd::cuda

@@ -42,7 +42,7 @@
   X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \
   X(log_softmax_forward, Tensor, (const Tensor& x))                                                                \
   X(log_softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                             \
-  /* layer_norm: y_dtype (forward) and dy (backward) bfloat16 with a float32 x on the CPU only */                 \
+  /* layer_norm: y_dtype (forward) and dy (backward) x's dtype, or bfloat16 with a float32 x */                  \
   X(layer_norm_forward, kernels::LayerNormResult,                                                                  \
     (const Tensor& x, const Tensor& weight, const Tensor& bias, double eps, DType y_dtype))                        \
   X(layer_norm_backward, kernels::LayerNormGrads,                                                                  \

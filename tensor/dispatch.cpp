@@ -365,11 +365,6 @@ LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const 
     const LayerNormResult r = layer_norm_forward(widen(x), widen(weight), widen(bias), eps);
     return {to_bf16(r.y), to_bf16(r.mean), to_bf16(r.rstd)};
   }
-  if (y_type != x.dtype() && !x.device().is_cpu()) {  // rounded in one pass on the CPU only
-    LayerNormResult r = layer_norm_forward(x, weight, bias, eps);
-    r.y = to_bf16(r.y);
-    return r;
-  }
   return AG_DEVICE_KERNEL(x, layer_norm_forward)(dense(x), dense(weight), dense(bias), eps, y_type);
 }
 
@@ -378,7 +373,6 @@ LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tens
   const char* op = "layer_norm backward";
   check_rows(op, x, "input");
   const bool bf16_grad = is_bf16(dy) && x.dtype() == DType::f32;  // of a bfloat16 y (layer_norm_forward's y_dtype)
-  if (bf16_grad && !x.device().is_cpu()) return layer_norm_backward(widen(dy), x, weight, mean, rstd);
   if (bf16_grad)
     check_shaped_like(op, x, "input", dy, "grad");
   else

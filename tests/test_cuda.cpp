@@ -579,6 +579,39 @@ TEST_CASE("cuda: bfloat16 element-wise ops and sums match the CPU", "[cuda][bf16
   for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= kBf16UnitRoundoff * scale[i]);
 }
 
+TEST_CASE("cuda: layer_norm's bfloat16 y and dy under autocast are the float32 kernel's, rounded or widened in it",
+          "[cuda][bf16]") {
+  // A float32 x gives a bfloat16 y rounded as the kernel stores it, and takes
+  // the bfloat16 gradient of that y widened as it reads it: the same bits as
+  // the float32 kernel's y rounded afterwards, and as its dx, dw, db of the
+  // widened gradient (rows of 3, 64 and 1500 values: a warp, a block per row).
+  SKIP_WITHOUT_CUDA();
+  for (std::int64_t n : {3, 64, 1500}) {
+    INFO("rows of " << n);
+    const Tensor x = on_gpu(input({5, 7, n}, DType::f32, Layout::contiguous, 60));
+    const Tensor w = on_gpu(input({n}, DType::f32, Layout::contiguous, 61));
+    const Tensor b = on_gpu(input({n}, DType::f32, Layout::contiguous, 62));
+    const kernels::LayerNormResult rounded = kernels::layer_norm_forward(x, w, b, 1e-5, DType::bf16);
+    const kernels::LayerNormResult wide = kernels::layer_norm_forward(x, w, b, 1e-5);
+    REQUIRE(rounded.y.dtype() == DType::bf16);
+    REQUIRE(rounded.mean.dtype() == DType::f32);
+    CHECK(max_abs_diff(on_cpu(rounded.y), on_cpu(kernels::cast(wide.y, DType::bf16))) == 0);
+    CHECK(max_abs_diff(on_cpu(rounded.rstd), on_cpu(wide.rstd)) == 0);
+
+    const Tensor dy = on_gpu(kernels::cast(input({5, 7, n}, DType::f32, Layout::contiguous, 63), DType::bf16));
+    for (const Tensor& weight : {w, Tensor()}) {
+      const kernels::LayerNormGrads got = kernels::layer_norm_backward(dy, x, weight, wide.mean, wide.rstd);
+      const kernels::LayerNormGrads want =
+          kernels::layer_norm_backward(kernels::cast(dy, DType::f32), x, weight, wide.mean, wide.rstd);
+      REQUIRE(got.dx.dtype() == DType::f32);
+      CHECK(max_abs_diff(on_cpu(got.dx), on_cpu(want.dx)) == 0);
+      CHECK(max_abs_diff(on_cpu(got.dbias), on_cpu(want.dbias)) == 0);
+      CHECK(got.dweight.defined() == weight.defined());
+      if (weight.defined()) CHECK(max_abs_diff(on_cpu(got.dweight), on_cpu(want.dweight)) == 0);
+    }
+  }
+}
+
 // ---- fused row ops ------------------------------------------------------------------------------------
 
 TEST_CASE("cuda: softmax and log_softmax match the CPU, forward and backward", "[cuda]") {
