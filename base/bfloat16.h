@@ -54,4 +54,8 @@ struct bfloat16 {
 };
 static_assert(sizeof(bfloat16) == 2, "bfloat16 is two bytes of storage");
 
+// The type a kernel on T values computes in: float32 for bfloat16, else T.
+template <typename T>
+using compute_t = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+
 }  // namespace attograd

@@ -23,10 +23,8 @@ namespace attograd::cuda {
 // ---- elementwise (cuda/elementwise.cu) ---------------------------------------------
 // The ops of base/elementwise_ops.h (attograd::UnaryOp and BinaryOp), as
 // tensor/kernels.h names them too. T is float, double or bfloat16 here; a
-// bfloat16 op computes in float32 (compute_t) and rounds once on the way out,
-// as the CPU's bfloat16 loops do, its scalar a float32 as theirs is.
-template <typename T>
-using compute_t = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
+// bfloat16 op computes in float32 (compute_t, base/bfloat16.h) and rounds once
+// on the way out, as the CPU's bfloat16 loops do, its scalar a float32 as theirs is.
 // Operand 0 of every layout is the output. `s` is the scalar of the *_scalar ops.
 template <typename T>
 void unary(UnaryOp op, T* out, const T* x, compute_t<T> s, const StridedLayout<2>& layout, cudaStream_t stream);
@@ -115,14 +113,15 @@ void layer_norm_backward(T* dx, T* dweight, T* dbias, const G* dy, const T* x, c
 
 // ---- cross-entropy fused with log-softmax (cuda/cross_entropy.cu) --------------------------
 // logits (rows, n); writes lse (rows), the scalar mean loss over rows whose
-// target != ignore_index (0 when there are none) and that row count.
-template <typename T>
-void cross_entropy_forward(T* loss, T* lse, std::int64_t* count, const T* logits, const std::int64_t* targets,
+// target != ignore_index (0 when there are none) and that row count. The
+// logits (L) are T, or bfloat16 with T float32 (autocast: widened as read).
+template <typename T, typename L = T>
+void cross_entropy_forward(T* loss, T* lse, std::int64_t* count, const L* logits, const std::int64_t* targets,
                            std::int64_t rows, std::int64_t n, std::int64_t ignore_index, cudaStream_t stream);
 // dlogits = (exp(logits - lse) - onehot(target)) * scale, zero on ignored rows
-// (and everywhere when count == 0).
-template <typename T>
-void cross_entropy_backward(T* dlogits, const T* logits, const std::int64_t* targets, const T* lse, std::int64_t rows,
+// (and everywhere when count == 0), in the logits' type (rounded once when bfloat16).
+template <typename T, typename L = T>
+void cross_entropy_backward(L* dlogits, const L* logits, const std::int64_t* targets, const T* lse, std::int64_t rows,
                             std::int64_t n, std::int64_t ignore_index, std::int64_t count, T scale,
                             cudaStream_t stream);
 

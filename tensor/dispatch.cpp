@@ -427,12 +427,6 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, "cross_entropy", "targets are {}, expected [{}] for logits {}",
            shape_str(targets.sizes()), logits.size(0), shape_str(logits.sizes()));
   check_indices("cross_entropy", targets, logits.size(1), "target", "classes", ignore_index);
-  if (is_bf16(logits)) {
-    CrossEntropyResult r = cross_entropy_forward(widen(logits), targets, ignore_index);
-    r.loss = to_bf16(r.loss);
-    r.lse = to_bf16(r.lse);
-    return r;
-  }
   return AG_DEVICE_KERNEL(logits, cross_entropy_forward)(dense(logits), dense(targets), ignore_index);
 }
 
@@ -446,14 +440,14 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, op, "targets are {}, expected [{}]", shape_str(targets.sizes()),
            logits.size(0));
   check_defined(op, lse, "lse");
-  check_same_dtype(op, logits, lse);
+  AG_CHECK(lse.dtype() == (is_bf16(logits) ? DType::f32 : logits.dtype()), op,
+           "lse is {}, expected the forward's {} for {} logits", dtype_name(lse.dtype()),
+           dtype_name(is_bf16(logits) ? DType::f32 : logits.dtype()), dtype_name(logits.dtype()));
   check_same_device(op, logits, lse);
   AG_CHECK(lse.sizes() == Shape{logits.size(0)}, op, "lse is {}, expected [{}]", shape_str(lse.sizes()),
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
-  if (is_bf16(logits))
-    return to_bf16(cross_entropy_backward(widen(logits), targets, widen(lse), ignore_index, count, dloss));
   return AG_DEVICE_KERNEL(logits, cross_entropy_backward)(dense(logits), dense(targets), dense(lse), ignore_index,
                                                          count, dloss);
 }

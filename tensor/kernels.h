@@ -89,9 +89,13 @@ struct CrossEntropyResult {
   Tensor lse;    // (N) log-sum-exp of each row
   std::int64_t count = 0;  // rows that counted
 };
-// logits (N, V), targets int64 (N); fused log-softmax + NLL.
+// logits (N, V), targets int64 (N); fused log-softmax + NLL. bfloat16 logits
+// (autocast's) are read as they are, the loss and lse float32: the float32
+// result of the widened logits, bit for bit, without widening a copy.
 CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index);
-// dlogits = (softmax(logits) - onehot(target)) * dloss / count, zero on ignored rows.
+// dlogits = (softmax(logits) - onehot(target)) * dloss / count, zero on ignored
+// rows, in the logits' dtype (bfloat16: the float32 gradient rounded once; lse
+// float32, the forward's).
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               std::int64_t ignore_index, std::int64_t count, double dloss);
 

@@ -101,6 +101,42 @@ TEST_CASE("layer_norm with a bfloat16 result is the cast of the float32 one, to 
   }
 }
 
+// The loss reads bfloat16 logits as they are: the float32 loss of the widened
+// logits, and the gradient the cast pair would give (the float32 one rounded),
+// bit for bit; on rows of 3 to 1500 classes, with ignored rows, and with all
+// rows ignored (a loss of 0, a zero gradient).
+TEST_CASE("cross_entropy of bfloat16 logits is float32's of the widened logits, forward and backward, to the bit",
+          "[bf16][autocast]") {
+  for (std::int64_t classes : {3, 65, 1500}) {
+    for (std::int64_t ignored : {std::int64_t{-100}, std::int64_t{1}}) {
+      CAPTURE(classes, ignored);
+      const Tensor targets =
+          from_vector(std::vector<std::int64_t>{0, 1, classes - 1, 1, 2 % classes, 0, 1}, {7});
+      const Tensor all_ignored = full({7}, static_cast<double>(ignored), {DType::i64});
+      for (const Tensor& t : {targets, all_ignored}) {
+        const Tensor leaf1 = f32_leaf({7, classes}, 21), leaf2 = f32_leaf({7, classes}, 21);
+        Tensor fused, composed;
+        {
+          AutocastGuard autocast;
+          fused = cross_entropy(to(leaf1, DType::bf16), t, ignored);
+        }
+        composed = cross_entropy(to(to(leaf2, DType::bf16), DType::f32), t, ignored);
+        REQUIRE(fused.dtype() == DType::f32);
+        CHECK(same_bits(fused, composed));
+        backward(fused);
+        backward(composed);
+        CHECK(same_bits(leaf1.grad(), leaf2.grad()));
+      }
+    }
+  }
+  // Outside autocast, bfloat16 logits give a bfloat16 loss: the float32 one rounded.
+  const Tensor logits = kernels::cast(f32_leaf({4, 9}, 22).detach(), DType::bf16);
+  const Tensor targets = from_vector(std::vector<std::int64_t>{0, 8, 3, 3}, {4});
+  const Tensor loss = cross_entropy(logits, targets);
+  REQUIRE(loss.dtype() == DType::bf16);
+  CHECK(same_bits(loss, kernels::cast(cross_entropy(kernels::cast(logits, DType::f32), targets), DType::bf16)));
+}
+
 TEST_CASE("layer_norm's result dtype: x's, or bfloat16 from float32, anything else refused by name", "[bf16]") {
   const Tensor x = f32_leaf({2, 8}, 15);
   CHECK(layer_norm(x, {}, {}, 1e-5, DType::f32).dtype() == DType::f32);

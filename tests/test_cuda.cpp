@@ -612,6 +612,31 @@ TEST_CASE("cuda: layer_norm's bfloat16 y and dy under autocast are the float32 k
   }
 }
 
+TEST_CASE("cuda: cross_entropy reads bfloat16 logits as the float32 kernels read the widened ones, to the bit",
+          "[cuda][bf16]") {
+  // The GPU's bfloat16 kernels against its float32 ones on the widened logits:
+  // lse and the loss float32 and equal, the gradient the float32 one rounded.
+  // Rows of 3, 65 and 1500 classes (a warp, a block per row), ignored rows.
+  SKIP_WITHOUT_CUDA();
+  for (std::int64_t n : {3, 65, 1500}) {
+    INFO(n << " classes");
+    const Tensor logits = on_gpu(kernels::cast(input({9, n}, DType::f32, Layout::contiguous, 64), DType::bf16));
+    const Tensor wide = kernels::cast(logits, DType::f32);
+    const Tensor targets = on_gpu(from_vector(std::vector<std::int64_t>{0, 1, n - 1, -100, 2 % n, 0, 1, -100, 0}, {9}));
+    const kernels::CrossEntropyResult got = kernels::cross_entropy_forward(logits, targets, -100);
+    const kernels::CrossEntropyResult want = kernels::cross_entropy_forward(wide, targets, -100);
+    REQUIRE(got.lse.dtype() == DType::f32);
+    REQUIRE(got.loss.dtype() == DType::f32);
+    CHECK(got.count == want.count);
+    CHECK(max_abs_diff(on_cpu(got.lse), on_cpu(want.lse)) == 0);
+    CHECK(max_abs_diff(on_cpu(got.loss), on_cpu(want.loss)) == 0);
+    const Tensor dgot = kernels::cross_entropy_backward(logits, targets, got.lse, -100, got.count, 0.75);
+    const Tensor dwant = kernels::cross_entropy_backward(wide, targets, want.lse, -100, want.count, 0.75);
+    REQUIRE(dgot.dtype() == DType::bf16);
+    CHECK(max_abs_diff(on_cpu(dgot), on_cpu(kernels::cast(dwant, DType::bf16))) == 0);
+  }
+}
+
 // ---- fused row ops ------------------------------------------------------------------------------------
 
 TEST_CASE("cuda: softmax and log_softmax match the CPU, forward and backward", "[cuda]") {

@@ -10,7 +10,7 @@ Tensor unary(kernels::Unary op, const Tensor& x, double s) {
   const auto layout = layout_of<2>(name, out.sizes(), {&out, &x});
   AG_DISPATCH_FLOAT_OR_BF16(x.dtype(), name, [&] {
     cuda::unary<scalar_t>(op, out.data<scalar_t>(), x.data<scalar_t>(),
-                          static_cast<cuda::compute_t<scalar_t>>(s), layout, stream_of(x));
+                          static_cast<compute_t<scalar_t>>(s), layout, stream_of(x));
   });
   return out;
 }
@@ -61,7 +61,7 @@ void add_(const Tensor& y, const Tensor& x, double alpha) {
   const auto layout = layout_of<2>("add_", y.sizes(), {&y, &x});
   AG_DISPATCH_FLOAT_OR_BF16(y.dtype(), "add_", [&] {
     cuda::add_scaled<scalar_t>(y.data<scalar_t>(), x.data<scalar_t>(),
-                               static_cast<cuda::compute_t<scalar_t>>(alpha), layout, stream_of(y));
+                               static_cast<compute_t<scalar_t>>(alpha), layout, stream_of(y));
   });
 }
 

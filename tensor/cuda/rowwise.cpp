@@ -96,13 +96,16 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, c
 
 // ---- cross-entropy -----------------------------------------------------------------------
 
+// bfloat16 logits: lse and the loss float32, the gradient bfloat16 (the kernels widen and round).
 kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                                   std::int64_t ignore_index) {
   const std::int64_t rows = logits.size(0), n = logits.size(1);
-  kernels::CrossEntropyResult out{empty({}, logits.options()), empty({rows}, logits.options()), 0};
+  const TensorOptions stats{logits.dtype() == DType::bf16 ? DType::f32 : logits.dtype(), logits.device()};
+  kernels::CrossEntropyResult out{empty({}, stats), empty({rows}, stats), 0};
   Tensor count = empty({}, {DType::i64, logits.device()});
-  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy", [&] {
-    cuda::cross_entropy_forward(out.loss.data<scalar_t>(), out.lse.data<scalar_t>(), count.data<std::int64_t>(),
+  AG_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy", [&] {
+    using T = compute_t<scalar_t>;
+    cuda::cross_entropy_forward(out.loss.data<T>(), out.lse.data<T>(), count.data<std::int64_t>(),
                                 logits.data<scalar_t>(), targets.data<std::int64_t>(), rows, n, ignore_index,
                                 stream_of(logits));
   });
@@ -117,9 +120,10 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   const std::int64_t rows = logits.size(0), n = logits.size(1);
   Tensor dx = empty(logits.sizes(), logits.options());
   const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
-  AG_DISPATCH_FLOAT(logits.dtype(), "cross_entropy backward", [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy backward", [&] {
+    using T = compute_t<scalar_t>;
     cuda::cross_entropy_backward(dx.data<scalar_t>(), logits.data<scalar_t>(), targets.data<std::int64_t>(),
-                                 lse.data<scalar_t>(), rows, n, ignore_index, count, static_cast<scalar_t>(scale),
+                                 lse.data<T>(), rows, n, ignore_index, count, static_cast<T>(scale),
                                  stream_of(logits));
   });
   return dx;
