@@ -11,7 +11,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "base/attention_problem.h"
 #include "base/bfloat16.h"

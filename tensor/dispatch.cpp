@@ -440,9 +440,8 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   AG_CHECK(targets.sizes() == Shape{logits.size(0)}, op, "targets are {}, expected [{}]", shape_str(targets.sizes()),
            logits.size(0));
   check_defined(op, lse, "lse");
-  AG_CHECK(lse.dtype() == (is_bf16(logits) ? DType::f32 : logits.dtype()), op,
-           "lse is {}, expected the forward's {} for {} logits", dtype_name(lse.dtype()),
-           dtype_name(is_bf16(logits) ? DType::f32 : logits.dtype()), dtype_name(logits.dtype()));
+  AG_CHECK(lse.dtype() == compute_dtype(logits.dtype()), op, "lse is {}, expected the forward's {} for {} logits",
+           dtype_name(lse.dtype()), dtype_name(compute_dtype(logits.dtype())), dtype_name(logits.dtype()));
   check_same_device(op, logits, lse);
   AG_CHECK(lse.sizes() == Shape{logits.size(0)}, op, "lse is {}, expected [{}]", shape_str(lse.sizes()),
            logits.size(0));
@@ -579,7 +578,7 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   // so merging the heads back to (B, Tq, H*D) afterwards is free.
   const Tensor out_bthd = empty({B, Tq, H, D}, q.options());
   r.out = make_view(out_bthd, {B, H, Tq, D}, {Tq * H * D, D, H * D, 1}, 0);
-  r.lse = empty({B, H, Tq}, {bf16 ? DType::f32 : q.dtype(), q.device()});
+  r.lse = empty({B, H, Tq}, {compute_dtype(q.dtype()), q.device()});
   if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
   if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
   if (bf16) {

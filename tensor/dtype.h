@@ -38,6 +38,10 @@ constexpr std::string_view dtype_name(DType t) {
 
 constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
 
+// The dtype a kernel on t values computes and keeps its statistics in
+// (compute_t's, base/bfloat16.h): float32 for bfloat16, else t.
+constexpr DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+
 template <typename T> struct dtype_of;
 template <> struct dtype_of<float> { static constexpr DType value = DType::f32; };
 template <> struct dtype_of<double> { static constexpr DType value = DType::f64; };

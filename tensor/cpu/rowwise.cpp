@@ -186,7 +186,7 @@ void cross_entropy_grad_row(L* dxr, const L* xr, T lse, T s, std::int64_t target
 kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                                   std::int64_t ignore_index) {
   const std::int64_t rows = logits.size(0), n = logits.size(1);
-  const TensorOptions stats{logits.dtype() == DType::bf16 ? DType::f32 : logits.dtype(), logits.device()};
+  const TensorOptions stats{compute_dtype(logits.dtype()), logits.device()};
   kernels::CrossEntropyResult out{empty({}, stats), empty({rows}, stats), 0};
   const std::int64_t* t = targets.data<std::int64_t>();
   std::vector<double> row_loss(rows, 0.0);  // (N): lse - logit[target], 0 on ignored rows

@@ -100,7 +100,7 @@ kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, c
 kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                                   std::int64_t ignore_index) {
   const std::int64_t rows = logits.size(0), n = logits.size(1);
-  const TensorOptions stats{logits.dtype() == DType::bf16 ? DType::f32 : logits.dtype(), logits.device()};
+  const TensorOptions stats{compute_dtype(logits.dtype()), logits.device()};
   kernels::CrossEntropyResult out{empty({}, stats), empty({rows}, stats), 0};
   Tensor count = empty({}, {DType::i64, logits.device()});
   AG_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy", [&] {
