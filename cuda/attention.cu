@@ -157,21 +157,6 @@ __global__ void attention_weights_kernel(AttentionProblem p, const float* lse, f
 
 // ---- backward ----------------------------------------------------------------------------------
 
-// delta_i = do_i . o_i = sum_j P_ij dP_ij: a warp per row.
-__global__ void attention_delta_kernel(AttentionProblem p, AttentionRows dout, AttentionRows out, float* delta) {
-  const std::int64_t rows = p.B * p.H * p.Tq;
-  const int lane = threadIdx.x % kWarp;
-  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / kWarp);
-  for (std::int64_t row = global_thread() / kWarp; row < rows; row += warps) {
-    const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
-    const float *g = dout.row(b, h, i), *o = out.row(b, h, i);
-    float acc = 0.0f;
-    for (std::int64_t d = lane; d < p.D; d += kWarp) acc += g[d] * o[d];
-    acc = warp_reduce(acc, SumOp{});
-    if (lane == 0) delta[row] = acc;
-  }
-}
-
 template <int DMax>
 constexpr std::size_t dkdv_smem() {
   return sizeof(float) * (2 * kTile * (DMax + 1) + 2 * kBlockRows * DMax + 2 * kTile);
@@ -385,8 +370,7 @@ void attention_backward(const AttentionProblem& p, AttentionRows dout, Attention
     return;
   }
   DeviceBuffer delta(sizeof(float) * rows);  // (B, H, Tq)
-  launch(attention_delta_kernel, grid_for(rows * kWarp), kThreads, 0, stream, p, dout, out, delta.as<float>());
-  CUDA_CHECK_LAUNCH();
+  launch_delta(p, dout, out, delta.as<float>(), stream);
   if (on_tensor_cores())
     return attention_backward_tensor_core(p, dout, lse, delta.as<const float>(), dq, dk, dv, stream);
   with_head_dim(p.D, [&](auto dmax) {

@@ -46,6 +46,23 @@ __device__ __forceinline__ PairGrads pair_grads(const AttentionProblem& p, std::
   return {prob * z, p.scale * prob * (dpv * z - delta_i)};
 }
 
+// delta_i = do_i . o_i = sum_j P_ij dP_ij (B, H, Tq), in float32 from rows of T: a warp per row.
+template <typename T>
+__global__ void attention_delta_kernel(AttentionProblem p, ::attograd::AttentionRows<const T> dout,
+                                       ::attograd::AttentionRows<const T> out, float* delta) {
+  const std::int64_t rows = p.B * p.H * p.Tq;
+  const int lane = threadIdx.x % kWarp;
+  const std::int64_t warps = std::int64_t(gridDim.x) * (blockDim.x / kWarp);
+  for (std::int64_t row = global_thread() / kWarp; row < rows; row += warps) {
+    const std::int64_t bh = row / p.Tq, i = row % p.Tq, b = bh / p.H, h = bh % p.H;
+    const T *g = dout.row(b, h, i), *o = out.row(b, h, i);
+    float acc = 0.0f;
+    for (std::int64_t d = lane; d < p.D; d += kWarp) acc += static_cast<float>(g[d]) * static_cast<float>(o[d]);
+    acc = warp_reduce(acc, SumOp{});
+    if (lane == 0) delta[row] = acc;
+  }
+}
+
 // ---- launching --------------------------------------------------------------------------------
 
 // Kernels over (blocks of BlockRows rows, B * H): grid.y is capped and the kernels loop over the rest.
@@ -53,6 +70,13 @@ inline dim3 grid_over(std::int64_t rows, int block_rows, std::int64_t B, std::in
   const std::int64_t blocks = (rows + block_rows - 1) / block_rows;
   AG_CHECK(blocks <= 0x7fffffff, "attention", "sequence of {} rows is too long for the CUDA kernels", rows);
   return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(std::min<std::int64_t>(B * H, 65535)));
+}
+
+template <typename T>
+void launch_delta(const AttentionProblem& p, ::attograd::AttentionRows<const T> dout,
+                  ::attograd::AttentionRows<const T> out, float* delta, cudaStream_t stream) {
+  launch(attention_delta_kernel<T>, grid_for(p.B * p.H * p.Tq * kWarp), kThreads, 0, stream, p, dout, out, delta);
+  CUDA_CHECK_LAUNCH();
 }
 
 // Calls fn(std::integral_constant<int, DMax>{}) for the smallest supported DMax >= D.

@@ -7,9 +7,10 @@
 // (keys; queries) stream through shared memory, 64 rows at a time in the
 // forward and 32 in the backward, whose kernels keep four accumulators live.
 // A warp's scores for its 16 rows stay in mma accumulators, and the softmax
-// works on them there: lane (g, t) = (lane / 4, lane % 4) holds rows g and
-// g + 8 and, of each 8-column block, columns 2t and 2t + 1. So a row's max and
-// sum are the lane's own values and then two shuffles within its quad of lanes.
+// works on them there (cuda/attention_warp_scores.cuh): lane (g, t) =
+// (lane / 4, lane % 4) holds rows g and g + 8 and, of each 8-column block,
+// columns 2t and 2t + 1. So a row's max and sum are the lane's own values and
+// then two shuffles within its quad of lanes.
 //
 // The scores then become the A operand of the next product (P V, dS K, ...)
 // without moving. A's layout wants columns t and t + 4 where the lane holds 2t
@@ -34,7 +35,7 @@
 // different banks.
 #include <cstdint>
 
-#include "cuda/attention_common.cuh"
+#include "cuda/attention_warp_scores.cuh"
 #include "cuda/mma.cuh"
 
 namespace attograd::cuda::attention_detail {
@@ -109,11 +110,6 @@ __device__ __forceinline__ void load_columns(float4* dst, const AttentionRows& x
   }
 }
 
-// The row (of the warp's 16) and the column (of the tile) of accumulator value
-// acc[n][r] of lane (g, t).
-__device__ __forceinline__ int acc_row(int g, int r) { return g + 8 * (r / 2); }
-__device__ __forceinline__ int acc_col(int t, int n, int r) { return 8 * n + 2 * t + r % 2; }
-
 __device__ __forceinline__ SplitFragment<2> b_fragment(float4 v) {
   return {{float_bits(v.x), float_bits(v.y)}, {float_bits(v.z), float_bits(v.w)}};
 }
@@ -150,13 +146,6 @@ __device__ __forceinline__ void scores_times_columns(float (&acc)[DMax / 8][4], 
   }
 }
 
-// Reduces v with op over the 4 lanes of a quad (the lanes that share an accumulator row).
-template <typename Op>
-__device__ __forceinline__ float quad_reduce(float v, Op op) {
-  v = op(v, __shfl_xor_sync(kFullMask, v, 1));
-  return op(v, __shfl_xor_sync(kFullMask, v, 2));
-}
-
 // Writes the warp's 16 x DMax accumulator rows to rows [w0, w0 + 16) of `dst`
 // (row i at dst + i * row_stride), those below `rows` and columns below D, the
 // values of rows g and g + 8 times factor[0] and factor[1].
@@ -164,18 +153,8 @@ template <int DMax>
 __device__ __forceinline__ void store_rows(float* dst, std::int64_t row_stride, const float (&acc)[DMax / 8][4],
                                            std::int64_t w0, std::int64_t rows, std::int64_t D, int g, int t,
                                            const float (&factor)[2]) {
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t i = w0 + g + 8 * half;
-    if (i >= rows) continue;
-#pragma unroll
-    for (int n = 0; n < DMax / 8; ++n)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int d = 8 * n + 2 * t + c;
-        if (d < D) dst[i * row_stride + d] = acc[n][2 * half + c] * factor[half];
-      }
-  }
+  store_accumulator_rows<DMax>(acc, w0, rows, D, g, t, factor,
+                               [&](std::int64_t i, int d, float x) { dst[i * row_stride + d] = x; });
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -195,15 +174,14 @@ __global__ void __launch_bounds__(kBlockThreads)
   float4* vs = ks + kForwardTile * kPairPitch<DMax>;            // value tile, by row pairs
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
-  const float neg_inf = -INFINITY;
 
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
     __syncthreads();  // the previous (b, h) is done with shared memory
     load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
 
-    float o[ND][4] = {};                         // running sum of p v, rows g and g + 8
-    float m[2] = {neg_inf, neg_inf}, l[2] = {};  // running max and sum of exp(s - m), the same rows
+    float o[ND][4] = {};  // running sum of p v, rows g and g + 8
+    RunningSoftmax run;   // of the same rows
 
     // Causal: keys past the block's last query are hidden from every row.
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
@@ -215,53 +193,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 
       float s[NC][4] = {};  // scale q_i . k_j
       rows_times_rows<NC, DMax>(s, qs + warp * kWarpRows * P, ks, g, t);
-      const bool some_hidden =
-          p.mask || j0 + kForwardTile > p.Tk || w0 + kWarpRows > p.Tq || (p.causal && j0 + kForwardTile - 1 > w0);
-      if (some_hidden) {
-#pragma unroll
-        for (int n = 0; n < NC; ++n)
-#pragma unroll
-          for (int r = 0; r < 4; ++r)
-            if (p.hidden(b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r))) s[n][r] = neg_inf;
-      }
-
-      // The online softmax of rows g (values r = 0, 1) and g + 8 (r = 2, 3). The
-      // max lets any NaN win, so the 4 lanes of a row agree on it, as the CPU's
-      // NaN row is all NaN.
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float tile_max = neg_inf;
-#pragma unroll
-        for (int n = 0; n < NC; ++n) tile_max = NanMaxOp{}(tile_max, NanMaxOp{}(s[n][2 * half], s[n][2 * half + 1]));
-        const float m_new = NanMaxOp{}(m[half], quad_reduce(tile_max, NanMaxOp{}));
-        const bool none_visible = m_new == neg_inf;                            // so far: no exp(-inf - -inf)
-        const float correction = none_visible ? 1.0f : expf(m[half] - m_new);  // 0 while m was -inf
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < NC; ++n)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& e = s[n][2 * half + c];
-            e = none_visible ? 0.0f : expf(e - m_new);  // 0 for hidden keys
-            sum += e;
-            if (p.dropout() && e != 0.0f)
-              e *= p.dropout_factor(b, h, w0 + g + 8 * half, j0 + acc_col(t, n, 2 * half + c));
-          }
-        l[half] = l[half] * correction + quad_reduce(sum, SumOp{});
-        m[half] = m_new;
-#pragma unroll
-        for (int n = 0; n < ND; ++n) o[n][2 * half] *= correction, o[n][2 * half + 1] *= correction;
-      }
+      online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
       scores_times_columns<NC, DMax>(o, s, vs, g, t);  // o_i += sum_j p_ij v_j
     }
 
-    float inv[2];  // 1 / l, and 0 on rows with every key hidden: zeros, not 0/0
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      inv[half] = l[half] == 0.0f ? 0.0f : 1.0f / l[half];
-      const std::int64_t i = w0 + g + 8 * half;
-      if (i < p.Tq && t == 0) lse[bh * p.Tq + i] = l[half] == 0.0f ? neg_inf : m[half] + logf(l[half]);
-    }
+    float inv[2];
+    finish_softmax(run, p, bh, w0, g, t, lse, inv);
     store_rows<DMax>(out + b * out_sb + h * out_sh, out_st, o, w0, p.Tq, p.D, g, t, inv);
   }
 }
