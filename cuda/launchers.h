@@ -180,4 +180,25 @@ void attention_forward(const AttentionProblem& p, float* out, std::int64_t out_s
 void attention_backward(const AttentionProblem& p, AttentionRows dout, AttentionRows out, const float* lse, float* dq,
                         float* dk, float* dv, cudaStream_t stream);
 
+// ---- bfloat16 fused attention (cuda/attention_bf16.cu) ----------------------------------
+// The same problem on bfloat16 rows (`settings` gives sizes, scale, masking
+// and dropout; its own rows are unused): the products on the tensor cores with
+// float32 sums, the softmax's statistics and lse in float32, and the
+// probabilities and dS rounded to bfloat16 as the operands of their products,
+// as the CPU's bfloat16 attention computes it (tensor/cpu/attention/).
+struct Bf16AttentionOperands {
+  ::attograd::AttentionRows<const bfloat16> q, k, v;  // (B, H, T, D), rows contiguous
+  // Every row of every operand and output (dout and the gradients in the
+  // backward) starts 16 bytes aligned, and D is a multiple of 8: the kernels
+  // then move 8 values at a time.
+  bool vec = false;
+};
+using Bf16AttentionOutput = ::attograd::AttentionRows<bfloat16>;  // rows contiguous
+void attention_forward_bf16(const AttentionProblem& settings, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
+                            float* lse, cudaStream_t stream);
+void attention_backward_bf16(const AttentionProblem& settings, const Bf16AttentionOperands& x,
+                             ::attograd::AttentionRows<const bfloat16> dout, ::attograd::AttentionRows<const bfloat16> out,
+                             const float* lse, Bf16AttentionOutput dq, Bf16AttentionOutput dk, Bf16AttentionOutput dv,
+                             cudaStream_t stream);
+
 }  // namespace attograd::cuda

@@ -498,11 +498,12 @@ namespace attograd::kernels {
 
 namespace {
 
-// Whether a bfloat16 attention runs on the CPU's bfloat16 kernel (attention_bf16.cpp),
-// else widened to float32: it runs on the CPU, whose product kernel is AMX or
-// AVX512_BF16 (or a model), and returns no weights.
-bool bf16_attention_fused_on_cpu(const Tensor& q, bool return_weights) {
-  return q.device().is_cpu() && !return_weights && cpu::attention_bf16_runs_on(cpu::bf16_kernel());
+// Whether a bfloat16 attention runs on bfloat16 kernels, else widened to
+// float32: it returns no weights, and runs on the GPU (cuda/attention_bf16.cu)
+// or on a CPU whose product kernel is AMX or AVX512_BF16, or a model of one
+// (tensor/cpu/attention/attention_bf16.cpp).
+bool bf16_attention_fused(const Tensor& q, bool return_weights) {
+  return !return_weights && (q.device().is_cuda() || cpu::attention_bf16_runs_on(cpu::bf16_kernel()));
 }
 
 // A fused call: its operands checked, the options in range and what the CUDA
@@ -561,7 +562,7 @@ std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options) {
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
-  if (bf16 && !bf16_attention_fused_on_cpu(q, options.return_weights)) {
+  if (bf16 && !bf16_attention_fused(q, options.return_weights)) {
     // Widened: the output rounded to bfloat16; lse, weights and probs float32.
     // q, k, v (a packed projection's views) widen in one flat pass, and the
     // output, laid out (B, Tq, H, D), rounds so: its heads merge for free.
@@ -581,11 +582,11 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   r.lse = empty({B, H, Tq}, {compute_dtype(q.dtype()), q.device()});
   if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
   if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
-  if (bf16) {
+  if (bf16 && q.device().is_cpu()) {
     cpu::attention_forward_bf16(call, r, cpu::bf16_kernel());
     return r;
   }
-  AG_DEVICE_KERNEL(q, attention_forward)(call, r);
+  AG_DEVICE_KERNEL(q, attention_forward)(call, r);  // on the GPU, either dtype
   return r;
 }
 
@@ -594,7 +595,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const AttentionKernelOptions& options, const AttentionGrads& into) {
   const char* op = "attention backward";
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
-  if (bf16 && (!bf16_attention_fused_on_cpu(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
+  if (bf16 && (!bf16_attention_fused(q, false) || probs.defined() || lse.dtype() != DType::f32)) {
     // Widened (as its forward was): float32 gradients, rounded into bfloat16
     // ones. Casts keep the layouts, and the three gradients, when they are one
     // packed d(qkv)'s views, are computed into a float32 twin of it and rounded
@@ -653,11 +654,11 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                          into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
   if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
   const AttentionSaved saved{rows_contiguous(dout), rows_contiguous(out), lse, probs};
-  if (bf16) {
+  if (bf16 && q.device().is_cpu()) {
     cpu::attention_backward_bf16(call, saved, g, cpu::bf16_kernel());
     return g;
   }
-  AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);
+  AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);  // on the GPU, either dtype
   return g;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/runtime.h"
 #include "helpers.h"
 #include "tensor/attention_call.h"
 #include "tensor/cpu/attention/attention.h"
@@ -28,10 +29,10 @@ struct Bf16AttentionCase {
 
 // A bfloat16 (B, H, T, D) operand with N(0, 1) values, contiguous or a view of (B, T, H, D) memory.
 Tensor bf16_operand(std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t D, bool interleaved,
-                    std::uint64_t seed) {
+                    std::uint64_t seed, Device device = Device::cpu()) {
   Generator gen(seed);
-  if (!interleaved) return kernels::cast(randn({B, H, T, D}, {DType::f32}, gen), DType::bf16);
-  return permute(kernels::cast(randn({B, T, H, D}, {DType::f32}, gen), DType::bf16), {0, 2, 1, 3});
+  if (!interleaved) return to(kernels::cast(randn({B, H, T, D}, {DType::f32}, gen), DType::bf16), device);
+  return permute(to(kernels::cast(randn({B, T, H, D}, {DType::f32}, gen), DType::bf16), device), {0, 2, 1, 3});
 }
 
 // A forward's output as kernels::attention_forward allocates it: (B, H, Tq, D) over (B, Tq, H, D) memory.
@@ -70,19 +71,19 @@ struct Bf16AttentionRun {
   kernels::AttentionGrads g;
 };
 
-// The case on `kernel`, called as kernels::attention_forward and _backward call it.
-Bf16AttentionRun run_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+// A case's operands on `device`: q, k, v, dout and the mask, with its options.
+Bf16AttentionRun case_operands(const Bf16AttentionCase& c, Device device) {
   Bf16AttentionRun run;
-  run.q = bf16_operand(c.B, c.H, c.Tq, c.D, c.heads_interleaved, 1);
-  run.k = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 2);
-  run.v = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 3);
-  run.dout = bf16_operand(c.B, c.H, c.Tq, c.D, false, 4);
-  Tensor& mask = run.mask;
+  run.q = bf16_operand(c.B, c.H, c.Tq, c.D, c.heads_interleaved, 1, device);
+  run.k = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 2, device);
+  run.v = bf16_operand(c.B, c.H, c.Tk, c.D, c.heads_interleaved, 3, device);
+  run.dout = bf16_operand(c.B, c.H, c.Tq, c.D, false, 4, device);
   if (c.masked) {  // (Tq, Tk), broadcast over B and H; query 2 sees no key at all
     Generator gen(5);
-    mask = kernels::binary(kernels::Binary::lt, uniform({c.Tq, c.Tk}, 0, 1, {DType::f32}, gen),
-                           full({}, 0.3, {DType::f32}));
+    Tensor mask = kernels::binary(kernels::Binary::lt, uniform({c.Tq, c.Tk}, 0, 1, {DType::f32}, gen),
+                                  full({}, 0.3, {DType::f32}));
     if (c.Tq > 2) kernels::fill_(select(mask, 0, 2), 1);
+    run.mask = to(mask, device);
   }
   kernels::AttentionKernelOptions& options = run.options;
   options.causal = c.causal;
@@ -90,7 +91,13 @@ Bf16AttentionRun run_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
   options.dropout_p = c.dropout_p;
   options.seed = 7;
   options.offset = 11;
-  const AttentionCall call{run.q, run.k, run.v, mask, options};
+  return run;
+}
+
+// The case on the CPU's `kernel`, called as kernels::attention_forward and _backward call it.
+Bf16AttentionRun run_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+  Bf16AttentionRun run = case_operands(c, Device::cpu());
+  const AttentionCall call{run.q, run.k, run.v, run.mask, run.options};
   run.r.out = heads_view_output(c.B, c.H, c.Tq, c.D);
   run.r.lse = empty({c.B, c.H, c.Tq}, {DType::f32});
   cpu::attention_forward_bf16(call, run.r, kernel);
@@ -99,9 +106,25 @@ Bf16AttentionRun run_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
   return run;
 }
 
-void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
+// The case on the GPU through kernels::attention_forward and _backward, its
+// operands and results brought back to the CPU.
+Bf16AttentionRun run_case_on_gpu(const Bf16AttentionCase& c) {
+  Bf16AttentionRun gpu = case_operands(c, Device::cuda());
+  gpu.r = kernels::attention_forward(gpu.q, gpu.k, gpu.v, gpu.mask, gpu.options);
+  gpu.g = kernels::attention_backward(gpu.dout, gpu.q, gpu.k, gpu.v, gpu.mask, gpu.r.out, gpu.r.lse, Tensor(),
+                                      gpu.options);
+  Bf16AttentionRun run;
+  const auto back = [](const Tensor& x) { return x.defined() ? to(x, Device::cpu()) : x; };
+  run.q = back(gpu.q), run.k = back(gpu.k), run.v = back(gpu.v), run.dout = back(gpu.dout), run.mask = back(gpu.mask);
+  run.options = gpu.options;
+  run.r.out = back(gpu.r.out), run.r.lse = back(gpu.r.lse);
+  run.g = {back(gpu.g.dq), back(gpu.g.dk), back(gpu.g.dv)};
+  return run;
+}
+
+// The run's outputs and gradients within bfloat16's bounds of float64 on the same operands.
+void check_run(const Bf16AttentionCase& c, const Bf16AttentionRun& run) {
   REQUIRE(c.Tq + c.Tk + c.D < 1024);
-  const Bf16AttentionRun run = run_case(c, kernel);
   const Tensor &q = run.q, &k = run.k, &v = run.v, &dout = run.dout, &mask = run.mask;
   const kernels::AttentionKernelOptions& options = run.options;
   const kernels::AttentionForwardResult& r = run.r;
@@ -134,31 +157,82 @@ void check_case(const Bf16AttentionCase& c, cpu::Bf16Kernel kernel) {
   check_within("dq", g.dq, dwant.dq, kernels::matmul(ds, abs64(k)), 2);
 }
 
+const Bf16AttentionCase kCases[] = {
+    {1, 1, 1, 1, 1, true, false, false, 0.0},      // one query, one key, one value
+    {2, 3, 70, 70, 24, true, false, false, 0.0},   // D not whole steps, T not whole tiles
+    {1, 2, 65, 130, 64, false, true, false, 0.0},  // Tq != Tk, a mask with a row of hidden keys
+    {1, 2, 130, 130, 40, true, false, false, 0.2},  // dropout
+    {2, 2, 96, 96, 64, true, false, true, 0.0},    // heads interleaved in memory, as a packed qkv's
+    {8, 4, 16, 16, 16, true, false, false, 0.1},   // the default task's heads: T, D 16, a corner of a tile
+};
+
+std::string describe(const Bf16AttentionCase& c) {
+  return fmt::format("B {} H {} Tq {} Tk {} D {}{}{}{} dropout {}", c.B, c.H, c.Tq, c.Tk, c.D, c.causal ? " causal" : "",
+                     c.masked ? " masked" : "", c.heads_interleaved ? " interleaved" : "", c.dropout_p);
+}
+
 }  // namespace
 
 TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models, within bfloat16's bound of float64",
           "[bf16][attention]") {
-  const Bf16AttentionCase cases[] = {
-      {1, 1, 1, 1, 1, true, false, false, 0.0},      // one query, one key, one value
-      {2, 3, 70, 70, 24, true, false, false, 0.0},   // D not whole steps, T not whole tiles
-      {1, 2, 65, 130, 64, false, true, false, 0.0},  // Tq != Tk, a mask with a row of hidden keys
-      {1, 2, 130, 130, 40, true, false, false, 0.2},  // dropout
-      {2, 2, 96, 96, 64, true, false, true, 0.0},    // heads interleaved in memory, as a packed qkv's
-      {8, 4, 16, 16, 16, true, false, false, 0.1},   // the default task's heads: T, D 16, a corner of a tile
-  };
   for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
                                  cpu::Bf16Kernel::avx512_bf16_model}) {
     if (!cpu::attention_bf16_runs_on(kernel)) {
       WARN("skipped: the bfloat16 attention has no " << cpu::bf16_kernel_name(kernel) << " kernel on this CPU");
       continue;
     }
-    for (const Bf16AttentionCase& c : cases) {
-      INFO(cpu::bf16_kernel_name(kernel) << ": B " << c.B << " H " << c.H << " Tq " << c.Tq << " Tk " << c.Tk << " D "
-                                         << c.D << (c.causal ? " causal" : "") << (c.masked ? " masked" : "")
-                                         << " dropout " << c.dropout_p);
-      check_case(c, kernel);
+    for (const Bf16AttentionCase& c : kCases) {
+      INFO(cpu::bf16_kernel_name(kernel) << ": " << describe(c));
+      check_run(c, run_case(c, kernel));
     }
   }
+}
+
+// cuda/attention_bf16.cu (on a GPU, or the emulator) within the same bounds:
+// the CPU's cases, and with every option on one at head dim 128 over several
+// of the kernels' query blocks and key tiles, and one whose head dim (20)
+// makes the kernels move a value at a time, not 8 (the other D are whole eights but 1).
+TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound of float64", "[cuda][bf16][attention]") {
+  if (cuda::device_count() == 0) {
+    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
+    return;
+  }
+  std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
+  cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
+  cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
+  for (const Bf16AttentionCase& c : cases) {
+    INFO("cuda: " << describe(c));
+    check_run(c, run_case_on_gpu(c));
+  }
+}
+
+// The bounds hold for the widened float32 kernels too: that the GPU's
+// bfloat16 calls ran the bfloat16 kernels shows in the probabilities rounded
+// before P V, which the widened output (asked for with the weights) lacks.
+TEST_CASE("cuda: bfloat16 attention runs the bfloat16 kernels, and widens for the weights", "[cuda][bf16][attention]") {
+  if (cuda::device_count() == 0) {
+    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
+    return;
+  }
+  const Tensor q = bf16_operand(1, 2, 40, 32, false, 1, Device::cuda());
+  const Tensor k = bf16_operand(1, 2, 40, 32, false, 2, Device::cuda());
+  const Tensor v = bf16_operand(1, 2, 40, 32, false, 3, Device::cuda());
+  kernels::AttentionKernelOptions options;
+  options.causal = true;
+  options.scale = 1.0 / std::sqrt(32.0);
+  const kernels::AttentionForwardResult fused = kernels::attention_forward(q, k, v, Tensor(), options);
+  options.return_weights = true;
+  const kernels::AttentionForwardResult widened = kernels::attention_forward(q, k, v, Tensor(), options);
+  REQUIRE(fused.out.dtype() == DType::bf16);
+  REQUIRE(fused.lse.dtype() == DType::f32);
+  REQUIRE(widened.weights.defined());
+  const std::vector<double> a = to(fused.out, Device::cpu()).to_vector<double>();
+  const std::vector<double> b = to(widened.out, Device::cpu()).to_vector<double>();
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  INFO(differ << " of " << a.size() << " outputs differ");
+  CHECK(differ > 0);
+  CHECK(differ < a.size() / 2);  // by a rounding here and there, not everywhere
 }
 
 // The VDPBF16PS kernel rounds its float32 tiles (P, dS) by VCVTNE2PS2BF16, its

@@ -1,23 +1,58 @@
-// Fused attention on CUDA tensors (float32): the launchers of
-// cuda/attention.cu over the problem both devices read
-// (tensor/attention_call.h, base/attention_problem.h), into the outputs
+// Fused attention on CUDA tensors: the launchers of cuda/attention.cu
+// (float32) and cuda/attention_bf16.cu (bfloat16) over the problem both
+// devices read (tensor/attention_call.h, base/attention_problem.h), into the outputs
 // tensor/dispatch.cpp allocated: the output laid out (B, Tq, H, D) and seen
 // as a (B, H, Tq, D) view, so merging heads afterwards is free; the same
 // Philox dropout stream and all-hidden-row convention as the CPU's.
+#include <cstdint>
+#include <initializer_list>
+
 #include "tensor/attention_call.h"
 #include "tensor/cuda/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
 
+namespace {
+
+// Whether every row of x starts 16 bytes (8 values) aligned, and D is a multiple of 8.
+bool rows_in_eights(const Tensor& x) {
+  const auto whole = [](std::int64_t n) { return n % 8 == 0; };
+  return reinterpret_cast<std::uintptr_t>(x.raw_data()) % 16 == 0 && whole(x.size(3)) && whole(x.stride(0)) &&
+         whole(x.stride(1)) && whole(x.stride(2));
+}
+
+// The call's operands, moved 8 values at a time when they and `also` all allow it.
+cuda::Bf16AttentionOperands bf16_operands(const AttentionCall& call, std::initializer_list<const Tensor*> also) {
+  bool vec = rows_in_eights(call.q) && rows_in_eights(call.k) && rows_in_eights(call.v);
+  for (const Tensor* t : also) vec = vec && rows_in_eights(*t);
+  return {attention_rows<const bfloat16>(call.q), attention_rows<const bfloat16>(call.k),
+          attention_rows<const bfloat16>(call.v), vec};
+}
+
+}  // namespace
+
 void attention_forward(const AttentionCall& call, kernels::AttentionForwardResult& r) {
   const Tensor& out = r.out;  // (B, H, Tq, D) view of (B, Tq, H, D) memory
+  if (call.q.dtype() == DType::bf16) {  // no weights: kernels::attention_forward widens for those
+    cuda::attention_forward_bf16(attention_problem_settings<float>(call), bf16_operands(call, {&out}),
+                                 attention_rows<bfloat16>(out), r.lse.data<float>(), stream_of(call.q));
+    return;
+  }
   cuda::attention_forward(attention_problem<float>(call), out.data<float>(), out.stride(0), out.stride(1),
                           out.stride(2), r.lse.data<float>(),
                           call.options.return_weights ? r.weights.data<float>() : nullptr, stream_of(call.q));
 }
 
 void attention_backward(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g) {
+  if (call.q.dtype() == DType::bf16) {  // the bfloat16 kernels write any rows
+    cuda::attention_backward_bf16(attention_problem_settings<float>(call),
+                                  bf16_operands(call, {&s.dout, &g.dq, &g.dk, &g.dv}),
+                                  attention_rows<const bfloat16>(s.dout), attention_rows<const bfloat16>(s.out),
+                                  s.lse.data<float>(), attention_rows<bfloat16>(g.dq), attention_rows<bfloat16>(g.dk),
+                                  attention_rows<bfloat16>(g.dv), stream_of(call.q));
+    return;
+  }
   // The kernels write contiguous gradients: a gradient asked for elsewhere (a
   // view of one packed d(qkv), say) is computed aside and copied there.
   const auto contiguous_target = [](const Tensor& grad) {

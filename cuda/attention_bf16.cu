@@ -1,0 +1,429 @@
+// Fused attention in bfloat16 on the tensor cores: attention.cu's algorithm,
+// masking, dropout stream and conventions (read it first) and
+// attention_tensor_core.cu's division of work (4 warps own 64 rows of one
+// (b, h), each warp 16, the height of one mma tile; 64 keys a tile in the
+// forward and 32 in the backward), with every product one mma.sync m16n8k16
+// on bfloat16 operands with float32 sums (cuda/mma_bf16.cuh). What is
+// rounded, and where, is the CPU's bfloat16 attention's
+// (tensor/cpu/attention/bf16_forward.h, bf16_backward.h): scores are float32
+// sums of exact products, scaled in float32; the softmax, its statistics and
+// the log-sum-exp are float32; P Z (the forward's P V, the backward's dV)
+// and dS (dQ, dK) are rounded to bfloat16 as the A operands of their
+// products; the outputs accumulate in float32 and round once as stored.
+//
+// One fragment layout serves every product. A tile in shared memory holds
+// rows of bfloat16 values with k (the summed index) running along the row:
+// the A operand's 16 rows (a warp's queries, or keys) and B^T's rows (B's
+// columns). For Q K^T that is K as it lies in memory; for P V, dS K and the
+// like B^T is V^T or K^T, so those tiles are stored transposed as they are
+// loaded. A register of either fragment is then two neighbouring k of one row,
+// one aligned 32-bit read. Rows are padded by 8 values (16 bytes): a pitch of
+// 20, 36 or 68 words puts the 8 rows g that a warp reads at once on 8
+// different groups of 4 banks, and the 4 lanes t of a row on its group's 4.
+//
+// A warp's scores stay in its mma accumulators (cuda/attention_warp_scores.cuh),
+// and the C layout of m16n8k16 is its A layout: accumulator blocks 2kb and
+// 2kb + 1 of 8 columns are the A fragment of columns [16kb, 16kb + 16), each
+// register two neighbouring columns of one row. So the probabilities become
+// the next product's operand where they are, rounded two at a time.
+//
+// Tiles move 16 bytes a thread where every row is 16-byte aligned and D is a
+// multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. Not
+// here yet: double-buffered tiles (cp.async), ldmatrix. No GPU has run this yet.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/attention_warp_scores.cuh"
+#include "cuda/buffer.h"
+#include "cuda/mma_bf16.cuh"
+
+namespace attograd::cuda {
+namespace {
+
+using namespace attention_detail;
+using Bf16Rows = ::attograd::AttentionRows<const bfloat16>;
+
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = kWarps * kWarp;
+constexpr int kWarpRows = 16;                   // one mma tile's height
+constexpr int kBlockRows = kWarps * kWarpRows;  // 64
+constexpr int kForwardTile = 64;                // keys per streamed tile in the forward
+constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
+
+// Values per row of a tile of Cols values a row (see the top of the file).
+template <int Cols>
+constexpr int kPitch = Cols + 8;
+
+template <int Rows, int Cols>
+constexpr std::size_t tile_bytes() {
+  return sizeof(std::uint16_t) * Rows * kPitch<Cols>;
+}
+
+// The bits of element d of row t of (b, h); zero outside the tensor (t >= T or d >= D).
+__device__ __forceinline__ std::uint16_t element_bits(const Bf16Rows& x, std::int64_t b, std::int64_t h,
+                                                      std::int64_t t, std::int64_t T, int d, std::int64_t D) {
+  return t < T && d < D ? x.row(b, h, t)[d].bits : std::uint16_t{0};
+}
+
+// Eight values of a row from d (16 bytes, aligned): zero past T.
+__device__ __forceinline__ uint4 eight_values(const Bf16Rows& x, std::int64_t b, std::int64_t h, std::int64_t t,
+                                              std::int64_t T, int d, std::int64_t D) {
+  return t < T && d < D ? *reinterpret_cast<const uint4*>(x.row(b, h, t) + d) : make_uint4(0, 0, 0, 0);
+}
+
+// Value i of eight (the low half of a word first).
+__device__ __forceinline__ std::uint16_t value_of(const uint4& v, int i) {
+  const std::uint32_t word = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+  return static_cast<std::uint16_t>(i % 2 ? word >> 16 : word);
+}
+
+// tile[r][d] = x[t0 + r][d] for Rows rows of DMax values: as they lie,
+// 8 values a thread where `vec` (Bf16AttentionOperands), else one.
+template <int Rows, int DMax>
+__device__ __forceinline__ void load_tile_rows(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b, std::int64_t h,
+                                               std::int64_t t0, std::int64_t T, std::int64_t D, bool vec) {
+  if (vec) {
+    for (int e = threadIdx.x; e < Rows * DMax / 8; e += kBlockThreads) {
+      const int r = e / (DMax / 8), d = 8 * (e % (DMax / 8));
+      *reinterpret_cast<uint4*>(tile + r * kPitch<DMax> + d) = eight_values(x, b, h, t0 + r, T, d, D);
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < Rows * DMax; e += kBlockThreads) {
+    const int r = e / DMax, d = e % DMax;
+    tile[r * kPitch<DMax> + d] = element_bits(x, b, h, t0 + r, T, d, D);
+  }
+}
+
+// tile[d][r] = x[t0 + r][d]: the same rows transposed, two rows a thread, so
+// each store is a 32-bit pair; with `vec` 8 values of each row a thread (16
+// bytes each), else one, neighbouring threads on neighbouring d so that reads coalesce.
+template <int Rows, int DMax>
+__device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b,
+                                                  std::int64_t h, std::int64_t t0, std::int64_t T, std::int64_t D,
+                                                  bool vec) {
+  const auto store_pair = [&](int d, int r, std::uint16_t lo, std::uint16_t hi) {
+    *reinterpret_cast<std::uint32_t*>(tile + d * kPitch<Rows> + r) = bf16_pair(lo, hi);
+  };
+  if (vec) {
+    for (int e = threadIdx.x; e < Rows / 2 * DMax / 8; e += kBlockThreads) {
+      const int d = 8 * (e % (DMax / 8)), r = 2 * (e / (DMax / 8));
+      const uint4 lo = eight_values(x, b, h, t0 + r, T, d, D), hi = eight_values(x, b, h, t0 + r + 1, T, d, D);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) store_pair(d + i, r, value_of(lo, i), value_of(hi, i));
+    }
+    return;
+  }
+  for (int e = threadIdx.x; e < Rows / 2 * DMax; e += kBlockThreads) {
+    const int d = e % DMax, r = 2 * (e / DMax);
+    store_pair(d, r, element_bits(x, b, h, t0 + r, T, d, D), element_bits(x, b, h, t0 + r + 1, T, d, D));
+  }
+}
+
+__device__ __forceinline__ std::uint32_t pair_at(const std::uint16_t* p) {
+  return *reinterpret_cast<const std::uint32_t*>(p);
+}
+
+// lo and hi rounded to bfloat16 in one register, lo in the low half.
+__device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));  // the first source goes to the upper half
+  return r;
+#else
+  return bf16_pair(bfloat16_bits(lo), bfloat16_bits(hi));
+#endif
+}
+
+// The B fragment of block n (8 columns) at k0: B^T's rows 8n + g at bt, pitch PB.
+template <int PB>
+__device__ __forceinline__ void b_fragment(std::uint32_t (&b)[2], const std::uint16_t* bt, int n, int k0, int g,
+                                           int t) {
+  const std::uint16_t* row = bt + (8 * n + g) * PB + k0 + 2 * t;
+  b[0] = pair_at(row), b[1] = pair_at(row + 8);
+}
+
+// acc (16 x 8N) += A B: A the warp's 16 rows at `a` (pitch PA), B^T's 8N rows
+// at `bt` (pitch PB), K values of k along both.
+template <int N, int K, int PA, int PB>
+__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const std::uint16_t* a, const std::uint16_t* bt,
+                                                int g, int t) {
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    const std::uint16_t *top = a + g * PA + k0 + 2 * t, *bottom = top + 8 * PA;
+    const std::uint32_t af[4] = {pair_at(top), pair_at(bottom), pair_at(top + 8), pair_at(bottom + 8)};
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      std::uint32_t bf[2];
+      b_fragment<PB>(bf, bt, n, k0, g, t);
+      mma_bf16(acc[n], af, bf);
+    }
+  }
+}
+
+// acc (16 x 8N) += S B: S (16 x 8NC) the warp's accumulator values, rounded
+// to bfloat16 where they are as A fragments (see the top of the file), B^T's
+// 8N rows at `bt` (pitch PB), 8NC values of k each.
+template <int N, int NC, int PB>
+__device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const float (&s)[NC][4], const std::uint16_t* bt,
+                                                  int g, int t) {
+#pragma unroll
+  for (int kb = 0; kb < NC / 2; ++kb) {
+    const float(&left)[4] = s[2 * kb];
+    const float(&right)[4] = s[2 * kb + 1];
+    const std::uint32_t af[4] = {round_pair(left[0], left[1]), round_pair(left[2], left[3]),
+                                 round_pair(right[0], right[1]), round_pair(right[2], right[3])};
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      std::uint32_t bf[2];
+      b_fragment<PB>(bf, bt, n, 16 * kb, g, t);
+      mma_bf16(acc[n], af, bf);
+    }
+  }
+}
+
+// The warp's accumulator rows rounded into rows [w0, w0 + 16) of `out`, those
+// below `count`: with `vec` a lane's two neighbouring values as one 32-bit pair.
+template <int DMax>
+__device__ __forceinline__ void store_bf16_rows(const Bf16AttentionOutput& out, std::int64_t b, std::int64_t h,
+                                                const float (&acc)[DMax / 8][4], std::int64_t w0, std::int64_t count,
+                                                std::int64_t D, int g, int t, const float (&factor)[2], bool vec) {
+  if (vec) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = w0 + g + 8 * half;
+      if (i >= count) continue;
+      bfloat16* row = out.row(b, h, i);
+#pragma unroll
+      for (int n = 0; n < DMax / 8; ++n) {
+        const int d = 8 * n + 2 * t;
+        if (d < D)
+          *reinterpret_cast<std::uint32_t*>(row + d) =
+              round_pair(acc[n][2 * half] * factor[half], acc[n][2 * half + 1] * factor[half]);
+      }
+    }
+    return;
+  }
+  store_accumulator_rows<DMax>(acc, w0, count, D, g, t, factor,
+                               [&](std::int64_t i, int d, float value) { out.row(b, h, i)[d] = bfloat16(value); });
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+template <int DMax>
+constexpr std::size_t forward_smem() {
+  return tile_bytes<kBlockRows, DMax>() + tile_bytes<kForwardTile, DMax>() + tile_bytes<DMax, kForwardTile>();
+}
+
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_forward_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
+  constexpr int PD = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
+  std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
+  std::uint16_t* ks = qs + kBlockRows * PD;                     // (64, PD): a key tile
+  std::uint16_t* vt = ks + kForwardTile * PD;                   // (DMax, kPitch<64>): its values, transposed
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();  // the previous (b, h) is done with shared memory
+    load_tile_rows<kBlockRows, DMax>(qs, x.q, b, h, i0, p.Tq, p.D, x.vec);
+    float o[ND][4] = {};  // running sum of p v, rows g and g + 8
+    RunningSoftmax run;   // of the same rows
+
+    // Causal: keys past the block's last query are hidden from every row.
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile) {
+      __syncthreads();  // everyone is done with the previous tile
+      load_tile_rows<kForwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
+      load_tile_columns<kForwardTile, DMax>(vt, x.v, b, h, j0, p.Tk, p.D, x.vec);
+      __syncthreads();
+
+      float s[NC][4] = {};  // q_i . k_j, then times scale
+      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks, g, t);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) s[n][r] *= p.scale;
+      online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
+      scores_times_rows<ND, NC, kPitch<kForwardTile>>(o, s, vt, g, t);  // o_i += sum_j p_ij v_j
+    }
+
+    float inv[2];
+    finish_softmax(run, p, bh, w0, g, t, lse, inv);
+    store_bf16_rows<DMax>(out, b, h, o, w0, p.Tq, p.D, g, t, inv, x.vec);
+  }
+}
+
+// ---- backward (attention_common.cuh's formulas, pair_grads) ------------------------------------
+
+template <int DMax>
+constexpr std::size_t dq_smem() {
+  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() +
+         tile_bytes<DMax, kBackwardTile>();
+}
+
+// A block owns queries [i0, i0 + 64) of one (b, h) and sweeps the key tiles:
+// dq_i += sum_j scale dS_ij k_j.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dq_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16Rows dout, const float* lse,
+                             const float* delta, Bf16AttentionOutput dq) {
+  constexpr int PD = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
+  std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
+  std::uint16_t* dos = qs + kBlockRows * PD;                    // (64, PD): their output gradients
+  std::uint16_t* ks = dos + kBlockRows * PD;                    // (32, PD): a key tile (for s)
+  std::uint16_t* vs = ks + kBackwardTile * PD;                  // (32, PD): its values (for dP)
+  std::uint16_t* kt = vs + kBackwardTile * PD;                  // (DMax, kPitch<32>): the keys transposed (for dq)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_tile_rows<kBlockRows, DMax>(qs, x.q, b, h, i0, p.Tq, p.D, x.vec);
+    load_tile_rows<kBlockRows, DMax>(dos, dout, b, h, i0, p.Tq, p.D, x.vec);
+    float lse_r[2], delta_r[2];  // rows g and g + 8
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t i = w0 + g + 8 * half;
+      lse_r[half] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+      delta_r[half] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+    }
+    float dq_acc[ND][4] = {};
+
+    const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kBackwardTile) {
+      __syncthreads();
+      load_tile_rows<kBackwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
+      load_tile_rows<kBackwardTile, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
+      load_tile_columns<kBackwardTile, DMax>(kt, x.k, b, h, j0, p.Tk, p.D, x.vec);
+      __syncthreads();
+
+      float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j
+      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks, g, t);
+      rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs, g, t);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), p.scale * s[n][r], dpv[n][r],
+                               lse_r[r / 2], delta_r[r / 2])
+                        .ds;
+      scores_times_rows<ND, NC, kPitch<kBackwardTile>>(dq_acc, s, kt, g, t);
+    }
+    store_bf16_rows<DMax>(dq, b, h, dq_acc, w0, p.Tq, p.D, g, t, {1.0f, 1.0f}, x.vec);
+  }
+}
+
+template <int DMax>
+constexpr std::size_t dkdv_smem() {
+  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() +
+         2 * tile_bytes<DMax, kBackwardTile>() + sizeof(float) * 2 * kBackwardTile;
+}
+
+// A block owns keys [j0, j0 + 64) of one (b, h) and sweeps the query tiles:
+// dv_j += sum_i P Z do_i and dk_j += sum_i scale dS q_i. The warp's scores are
+// transposed here (its 16 keys by the tile's queries), so they are the A
+// operand of both sums as they stand.
+template <int DMax>
+__global__ void __launch_bounds__(kBlockThreads)
+    attention_dkdv_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16Rows dout, const float* lse,
+                               const float* delta, Bf16AttentionOutput dk, Bf16AttentionOutput dv) {
+  constexpr int PD = kPitch<DMax>, PT = kPitch<kBackwardTile>, NC = kBackwardTile / 8, ND = DMax / 8;
+  std::uint16_t* ks = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's keys
+  std::uint16_t* vs = ks + kBlockRows * PD;                     // (64, PD): and values
+  std::uint16_t* qs = vs + kBlockRows * PD;                     // (32, PD): a query tile (for s)
+  std::uint16_t* dos = qs + kBackwardTile * PD;                 // (32, PD): its output gradients (for dP)
+  std::uint16_t* qt = dos + kBackwardTile * PD;                 // (DMax, PT): the queries transposed (for dk)
+  std::uint16_t* dot = qt + DMax * PT;                          // (DMax, PT): the gradients transposed (for dv)
+  float* lse_s = reinterpret_cast<float*>(dot + DMax * PT);     // (32)
+  float* delta_s = lse_s + kBackwardTile;                       // (32)
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = j0 + warp * kWarpRows;
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    __syncthreads();
+    load_tile_rows<kBlockRows, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
+    load_tile_rows<kBlockRows, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
+    float dk_acc[ND][4] = {}, dv_acc[ND][4] = {};
+
+    // Causal: queries before j0 see none of these keys.
+    const std::int64_t q_begin = p.causal ? j0 / kBackwardTile * kBackwardTile : 0;
+    for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kBackwardTile) {
+      __syncthreads();
+      load_tile_rows<kBackwardTile, DMax>(qs, x.q, b, h, q0, p.Tq, p.D, x.vec);
+      load_tile_rows<kBackwardTile, DMax>(dos, dout, b, h, q0, p.Tq, p.D, x.vec);
+      load_tile_columns<kBackwardTile, DMax>(qt, x.q, b, h, q0, p.Tq, p.D, x.vec);
+      load_tile_columns<kBackwardTile, DMax>(dot, dout, b, h, q0, p.Tq, p.D, x.vec);
+      if (threadIdx.x < kBackwardTile) {
+        const std::int64_t i = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+      }
+      __syncthreads();
+
+      float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
+      rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs, g, t);
+      rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos, g, t);
+#pragma unroll
+      for (int n = 0; n < NC; ++n)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int ii = acc_col(t, n, r);
+          const PairGrads pg =
+              pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_s[ii], delta_s[ii]);
+          s[n][r] = pg.pz, dpv[n][r] = pg.ds;
+        }
+      scores_times_rows<ND, NC, PT>(dv_acc, s, dot, g, t);
+      scores_times_rows<ND, NC, PT>(dk_acc, dpv, qt, g, t);
+    }
+    store_bf16_rows<DMax>(dk, b, h, dk_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
+    store_bf16_rows<DMax>(dv, b, h, dv_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
+  }
+}
+
+}  // namespace
+
+void attention_forward_bf16(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
+                            float* lse, cudaStream_t stream) {
+  if (p.B * p.H * p.Tq == 0) return;
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t smem = forward_smem<DMax>();
+    allow_shared_memory(attention_forward_bf16_kernel<DMax>, smem);
+    launch(attention_forward_bf16_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, smem, stream, p,
+           x, out, lse);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_backward_bf16(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16Rows dout, Bf16Rows out,
+                             const float* lse, Bf16AttentionOutput dq, Bf16AttentionOutput dk, Bf16AttentionOutput dv,
+                             cudaStream_t stream) {
+  if (p.B * p.H == 0) return;
+  // With no queries dk and dv are zero, and with no keys dq: the kernels'
+  // sweeps are empty and they store their zero sums.
+  DeviceBuffer delta(sizeof(float) * std::max<std::int64_t>(p.B * p.H * p.Tq, 1));  // (B, H, Tq)
+  if (p.Tq > 0) launch_delta(p, dout, out, delta.as<float>(), stream);
+  with_head_dim(p.D, [&](auto dmax) {
+    constexpr int DMax = decltype(dmax)::value;
+    constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();
+    if (p.Tk > 0) {
+      allow_shared_memory(attention_dkdv_bf16_kernel<DMax>, kv_smem);
+      launch(attention_dkdv_bf16_kernel<DMax>, grid_over(p.Tk, kBlockRows, p.B, p.H), kBlockThreads, kv_smem, stream,
+             p, x, dout, lse, delta.as<const float>(), dk, dv);
+      CUDA_CHECK_LAUNCH();
+    }
+    if (p.Tq > 0) {
+      allow_shared_memory(attention_dq_bf16_kernel<DMax>, q_smem);
+      launch(attention_dq_bf16_kernel<DMax>, grid_over(p.Tq, kBlockRows, p.B, p.H), kBlockThreads, q_smem, stream, p,
+             x, dout, lse, delta.as<const float>(), dq);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace attograd::cuda
