@@ -93,44 +93,9 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, AttentionI
 
 // ---- core in bfloat16 -------------------------------------------------------------
 
-double largest_magnitude(const Tensor& t) {
-  double m = 0;
-  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
-  return m;
-}
-
-// The inputs cast to dtype: q, k and v leaves of their own.
-CoreInputs cast_inputs(const CoreInputs& in, DType dtype) {
-  CoreInputs out;
-  for (auto [from, to] : {std::pair{&in.q, &out.q}, {&in.k, &out.k}, {&in.v, &out.v}, {&in.dout, &out.dout}}) {
-    *to = kernels::cast(*from, dtype);
-    to->set_requires_grad(from != &in.dout);
-  }
-  return out;
-}
-
 void attn_core_bf16_case(benchmark::State& state, const AttentionShape& s, bool backward_too) {
   const CoreInputs in = cast_inputs(core_inputs(s), DType::bf16);
-  {
-    // float32's fused path on the same (widened) values. A few bfloat16
-    // roundings (P before P v, dS, the result) of values of order one: within
-    // 2^-6 of the largest, as a sanity check (tests/test_attention_bf16.cpp
-    // holds the kernel to its derived bound).
-    const CoreInputs wide = cast_inputs(in, DType::f32);
-    const Tensor want = run_core(wide, AttentionImpl::fused, backward_too);
-    const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
-    const double tol = 0x1p-6;
-    if (!check_close(state, "bf16 attention output", kernels::cast(got, DType::f32), want,
-                     tol * largest_magnitude(want), tol))
-      return;
-    if (backward_too) {
-      const std::pair<const Tensor*, const Tensor*> grads[] = {{&in.q, &wide.q}, {&in.k, &wide.k}, {&in.v, &wide.v}};
-      for (const auto& [g, w] : grads)
-        if (!check_close(state, "bf16 attention gradient", kernels::cast(g->grad(), DType::f32), w->grad(),
-                         tol * largest_magnitude(w->grad()), tol))
-          return;
-    }
-  }
+  if (!check_bf16_core(state, in, backward_too)) return;
   for (auto _ : state) {
     Tensor out = run_core(in, AttentionImpl::fused, backward_too);
     benchmark::DoNotOptimize(out.raw_data());

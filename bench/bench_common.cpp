@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "autograd/engine.h"
@@ -98,6 +99,42 @@ Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
   Tensor out = attention(in.q, in.k, in.v, options).out;  // (B, H, T, D)
   backward(out, in.dout);
   return out;
+}
+
+CoreInputs cast_inputs(const CoreInputs& in, DType dtype) {
+  CoreInputs out;
+  for (auto [from, to] : {std::pair{&in.q, &out.q}, {&in.k, &out.k}, {&in.v, &out.v}, {&in.dout, &out.dout}}) {
+    *to = kernels::cast(*from, dtype);
+    to->set_requires_grad(from != &in.dout);
+  }
+  return out;
+}
+
+namespace {
+
+double largest_magnitude(const Tensor& t) {
+  double m = 0;
+  for (double x : t.to_vector<double>()) m = std::max(m, std::abs(x));
+  return m;
+}
+
+}  // namespace
+
+bool check_bf16_core(benchmark::State& state, const CoreInputs& in, bool backward_too) {
+  const CoreInputs wide = cast_inputs(in, DType::f32);
+  const Tensor want = run_core(wide, AttentionImpl::fused, backward_too);
+  const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
+  const double tol = 0x1p-6;
+  if (!check_close(state, "bf16 attention output", kernels::cast(got, DType::f32), want, tol * largest_magnitude(want),
+                   tol))
+    return false;
+  if (!backward_too) return true;
+  const std::pair<const Tensor*, const Tensor*> grads[] = {{&in.q, &wide.q}, {&in.k, &wide.k}, {&in.v, &wide.v}};
+  for (const auto& [g, w] : grads)
+    if (!check_close(state, "bf16 attention gradient", kernels::cast(g->grad(), DType::f32), w->grad(),
+                     tol * largest_magnitude(w->grad()), tol))
+      return false;
+  return true;
 }
 
 }  // namespace attograd::bench

@@ -21,7 +21,8 @@ GPU, float32 with TF32 off (so matmul is cuBLAS's float32 SGEMM, the yardstick o
 cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_matmul/gpt_* (the toy GPT's products),
 cuda_attn_core_{fwd,fwdbwd}/{composed,fused}/{S..XXL} (no composed XXL),
 cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step; and in bfloat16 cuda_matmul/bf16/* (cuBLAS's
-bfloat16 GEMM), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
+bfloat16 GEMM), cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL} (SDPA on bfloat16: FlashAttention-2
+or cuDNN), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
 each iteration timed with CUDA events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
@@ -515,6 +516,10 @@ def gpu_cases():
                     continue  # as bench_cuda.cpp: its (T, T) matrices alone are 3 GiB
                 cases.append((f"cuda_attn_core_{'fwdbwd' if bwd else 'fwd'}/{impl}/{s}",
                               lambda s=s, impl=impl, bwd=bwd: attn_core_case(s, impl, bwd)))
+    for bwd in (False, True):
+        for s in GPU_SHAPES:
+            cases.append((f"cuda_attn_core_{'fwdbwd' if bwd else 'fwd'}/bf16/{s}",
+                          lambda s=s, bwd=bwd: attn_core_case(s, "fused", bwd, torch.bfloat16)))
     for s in GPU_SHAPES:
         cases.append((f"cuda_mha_fwdbwd/fused/{s}", lambda s=s: mha_case(s, "fused", True)))
     cases.append(("cuda_gpt_step", gpt_step_case))
