@@ -191,11 +191,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       load_rows<DMax, kBlockThreads>(qs, DMax + 1, p.q, b, h, q0, kTile, p.Tq, p.D);
       load_rows<DMax, kBlockThreads>(dos, DMax + 1, dout, b, h, q0, kTile, p.Tq, p.D);
-      if (threadIdx.x < kTile) {
-        const std::int64_t i = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
-        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
-      }
+      load_query_terms(lse_s, delta_s, p, lse, delta, bh, q0, kTile);
       __syncthreads();
 
       const std::int64_t i = q0 + lane;  // this lane's query

@@ -43,13 +43,6 @@ namespace {
 using namespace attention_detail;
 using Bf16Rows = ::attograd::AttentionRows<const bfloat16>;
 
-constexpr int kWarps = 4;
-constexpr int kBlockThreads = kWarps * kWarp;
-constexpr int kWarpRows = 16;                   // one mma tile's height
-constexpr int kBlockRows = kWarps * kWarpRows;  // 64
-constexpr int kForwardTile = 64;                // keys per streamed tile in the forward
-constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
-
 // Values per row of a tile of Cols values a row (see the top of the file).
 template <int Cols>
 constexpr int kPitch = Cols + 8;
@@ -284,13 +277,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     load_tile_rows<kBlockRows, DMax>(qs, x.q, b, h, i0, p.Tq, p.D, x.vec);
     load_tile_rows<kBlockRows, DMax>(dos, dout, b, h, i0, p.Tq, p.D, x.vec);
-    float lse_r[2], delta_r[2];  // rows g and g + 8
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = w0 + g + 8 * half;
-      lse_r[half] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
-      delta_r[half] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
-    }
+    const RowTerms terms = row_terms(p, lse, delta, bh, w0, g);
     float dq_acc[ND][4] = {};
 
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
@@ -304,13 +291,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j
       rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks, g, t);
       rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs, g, t);
-#pragma unroll
-      for (int n = 0; n < NC; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), p.scale * s[n][r], dpv[n][r],
-                               lse_r[r / 2], delta_r[r / 2])
-                        .ds;
+      scores_to_ds<NC>(s, dpv, p, b, h, w0, j0, g, t, terms, p.scale);
       scores_times_rows<ND, NC, kPitch<kBackwardTile>>(dq_acc, s, kt, g, t);
     }
     store_bf16_rows<DMax>(dq, b, h, dq_acc, w0, p.Tq, p.D, g, t, {1.0f, 1.0f}, x.vec);
@@ -358,25 +339,13 @@ __global__ void __launch_bounds__(kBlockThreads)
       load_tile_rows<kBackwardTile, DMax>(dos, dout, b, h, q0, p.Tq, p.D, x.vec);
       load_tile_columns<kBackwardTile, DMax>(qt, x.q, b, h, q0, p.Tq, p.D, x.vec);
       load_tile_columns<kBackwardTile, DMax>(dot, dout, b, h, q0, p.Tq, p.D, x.vec);
-      if (threadIdx.x < kBackwardTile) {
-        const std::int64_t i = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
-        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
-      }
+      load_query_terms(lse_s, delta_s, p, lse, delta, bh, q0, kBackwardTile);
       __syncthreads();
 
       float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
       rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs, g, t);
       rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos, g, t);
-#pragma unroll
-      for (int n = 0; n < NC; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int ii = acc_col(t, n, r);
-          const PairGrads pg =
-              pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_s[ii], delta_s[ii]);
-          s[n][r] = pg.pz, dpv[n][r] = pg.ds;
-        }
+      transposed_pair_grads<NC>(s, dpv, p, b, h, q0, w0, g, t, lse_s, delta_s);
       scores_times_rows<ND, NC, PT>(dv_acc, s, dot, g, t);
       scores_times_rows<ND, NC, PT>(dk_acc, dpv, qt, g, t);
     }

@@ -63,6 +63,17 @@ __global__ void attention_delta_kernel(AttentionProblem p, ::attograd::Attention
   }
 }
 
+// The backward's terms of queries [q0, q0 + count) of (b, h) = bh into
+// shared memory, a thread each: their lse and delta, -inf and 0 past Tq.
+__device__ __forceinline__ void load_query_terms(float* lse_s, float* delta_s, const AttentionProblem& p,
+                                                 const float* lse, const float* delta, std::int64_t bh,
+                                                 std::int64_t q0, int count) {
+  if (threadIdx.x >= count) return;
+  const std::int64_t i = q0 + threadIdx.x;
+  lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+  delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+}
+
 // ---- launching --------------------------------------------------------------------------------
 
 // Kernels over (blocks of BlockRows rows, B * H): grid.y is capped and the kernels loop over the rest.

@@ -41,13 +41,6 @@
 namespace attograd::cuda::attention_detail {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kBlockThreads = kWarps * kWarp;
-constexpr int kWarpRows = 16;                   // one mma tile's height
-constexpr int kBlockRows = kWarps * kWarpRows;  // 64
-constexpr int kForwardTile = 64;                // keys per streamed tile in the forward
-constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
-
 template <int DMax>
 constexpr int kRowPitch = DMax + 8;  // floats per row of a tile of raw rows
 template <int DMax>
@@ -229,13 +222,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     load_rows<DMax, kBlockThreads>(qs, P, p.q, b, h, i0, kBlockRows, p.Tq, p.D, p.scale);
     load_rows<DMax, kBlockThreads>(dos, P, dout, b, h, i0, kBlockRows, p.Tq, p.D);
-    float lse_r[2], delta_r[2];  // rows g and g + 8
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t i = w0 + g + 8 * half;
-      lse_r[half] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
-      delta_r[half] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
-    }
+    const RowTerms terms = row_terms(p, lse, delta, bh, w0, g);
     float dq_acc[ND][4] = {};
 
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
@@ -249,13 +236,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       float s[NC][4] = {}, dpv[NC][4] = {};  // scale q_i . k_j and do_i . v_j
       rows_times_rows<NC, DMax>(s, qs + warp * kWarpRows * P, ks, g, t);
       rows_times_rows<NC, DMax>(dpv, dos + warp * kWarpRows * P, vs, g, t);
-#pragma unroll
-      for (int n = 0; n < NC; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), s[n][r], dpv[n][r], lse_r[r / 2],
-                               delta_r[r / 2])
-                        .ds;
+      scores_to_ds<NC>(s, dpv, p, b, h, w0, j0, g, t, terms, 1.0f);  // the queries were scaled as loaded
       scores_times_columns<NC, DMax>(dq_acc, s, kc, g, t);
     }
 
@@ -304,25 +285,13 @@ __global__ void __launch_bounds__(kBlockThreads)
       load_pairs<DMax, kBackwardTile>(dos, dout, b, h, q0, p.Tq, p.D);
       load_columns<DMax, kBackwardTile>(qc, p.q, b, h, q0, p.Tq, p.D);
       load_columns<DMax, kBackwardTile>(doc, dout, b, h, q0, p.Tq, p.D);
-      if (threadIdx.x < kBackwardTile) {
-        const std::int64_t i = q0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
-        delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
-      }
+      load_query_terms(lse_s, delta_s, p, lse, delta, bh, q0, kBackwardTile);
       __syncthreads();
 
       float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
       rows_times_rows<NC, DMax>(s, ks + warp * kWarpRows * P, qs, g, t);
       rows_times_rows<NC, DMax>(dpv, vs + warp * kWarpRows * P, dos, g, t);
-#pragma unroll
-      for (int n = 0; n < NC; ++n)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int ii = acc_col(t, n, r);
-          const PairGrads pg =
-              pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_s[ii], delta_s[ii]);
-          s[n][r] = pg.pz, dpv[n][r] = pg.ds;
-        }
+      transposed_pair_grads<NC>(s, dpv, p, b, h, q0, w0, g, t, lse_s, delta_s);
       scores_times_columns<NC, DMax>(dv_acc, s, doc, g, t);
       scores_times_columns<NC, DMax>(dk_acc, dpv, qc, g, t);
     }

@@ -15,6 +15,17 @@
 
 namespace attograd::cuda::attention_detail {
 
+// Both divide the work so: a block of 4 warps owns 64 rows of one (b, h)
+// (queries; keys in the dK/dV kernels), each warp 16, and tiles of the other
+// side stream through shared memory, 64 rows at a time in the forward and 32
+// in the backward, whose kernels keep four accumulators live.
+constexpr int kWarps = 4;
+constexpr int kBlockThreads = kWarps * kWarp;
+constexpr int kWarpRows = 16;                   // one mma tile's height
+constexpr int kBlockRows = kWarps * kWarpRows;  // 64
+constexpr int kForwardTile = 64;                // keys per streamed tile in the forward
+constexpr int kBackwardTile = 32;               // keys (queries) per tile in the backward
+
 // The row (of the warp's 16) and the column (of the tile) of accumulator value
 // acc[n][r] of lane (g, t).
 __device__ __forceinline__ int acc_row(int g, int r) { return g + 8 * (r / 2); }
@@ -88,6 +99,59 @@ __device__ __forceinline__ void finish_softmax(const RunningSoftmax& run, const 
     const std::int64_t i = w0 + g + 8 * half;
     if (i < p.Tq && t == 0) lse[bh * p.Tq + i] = run.l[half] == 0.0f ? -INFINITY : run.m[half] + logf(run.l[half]);
   }
+}
+
+// ---- backward (attention_common.cuh's formulas, pair_grads) ----------------------------------
+
+// The backward's terms of the warp's rows g and g + 8 (index `half`) from w0
+// of (b, h) = bh: lse and delta, -inf and 0 past Tq.
+struct RowTerms {
+  float lse[2], delta[2];
+};
+template <typename P>
+__device__ __forceinline__ RowTerms row_terms(const P& p, const float* lse, const float* delta, std::int64_t bh,
+                                              std::int64_t w0, int g) {
+  RowTerms terms;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t i = w0 + g + 8 * half;
+    terms.lse[half] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
+    terms.delta[half] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;
+  }
+  return terms;
+}
+
+// The dQ kernels' tile: the warp's queries from w0 by keys from j0. s (their
+// scores, times score_scale to include the scale) becomes scale dS, from dpv = do_i . v_j.
+template <int NC, typename P>
+__device__ __forceinline__ void scores_to_ds(float (&s)[NC][4], const float (&dpv)[NC][4], const P& p,
+                                             std::int64_t b, std::int64_t h, std::int64_t w0, std::int64_t j0,
+                                             int g, int t, const RowTerms& terms, float score_scale) {
+#pragma unroll
+  for (int n = 0; n < NC; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      s[n][r] = pair_grads(p, b, h, w0 + acc_row(g, r), j0 + acc_col(t, n, r), score_scale * s[n][r], dpv[n][r],
+                           terms.lse[r / 2], terms.delta[r / 2])
+                    .ds;
+}
+
+// The dK/dV kernels' tile, transposed: the warp's keys from w0 by queries
+// from q0, whose lse and delta are lse_q and delta_q. s (q_i . k_j without the
+// scale) becomes P Z, and dpv (do_i . v_j) scale dS.
+template <int NC, typename P>
+__device__ __forceinline__ void transposed_pair_grads(float (&s)[NC][4], float (&dpv)[NC][4], const P& p,
+                                                      std::int64_t b, std::int64_t h, std::int64_t q0, std::int64_t w0,
+                                                      int g, int t, const float* lse_q, const float* delta_q) {
+#pragma unroll
+  for (int n = 0; n < NC; ++n)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int ii = acc_col(t, n, r);
+      const PairGrads pg =
+          pair_grads(p, b, h, q0 + ii, w0 + acc_row(g, r), p.scale * s[n][r], dpv[n][r], lse_q[ii], delta_q[ii]);
+      s[n][r] = pg.pz, dpv[n][r] = pg.ds;
+    }
 }
 
 // Writes the warp's 16 x DMax accumulator rows to rows [w0, w0 + 16) of
