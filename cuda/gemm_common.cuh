@@ -1,13 +1,14 @@
 #pragma once
-// What the two SGEMM kernel sets share (cuda/matmul.cu on the CUDA cores,
-// cuda/matmul_tensor_core.cu on the tensor cores): the problem as a kernel sees
-// it, loading a tile of either operand from global memory, in either layout,
-// into registers, the job loop around their own products (gemm_jobs), and how
-// cuda/matmul.cu's sgemm reaches a set's kernels. The bfloat16 product
-// (cuda/matmul_bf16.cu) takes the grid, the edge count, the alignment check
-// and the SM count from here. Included by those three files only.
+// What the matrix products share (cuda/matmul.cu's SGEMM on the CUDA cores,
+// cuda/matmul_tensor_core.cu's on the tensor cores, cuda/matmul_bf16.cu's
+// bfloat16 product): the problem as a kernel sees it, loading a tile of either
+// operand (float32, or bfloat16 bits) from global memory, in either layout,
+// into registers, the job loop around their own products (gemm_jobs), split-K's
+// choice of slices and the sum of their partial products, and how
+// cuda/matmul.cu's sgemm reaches a set's kernels. Included by those three files only.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "base/error.h"
 #include "cuda/device_utils.cuh"
@@ -26,6 +27,31 @@ struct GemmArgs {
   std::int64_t splits = 1, k_slice = 0;
 };
 
+// The bfloat16 product's (cuda/matmul_bf16.cu): C rounded to bfloat16 with
+// the bias added, or with splits the float32 partial products, slice s of
+// batch z the m x n matrix partial + (z * splits + s) * m * n.
+struct Bf16GemmArgs {
+  Bf16GemmOperand a, b;
+  bfloat16* c;
+  const bfloat16* bias;  // n values, or null
+  std::int64_t m, n, k, batches;
+  StridedLayout<2> batch;
+  bool a_vec, b_vec;  // 16-byte loads allowed (alignment holds for every batch)
+  std::int64_t splits = 1, k_slice = 0;
+  float* partial = nullptr;
+};
+
+// A tile's elements as loaded: float32 values, or bfloat16 bits; a 16-byte
+// load is kPerLoad of them, a float4 or a uint4.
+__device__ __forceinline__ const float* tile_elements(const float* p) { return p; }
+__device__ __forceinline__ const std::uint16_t* tile_elements(const bfloat16* p) {
+  return reinterpret_cast<const std::uint16_t*>(p);
+}
+template <typename E>
+constexpr int kPerLoad = 16 / static_cast<int>(sizeof(E));
+template <typename E>
+using Load16 = std::conditional_t<std::is_same_v<E, float>, float4, uint4>;
+
 // Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
 // the matrix: one float4 load when allowed and all four are inside, else
 // scalar loads, zero past the edge.
@@ -35,6 +61,24 @@ __device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int
 #pragma unroll
   for (int t = 0; t < 4; ++t) v[t] = t < valid ? p[i + t] : 0.0f;
   return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// The same for eight bfloat16 values (bits), p[i] in the low half of the first word.
+__device__ __forceinline__ uint4 load8(const std::uint16_t* p, std::int64_t i, std::int64_t valid, bool vec) {
+  if (vec && valid == 8) return *reinterpret_cast<const uint4*>(p + i);
+  std::uint32_t w[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+    const std::uint32_t lo = 2 * t < valid ? p[i + 2 * t] : 0u, hi = 2 * t + 1 < valid ? p[i + 2 * t + 1] : 0u;
+    w[t] = lo | (hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ __forceinline__ float4 load16(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
+  return load4(p, i, valid, vec);
+}
+__device__ __forceinline__ uint4 load16(const std::uint16_t* p, std::int64_t i, std::int64_t valid, bool vec) {
+  return load8(p, i, valid, vec);
 }
 
 __device__ __forceinline__ void unpack4(float4 v, float* out) {
@@ -50,39 +94,43 @@ __device__ __forceinline__ std::int64_t in_range(std::int64_t start, std::int64_
 // A thread's share of loading one tile: the float4s it fetches from global
 // memory into registers, where they wait while the block computes on the
 // previous tile, and then stores into shared memory.
-template <int Count>
+template <int Count, typename E = float>
 struct Staged {
-  float4 v[Count];
+  Load16<E> v[Count];
 };
-template <int Rows, int BK, int Threads>
-constexpr int kStagedLoads = (Rows * BK / 4 + Threads - 1) / Threads;
+template <int Rows, int BK, int Threads, typename E = float>
+constexpr int kStagedLoads = (Rows * BK / kPerLoad<E> + Threads - 1) / Threads;
 
 // One operand's tile seen as Rows x BK: element (r, kk) is X(r0 + r, k0 + kk),
 // X being A (rows m) or B transposed (rows n). In memory either k runs fastest
-// (A row-major, B transposed) or the rows do, and a float4 holds four
-// consecutive elements of whichever that is.
-struct TileSource {
-  const float* data;
+// (A row-major, B transposed) or the rows do, and a 16-byte load holds
+// kPerLoad consecutive elements of whichever that is.
+template <typename E>
+struct TileSourceOf {
+  const E* data;
   std::int64_t ld, rows, k;
   bool k_fastest, vec;
 };
+using TileSource = TileSourceOf<float>;
 
 // This thread's share of the tile at (r0, k0), zero outside the matrix.
-template <int Rows, int BK, int Threads>
-__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads>>& s, const TileSource& x,
-                                           std::int64_t r0, std::int64_t k0) {
+template <int Rows, int BK, int Threads, typename E>
+__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads, E>, E>& s,
+                                           const TileSourceOf<E>& x, std::int64_t r0, std::int64_t k0) {
+  constexpr int W = kPerLoad<E>;
+  static_assert(Rows % W == 0 && BK % W == 0, "a load is W consecutive rows or k");
 #pragma unroll
-  for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
+  for (int i = 0; i < kStagedLoads<Rows, BK, Threads, E>; ++i) {
     const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * BK / 4) break;
-    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: four consecutive k
-      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
+    if (v >= Rows * BK / W) break;
+    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: W consecutive k
+      const int rr = v / (BK / W), kk = (v % (BK / W)) * W;
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gr * x.ld + gk, gr < x.rows ? in_range<4>(gk, x.k) : 0, x.vec);
-    } else {  // X(r, k) = data[k * ld + r]: four consecutive rows
-      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
+      s.v[i] = load16(x.data, gr * x.ld + gk, gr < x.rows ? in_range<W>(gk, x.k) : 0, x.vec);
+    } else {  // X(r, k) = data[k * ld + r]: W consecutive rows
+      const int kk = v / (Rows / W), rr = (v % (Rows / W)) * W;
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load4(x.data, gk * x.ld + gr, gk < x.k ? in_range<4>(gr, x.rows) : 0, x.vec);
+      s.v[i] = load16(x.data, gk * x.ld + gr, gk < x.k ? in_range<W>(gr, x.rows) : 0, x.vec);
     }
   }
 }
@@ -92,11 +140,12 @@ __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads
 // thread fetches its share of the next pair into registers while
 // compute(acc, buf) works on shared-memory buffer buf, and
 // store(buf ^ 1, a, a_k_fastest, b, b_k_fastest) then puts them in the other
-// (the pair at k0 = 0 goes into buffer 0 first). finish(acc, C) writes the
-// job's results to C, its m x n matrix. acc is an Acc, zeroed for each job.
-template <int BM, int BN, int BK, int Threads, bool SplitK, typename Acc, typename Store, typename Compute,
-          typename Finish>
-__device__ __forceinline__ void gemm_jobs(const GemmArgs& g, Store store, Compute compute, Finish finish) {
+// (the pair at k0 = 0 goes into buffer 0 first). finish(acc, job) writes the
+// job's results (job = z * splits + slice). acc is an Acc, zeroed for each job.
+template <int BM, int BN, int BK, int Threads, bool SplitK, typename Acc, typename Args, typename Store,
+          typename Compute, typename Finish>
+__device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute compute, Finish finish) {
+  using E = std::remove_const_t<std::remove_pointer_t<decltype(tile_elements(g.a.data))>>;
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
   const std::int64_t splits = SplitK ? g.splits : 1;
   for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
@@ -105,12 +154,13 @@ __device__ __forceinline__ void gemm_jobs(const GemmArgs& g, Store store, Comput
     const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
     std::int64_t offset[2];
     offsets_at(g.batch, z, offset);
-    const TileSource a_source{g.a.data + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
-    const TileSource b_source{g.b.data + offset[1], g.b.ld, g.n, g.k, g.b.transposed, g.b_vec};  // B seen as B^T
+    const TileSourceOf<E> a_source{tile_elements(g.a.data) + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
+    const TileSourceOf<E> b_source{tile_elements(g.b.data) + offset[1], g.b.ld, g.n, g.k, g.b.transposed,
+                                   g.b_vec};  // B seen as B^T
     Acc acc{};
 
-    Staged<kStagedLoads<BM, BK, Threads>> a_next;
-    Staged<kStagedLoads<BN, BK, Threads>> b_next;
+    Staged<kStagedLoads<BM, BK, Threads, E>, E> a_next;
+    Staged<kStagedLoads<BN, BK, Threads, E>, E> b_next;
     fetch_tile<BM, BK, Threads>(a_next, a_source, m0, k_begin);
     fetch_tile<BN, BK, Threads>(b_next, b_source, n0, k_begin);
     store(0, a_next, a_source.k_fastest, b_next, b_source.k_fastest);
@@ -128,7 +178,7 @@ __device__ __forceinline__ void gemm_jobs(const GemmArgs& g, Store store, Comput
       __syncthreads();  // the next tile is stored, and everyone is done reading this one
       buf ^= 1;
     }
-    finish(acc, g.c + job * g.m * g.n);
+    finish(acc, job);
   }
 }
 
@@ -151,7 +201,10 @@ inline dim3 gemm_grid(std::int64_t m, std::int64_t n, std::int64_t jobs, int bm,
   return dim3(static_cast<unsigned>(grid_n), static_cast<unsigned>(grid_m),
               static_cast<unsigned>(std::min<std::int64_t>(jobs, 65535)));
 }
-inline dim3 gemm_grid(const GemmArgs& g, int bm, int bn) { return gemm_grid(g.m, g.n, g.batches * g.splits, bm, bn); }
+template <typename Args>
+dim3 gemm_grid(const Args& g, int bm, int bn) {
+  return gemm_grid(g.m, g.n, g.batches * g.splits, bm, bn);
+}
 
 inline bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -173,6 +226,47 @@ inline int multiprocessors() {
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+// ---- split-K -------------------------------------------------------------------------------
+
+// How many slices of K the 64 x 64 kernels should take over `tiles` output
+// tiles: enough for about two blocks per SM, each slice at least kMinSliceK
+// long (shorter slices would cost more in scratch traffic than they gain), at
+// most kMaxSplits (bounding scratch memory at kMaxSplits times C).
+inline std::int64_t k_splits(std::int64_t tiles, std::int64_t k, int sms) {
+  constexpr std::int64_t kMinSliceK = 256, kMaxSplits = 16;
+  if (tiles >= sms) return 1;
+  return std::max<std::int64_t>(1, std::min({(2 * sms + tiles - 1) / tiles, k / kMinSliceK, kMaxSplits}));
+}
+
+// g cut into about `splits` slices of K, each a whole number of bk (rounding
+// the slice up may leave fewer slices, none empty).
+template <typename Args>
+void slice_k(Args& g, std::int64_t splits, std::int64_t bk) {
+  g.k_slice = ((g.k + splits - 1) / splits + bk - 1) / bk * bk;
+  g.splits = (g.k + g.k_slice - 1) / g.k_slice;
+}
+
+// c[z] = the sum of partial[z][0 .. splits-1], added in slice order, plus
+// bias[column] where there is one, stored as T (one rounding for bfloat16).
+template <typename T>
+__global__ void sum_slices_kernel(T* c, const float* partial, const T* bias, std::int64_t n, std::int64_t mn,
+                                  std::int64_t batches, std::int64_t splits) {
+  for (std::int64_t e = global_thread(); e < batches * mn; e += grid_threads()) {
+    const float* p = partial + (e / mn) * splits * mn + e % mn;
+    float sum = p[0];
+    for (std::int64_t s = 1; s < splits; ++s) sum += p[s * mn];
+    c[e] = T(bias ? sum + static_cast<float>(bias[e % n]) : sum);
+  }
+}
+
+template <typename T>
+void sum_slices(T* c, const float* partial, const T* bias, std::int64_t m, std::int64_t n, std::int64_t batches,
+                std::int64_t splits, cudaStream_t stream) {
+  launch(sum_slices_kernel<T>, grid_for(batches * m * n), kThreads, 0, stream, c, partial, bias, n, m * n, batches,
+         splits);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace attograd::cuda::gemm_detail

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
         for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }
   };
-  const auto finish = [&](const Acc& acc, float* C) {
+  const auto finish = [&](const Acc& acc, std::int64_t job) {
+    float* const C = g.c + job * g.m * g.n;
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
       const std::int64_t gm = m0 + tile_offset<BM, TM>(ty, i);
@@ -124,17 +125,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
   gemm_jobs<BM, BN, BK, kBlockThreads, SplitK, Acc>(g, store, compute, finish);
 }
 
-// c[z] = the sum of partial[z][0 .. splits-1], added in slice order.
-__global__ void sum_slices_kernel(float* c, const float* partial, std::int64_t mn, std::int64_t batches,
-                                  std::int64_t splits) {
-  for (std::int64_t e = global_thread(); e < batches * mn; e += grid_threads()) {
-    const float* p = partial + (e / mn) * splits * mn + e % mn;
-    float sum = p[0];
-    for (std::int64_t s = 1; s < splits; ++s) sum += p[s * mn];
-    c[e] = sum;
-  }
-}
-
 template <int BM, int BN, int BK, int TM, int TN, bool SplitK>
 void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   launch(sgemm_kernel<BM, BN, BK, TM, TN, SplitK>, gemm_grid(g, BM, BN), (BM / TM) * (BN / TN), 0, stream, g);
@@ -143,16 +133,6 @@ void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
 
 constexpr GemmKernels kSimtKernels{launch_sgemm<128, 128, 8, 8, 8, false>, launch_sgemm<64, 64, 8, 4, 4, false>,
                                    launch_sgemm<64, 64, 8, 4, 4, true>, 8};
-
-// How many slices of K the 64 x 64 kernel should take: enough for about two
-// blocks per SM, each slice at least kMinSliceK long (shorter slices would cost
-// more in scratch traffic than they gain), at most kMaxSplits (bounding scratch
-// memory at kMaxSplits times C).
-std::int64_t k_splits(std::int64_t tiles, std::int64_t k, int sms) {
-  constexpr std::int64_t kMinSliceK = 256, kMaxSplits = 16;
-  if (tiles >= sms) return 1;
-  return std::max<std::int64_t>(1, std::min({(2 * sms + tiles - 1) / tiles, k / kMinSliceK, kMaxSplits}));
-}
 
 }  // namespace
 
@@ -178,15 +158,12 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
   const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);
   if (splits == 1) return kernels.small(g, stream);
 
-  g.k_slice = ((k + splits - 1) / splits + kernels.bk - 1) / kernels.bk * kernels.bk;
-  g.splits = (k + g.k_slice - 1) / g.k_slice;  // rounding k_slice up may leave fewer, none empty
+  slice_k(g, splits, kernels.bk);
   DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
   g.c = partial.as<float>();
   g.c_vec = aligned16(g.c) && n % 4 == 0;
   kernels.small_split(g, stream);
-  launch(sum_slices_kernel, grid_for(batches * m * n), kThreads, 0, stream, c, partial.as<const float>(), m * n,
-         batches, g.splits);
-  CUDA_CHECK_LAUNCH();
+  sum_slices<float>(c, partial.as<const float>(), nullptr, m, n, batches, g.splits, stream);
 }
 
 }  // namespace attograd::cuda

@@ -128,7 +128,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
     }
   };
   // Lane (g, t) holds rows g and g + 8 of each 16 x 8 tile, columns 2t and 2t + 1.
-  const auto finish = [&](const Acc& acc, float* C) {
+  const auto finish = [&](const Acc& acc, std::int64_t job) {
+    float* const C = g.c + job * g.m * g.n;
     const int row_in_tile = lane / 4, column_in_tile = 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < FM; ++i)

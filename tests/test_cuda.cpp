@@ -511,6 +511,18 @@ void require_bf16_product(const Tensor& got_gpu, const Tensor& a, const Tensor& 
   REQUIRE(within);
 }
 
+// Each case's product on the GPU, with A and B each as they are and transposed in memory.
+void require_bf16_products_in_every_layout(const std::vector<MatmulCase>& cases, std::uint64_t seed) {
+  for (const MatmulCase& c : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        const Tensor a = bf16_operand(c.a, ta, seed), b = bf16_operand(c.b, tb, seed + 1);
+        require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b)), a, b, Tensor(),
+                             fmt::format("bfloat16 matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "",
+                                         shape_str(c.b), tb ? "(transposed)" : ""));
+      }
+}
+
 }  // namespace
 
 // Against float64 within bfloat16's bound (tests/helpers.h), as the CPU's
@@ -526,19 +538,26 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
       {{1, 1}, {1, 1}},         {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},        {{64, 64}, {64, 64}},
       {{37, 70}, {70, 45}},     {{127, 129}, {129, 131}},   {{300, 200}, {200, 150}}, {{2, 3, 5, 7}, {3, 7, 11}},
       {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},      {{264, 20, 33}, {33, 40}}};
-  for (const MatmulCase& c : cases)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        const Tensor a = bf16_operand(c.a, ta, 50), b = bf16_operand(c.b, tb, 51);
-        require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b)), a, b, Tensor(),
-                             fmt::format("bfloat16 matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "",
-                                         shape_str(c.b), tb ? "(transposed)" : ""));
-      }
+  require_bf16_products_in_every_layout(cases, 50);
   const Tensor wide = bf16_operand({33, 20}, false, 52);
   const Tensor a = make_view(wide, {33, 17}, wide.strides(), 1);  // 2 bytes past a 16-byte boundary
   const Tensor b = bf16_operand({17, 9}, false, 53), bias = kernels::cast(input({9}, DType::f32, Layout::contiguous, 54), DType::bf16);
   require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
                        "bfloat16 matmul of an offset view, with a bias");
+}
+
+// Few output tiles over a long K (a Linear's weight gradient X^T dY): slices
+// of K in float32 partial products, summed in slice order, then the bias and
+// one rounding. K not a multiple of the slice, nor of 32; batches; every layout.
+TEST_CASE("cuda: bfloat16 matmul over a long K with few output tiles (split-K) is within bfloat16's bound",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
+  require_bf16_products_in_every_layout(cases, 55);
+  const Tensor a = bf16_operand({40, 1300}, false, 57), b = bf16_operand({1300, 70}, true, 58);
+  const Tensor bias = kernels::cast(input({70}, DType::f32, Layout::contiguous, 59), DType::bf16);
+  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                       "bfloat16 matmul over slices of K, with a bias");
 }
 
 // Element-wise ops on bfloat16 CUDA tensors compute in float32 and round
