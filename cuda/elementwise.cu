@@ -99,10 +99,13 @@ struct UnaryBody {
   }
 };
 
-template <BinaryOp op, typename T>
+// A and B are T, or (widening) one of them bfloat16 with a float32 T: read
+// as float32, as T's other operand is.
+template <BinaryOp op, typename T, typename A = T, typename B = T>
 struct BinaryBody {
   T* out;
-  const T *a, *b;
+  const A* a;
+  const B* b;
   __device__ void operator()(const std::int64_t (&o)[3]) const {
     out[o[0]] = T(apply_binary<op>(compute_t<T>(a[o[1]]), compute_t<T>(b[o[2]])));
   }
@@ -163,23 +166,44 @@ void unary(UnaryOp op, T* out, const T* x, compute_t<T> s, const StridedLayout<2
   }
 }
 
-template <typename T>
-void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream) {
+namespace {
+
+template <typename T, typename A, typename B>
+void binary_of(BinaryOp op, T* out, const A* a, const B* b, const StridedLayout<3>& layout, cudaStream_t stream) {
   switch (op) {
-    case BinaryOp::add: return for_each(layout, BinaryBody<BinaryOp::add, T>{out, a, b}, stream);
-    case BinaryOp::sub: return for_each(layout, BinaryBody<BinaryOp::sub, T>{out, a, b}, stream);
-    case BinaryOp::mul: return for_each(layout, BinaryBody<BinaryOp::mul, T>{out, a, b}, stream);
-    case BinaryOp::div: return for_each(layout, BinaryBody<BinaryOp::div, T>{out, a, b}, stream);
-    case BinaryOp::pow: return for_each(layout, BinaryBody<BinaryOp::pow, T>{out, a, b}, stream);
-    case BinaryOp::maximum: return for_each(layout, BinaryBody<BinaryOp::maximum, T>{out, a, b}, stream);
-    case BinaryOp::gelu_backward:
-      return for_each(layout, BinaryBody<BinaryOp::gelu_backward, T>{out, a, b}, stream);
+#define AG_CASE(name) \
+  case BinaryOp::name: return for_each(layout, BinaryBody<BinaryOp::name, T, A, B>{out, a, b}, stream);
+    AG_CASE(add)
+    AG_CASE(sub)
+    AG_CASE(mul)
+    AG_CASE(div)
+    AG_CASE(pow)
+    AG_CASE(maximum)
+    AG_CASE(gelu_backward)
+#undef AG_CASE
     case BinaryOp::gt:
     case BinaryOp::lt:
     case BinaryOp::eq: break;
   }
   fail("cuda binary", "comparison op {} writes bool: use compare", static_cast<int>(op));
 }
+
+}  // namespace
+
+template <typename T>
+void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream) {
+  binary_of(op, out, a, b, layout, stream);
+}
+
+template <typename A, typename B>
+void binary_widening(BinaryOp op, float* out, const A* a, const B* b, const StridedLayout<3>& layout,
+                     cudaStream_t stream) {
+  binary_of(op, out, a, b, layout, stream);
+}
+template void binary_widening<float, bfloat16>(BinaryOp, float*, const float*, const bfloat16*,
+                                               const StridedLayout<3>&, cudaStream_t);
+template void binary_widening<bfloat16, float>(BinaryOp, float*, const bfloat16*, const float*,
+                                               const StridedLayout<3>&, cudaStream_t);
 
 template <typename T>
 void compare(BinaryOp op, bool* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream) {

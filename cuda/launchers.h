@@ -30,6 +30,11 @@ void unary(UnaryOp op, T* out, const T* x, compute_t<T> s, const StridedLayout<2
 // Arithmetic ops write T; the comparisons (gt, lt, eq) write bool through `compare`.
 template <typename T>
 void binary(BinaryOp op, T* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
+// float32 with a bfloat16 operand (A, B one of each): float32's op on the
+// bfloat16 operand widened as it is read, the CPU's, without a widened copy.
+template <typename A, typename B>
+void binary_widening(BinaryOp op, float* out, const A* a, const B* b, const StridedLayout<3>& layout,
+                     cudaStream_t stream);
 template <typename T>
 void compare(BinaryOp op, bool* out, const T* a, const T* b, const StridedLayout<3>& layout, cudaStream_t stream);
 // out = mask ? a : b; T is any of float, double, int64, bool, bfloat16.

@@ -58,9 +58,9 @@ void check_floating(const char* op, const Tensor& t) {
 // floating results once to bfloat16, which is what a bfloat16 loop computing
 // in float32 gives too. Ops with a loop of their own skip this: the products,
 // the element-wise unary, binary and add_ (a chunk at a time on the CPU, an
-// element at a time in float32 on the GPU), and on the CPU sum (float32 and
-// float64 sums of bfloat16 reads) and float32 with bfloat16 operands. On the
-// GPU those two go through float32 (widened_on_gpu).
+// element at a time in float32 on the GPU), float32 with bfloat16 operands
+// (widened as read, on both devices), and on the CPU sum (float32 and float64
+// sums of bfloat16 reads). On the GPU sum goes through float32 (widened_on_gpu).
 bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16; }
 bool widened_on_gpu(const Tensor& t) { return is_bf16(t) && t.device().is_cuda(); }
 Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
@@ -115,7 +115,6 @@ Tensor binary(Binary op, const Tensor& a, const Tensor& b) {
   check_floating(name, a);
   const Shape shape = broadcast_shapes(name, a.sizes(), b.sizes());
   if (is_bf16(a) && is_comparison(op)) return binary(op, widen(a), widen(b));
-  if (widening && (widened_on_gpu(a) || widened_on_gpu(b))) return binary(op, widen(a), widen(b));
   const DType out_dtype = is_comparison(op) ? DType::b8 : widening ? DType::f32 : a.dtype();
   return AG_DEVICE_KERNEL(a, binary)(op, a, b, shape, out_dtype);
 }

@@ -562,9 +562,9 @@ TEST_CASE("cuda: bfloat16 matmul over a long K with few output tiles (split-K) i
 
 // Element-wise ops on bfloat16 CUDA tensors compute in float32 and round
 // once (cuda/elementwise.cu), as the CPU's bfloat16 loops do; float32 with
-// bfloat16 operands and sums go through float32 (tensor/dispatch.cpp).
-// Correctly rounded ops (add, mul, div, a scalar's multiple, add_, and the
-// float32 result of a float32 + bfloat16 sum) give the CPU's bits; GELU, whose
+// bfloat16 operands reads the bfloat16 one widened; sums go through float32
+// (tensor/dispatch.cpp). Correctly rounded ops (add, mul, div, a scalar's
+// multiple, add_, and float32 with bfloat16 in add, sub, mul, div) give the CPU's bits; GELU, whose
 // exp is CUDA's, one unit of bfloat16 at most; a sum adds in another order
 // and is within bfloat16's bound of the exact one.
 TEST_CASE("cuda: bfloat16 element-wise ops and sums match the CPU", "[cuda][bf16]") {
@@ -576,9 +576,13 @@ TEST_CASE("cuda: bfloat16 element-wise ops and sums match the CPU", "[cuda][bf16
     REQUIRE(gpu.dtype() == DType::bf16);
     CHECK(max_abs_diff(on_cpu(gpu), cpu) == 0);
   }
-  const Tensor mixed = kernels::binary(kernels::Binary::add, on_gpu(wide), on_gpu(a));
-  REQUIRE(mixed.dtype() == DType::f32);
-  CHECK(max_abs_diff(on_cpu(mixed), kernels::binary(kernels::Binary::add, wide, a)) == 0);
+  // float32 with a bfloat16 operand, either side, broadcast too: the bfloat16 widened as it is read.
+  for (kernels::Binary op : {kernels::Binary::add, kernels::Binary::sub, kernels::Binary::mul, kernels::Binary::div})
+    for (const auto& [x, y] : {std::pair{wide, a}, std::pair{a, wide}, std::pair{wide, b}, std::pair{b, wide}}) {
+      const Tensor mixed = kernels::binary(op, on_gpu(x), on_gpu(y));
+      REQUIRE(mixed.dtype() == DType::f32);
+      CHECK(max_abs_diff(on_cpu(mixed), kernels::binary(op, x, y)) == 0);
+    }
   const Tensor scaled = kernels::unary(kernels::Unary::mul_scalar, on_gpu(a), 0.3);
   REQUIRE(scaled.dtype() == DType::bf16);
   CHECK(max_abs_diff(on_cpu(scaled), kernels::unary(kernels::Unary::mul_scalar, a, 0.3)) == 0);

@@ -19,6 +19,13 @@ Tensor binary(kernels::Binary op, const Tensor& a, const Tensor& b, const Shape&
   const char* name = kernels::binary_name(op);
   Tensor out = empty(out_shape, {out_dtype, a.device()});
   const auto layout = layout_of<3>(name, out_shape, {&out, &a, &b});
+  if (a.dtype() != b.dtype()) {  // float32 with bfloat16 (kernels::binary checked it): a float32 result
+    if (a.dtype() == DType::f32)
+      cuda::binary_widening(op, out.data<float>(), a.data<float>(), b.data<bfloat16>(), layout, stream_of(a));
+    else
+      cuda::binary_widening(op, out.data<float>(), a.data<bfloat16>(), b.data<float>(), layout, stream_of(a));
+    return out;
+  }
   AG_DISPATCH_FLOAT_OR_BF16(a.dtype(), name, [&] {
     if (is_comparison(op))
       cuda::compare<scalar_t>(op, out.data<bool>(), a.data<scalar_t>(), b.data<scalar_t>(), layout, stream_of(a));
