@@ -58,7 +58,8 @@ struct ReduceLayout {
   StridedLayout<1> kept;
   StridedLayout<1> reduced;
 };
-// out = sum over the reduced dims, accumulated in float64 like the CPU.
+// out = sum over the reduced dims, accumulated in float64 like the CPU; T is
+// float, double or bfloat16 (read as it is, the sum rounded once).
 template <typename T>
 void sum(T* out, const T* x, const ReduceLayout& layout, cudaStream_t stream);
 // out[i] = partial[0 * n + i] + partial[1 * n + i] + ... over `chunks` rows of

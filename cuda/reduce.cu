@@ -11,7 +11,8 @@
 // When there are too few outputs to fill the GPU, the reduced elements are cut
 // into chunks (grid.y), each chunk writes a partial sum, and a second pass adds
 // the partials in a fixed order: deterministic, no atomics. Sums accumulate in
-// float64, as the CPU's do.
+// float64, as the CPU's do; a bfloat16 input is read as it is (widened as
+// read, no float32 copy) and its sum rounded once.
 #include <cstdint>
 
 #include "cuda/buffer.h"
@@ -248,6 +249,7 @@ void sum_column_partials(T* out, const double* partial, std::int64_t chunks, std
 
 template void sum<float>(float*, const float*, const ReduceLayout&, cudaStream_t);
 template void sum<double>(double*, const double*, const ReduceLayout&, cudaStream_t);
+template void sum<bfloat16>(bfloat16*, const bfloat16*, const ReduceLayout&, cudaStream_t);
 template void max<float>(float*, std::int64_t*, const float*, const ReduceLayout&, cudaStream_t);
 template void max<double>(double*, std::int64_t*, const double*, const ReduceLayout&, cudaStream_t);
 template void sum_column_partials<float>(float*, const double*, std::int64_t, std::int64_t, cudaStream_t);

@@ -59,10 +59,8 @@ void check_floating(const char* op, const Tensor& t) {
 // in float32 gives too. Ops with a loop of their own skip this: the products,
 // the element-wise unary, binary and add_ (a chunk at a time on the CPU, an
 // element at a time in float32 on the GPU), float32 with bfloat16 operands
-// (widened as read, on both devices), and on the CPU sum (float32 and float64
-// sums of bfloat16 reads). On the GPU sum goes through float32 (widened_on_gpu).
+// and sum (widened as read, on both devices).
 bool is_bf16(const Tensor& t) { return t.defined() && t.dtype() == DType::bf16; }
-bool widened_on_gpu(const Tensor& t) { return is_bf16(t) && t.device().is_cuda(); }
 Tensor widen(const Tensor& t) { return is_bf16(t) ? cast(t, DType::f32) : t; }
 Tensor to_bf16(const Tensor& t) { return t.defined() ? cast(t, DType::bf16) : t; }
 
@@ -209,7 +207,6 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   if (all.empty())
     for (int d = 0; d < x.dim(); ++d) all.push_back(d);
   for (int d : all) AG_CHECK(d >= 0 && d < x.dim(), "sum", "dim {} out of range for {}", d, shape_str(x.sizes()));
-  if (widened_on_gpu(x)) return to_bf16(sum(widen(x), dims, keepdim));
   return AG_DEVICE_KERNEL(x, sum)(x, all, keepdim);
 }
 

@@ -562,8 +562,8 @@ TEST_CASE("cuda: bfloat16 matmul over a long K with few output tiles (split-K) i
 
 // Element-wise ops on bfloat16 CUDA tensors compute in float32 and round
 // once (cuda/elementwise.cu), as the CPU's bfloat16 loops do; float32 with
-// bfloat16 operands reads the bfloat16 one widened; sums go through float32
-// (tensor/dispatch.cpp). Correctly rounded ops (add, mul, div, a scalar's
+// bfloat16 operands reads the bfloat16 one widened, as sums read theirs
+// (cuda/reduce.cu). Correctly rounded ops (add, mul, div, a scalar's
 // multiple, add_, and float32 with bfloat16 in add, sub, mul, div) give the CPU's bits; GELU, whose
 // exp is CUDA's, one unit of bfloat16 at most; a sum adds in another order
 // and is within bfloat16's bound of the exact one.
@@ -593,13 +593,20 @@ TEST_CASE("cuda: bfloat16 element-wise ops and sums match the CPU", "[cuda][bf16
   kernels::add_(y_gpu, on_gpu(b), -0.5);
   CHECK(max_abs_diff(on_cpu(y_gpu), y) == 0);
 
-  const Tensor sum = on_cpu(kernels::sum(on_gpu(a), {0}, false));
-  REQUIRE(sum.dtype() == DType::bf16);
-  const auto got = sum.to_vector<double>();
-  const auto want = kernels::sum(kernels::cast(a, DType::f64), {0}, false).to_vector<double>();
-  const auto scale =
-      kernels::sum(kernels::unary(kernels::Unary::abs, kernels::cast(a, DType::f64)), {0}, false).to_vector<double>();
-  for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= kBf16UnitRoundoff * scale[i]);
+  // Sums read bfloat16 as it is: along rows and columns, short and long (cut into
+  // chunks whose float64 partials a second pass adds), each within one rounding.
+  const std::pair<Tensor, int> sums[] = {{a, 0}, {a, 1}, {bf16_operand({5, 5000}, false, 59), 1},
+                                         {bf16_operand({5000, 5}, false, 59), 0}};
+  for (const auto& [x, dim] : sums) {
+    INFO("sum over dim " << dim << " of " << x.str());
+    const Tensor sum = on_cpu(kernels::sum(on_gpu(x), {dim}, false));
+    REQUIRE(sum.dtype() == DType::bf16);
+    const auto got = sum.to_vector<double>();
+    const auto want = kernels::sum(kernels::cast(x, DType::f64), {dim}, false).to_vector<double>();
+    const auto scale =
+        kernels::sum(kernels::unary(kernels::Unary::abs, kernels::cast(x, DType::f64)), {dim}, false).to_vector<double>();
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= kBf16UnitRoundoff * scale[i]);
+  }
 }
 
 TEST_CASE("cuda: layer_norm's bfloat16 y and dy under autocast are the float32 kernel's, rounded or widened in it",

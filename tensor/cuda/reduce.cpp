@@ -17,8 +17,9 @@ Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim) {
   for (int d : dims) kept[d] = 1;
   Tensor out = empty(kept, x.options());
   const cuda::ReduceLayout layout = reduce_layout_of("sum", x, dims);
-  AG_DISPATCH_FLOAT(x.dtype(), "sum",
-                    [&] { cuda::sum<scalar_t>(out.data<scalar_t>(), x.data<scalar_t>(), layout, stream_of(x)); });
+  AG_DISPATCH_FLOAT_OR_BF16(x.dtype(), "sum", [&] {
+    cuda::sum<scalar_t>(out.data<scalar_t>(), x.data<scalar_t>(), layout, stream_of(x));
+  });
   return keepdim ? out : squeeze_dims(out, kept, dims);
 }
 
