@@ -36,5 +36,7 @@ void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_
 
 template void dropout_mask<float>(float*, std::int64_t, float, float, std::uint64_t, std::uint64_t, cudaStream_t);
 template void dropout_mask<double>(double*, std::int64_t, float, double, std::uint64_t, std::uint64_t, cudaStream_t);
+template void dropout_mask<bfloat16>(bfloat16*, std::int64_t, float, bfloat16, std::uint64_t, std::uint64_t,
+                                     cudaStream_t);
 
 }  // namespace attograd::cuda

@@ -451,7 +451,6 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
   AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // also rejects NaN
   AG_CHECK(is_floating(options.dtype), "dropout", "mask dtype must be floating, got {}", dtype_name(options.dtype));
   for (auto s : sizes) AG_CHECK(s >= 0, "dropout", "invalid mask shape {}", shape_str(sizes));
-  if (options.dtype == DType::bf16) return to_bf16(dropout_mask(sizes, p, seed, offset, {DType::f32, options.device}));
   return (options.device.is_cuda() ? gpu::dropout_mask : cpu::dropout_mask)(sizes, p, seed, offset, options);
 }
 

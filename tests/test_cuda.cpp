@@ -776,16 +776,18 @@ TEST_CASE("cuda: the embedding backward is the CPU's to the bit, and determinist
   REQUIRE(on_cpu(none).to_vector<float>() == std::vector<float>(12, 0.0f));
 }
 
-TEST_CASE("cuda: dropout masks are the CPU's, bit for bit", "[cuda]") {
+TEST_CASE("cuda: dropout masks are the CPU's, bit for bit, in float32 and bfloat16", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   for (const Shape& sizes : {Shape{1}, Shape{3}, Shape{5, 7}, Shape{1001}, Shape{4, 3, 33}})
     for (double p : {0.0, 0.1, 0.5, 0.9})
       for (std::uint64_t offset : {0ull, 5ull, 123456789ull}) {
-        const TensorOptions gpu_options{DType::f32, Device::cuda()};
-        const Tensor cpu = kernels::dropout_mask(sizes, p, 42, offset, {DType::f32});
-        const Tensor gpu = kernels::dropout_mask(sizes, p, 42, offset, gpu_options);
-        INFO(shape_str(sizes) << " p " << p << " offset " << offset);
-        REQUIRE(on_cpu(gpu).to_vector<float>() == cpu.to_vector<float>());
+        for (DType dtype : {DType::f32, DType::bf16}) {
+          const Tensor cpu = kernels::dropout_mask(sizes, p, 42, offset, {dtype});
+          const Tensor gpu = kernels::dropout_mask(sizes, p, 42, offset, {dtype, Device::cuda()});
+          INFO(shape_str(sizes) << " p " << p << " offset " << offset << " " << dtype_name(dtype));
+          REQUIRE(gpu.dtype() == dtype);
+          REQUIRE(on_cpu(gpu).to_vector<double>() == cpu.to_vector<double>());
+        }
       }
   // The op: the same generator state drops the same elements on both devices.
   Generator cpu_gen(9), gpu_gen(9);

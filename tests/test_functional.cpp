@@ -370,6 +370,13 @@ TEST_CASE("dropout mask follows the shared Philox convention, with the right sta
   const auto m64 = kernels::dropout_mask({13}, 0.3, 5, 0, {DType::f64}).to_vector<double>();
   const auto m32 = kernels::dropout_mask({13}, 0.3, 5, 0, {DType::f32}).to_vector<float>();
   for (int i = 0; i < 13; ++i) CHECK((m64[i] == 0) == (m32[i] == 0));
+  // bfloat16 masks, drawn directly: the float32 mask's bits rounded, 1 / (1 - p) too.
+  for (double p : {0.1, 0.3}) {
+    const Tensor m16 = kernels::dropout_mask({1000}, p, 5, 7, {DType::bf16});
+    REQUIRE(m16.dtype() == DType::bf16);
+    CHECK(m16.to_vector<double>() ==
+          kernels::cast(kernels::dropout_mask({1000}, p, 5, 7, {DType::f32}), DType::bf16).to_vector<double>());
+  }
 }
 
 TEST_CASE("dropout draws a fresh mask per call and scales what it keeps", "[functional]") {

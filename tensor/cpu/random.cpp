@@ -25,10 +25,11 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
   // comparison is made in float32, as the fused attention (tensor/cpu/attention/)
   // and a CUDA kernel taking p as a float make it; comparing with the float64 p
   // would flip the rare draw equal to float(p) when p rounds down. Kept
-  // elements hold 1 / (1 - p), computed in float64 and rounded once.
+  // elements hold 1 / (1 - p), computed in float64 and rounded once (a
+  // bfloat16 one through float32, as every cast from float64 to bfloat16).
   Tensor mask = empty(sizes, options);
   const float threshold = static_cast<float>(p);
-  AG_DISPATCH_FLOAT(options.dtype, "dropout", [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(options.dtype, "dropout", [&] {
     scalar_t* m = mask.data<scalar_t>();
     const auto keep = static_cast<scalar_t>(1.0 / (1.0 - p));
     parallel_for(0, mask.numel(), kParallelGrain, [&](std::int64_t begin, std::int64_t end) {

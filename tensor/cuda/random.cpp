@@ -9,7 +9,7 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
   Tensor mask = empty(sizes, options);
   // Dropped when u < float(p), kept elements hold 1 / (1 - p) computed in float64 and rounded once, as on the CPU.
   const float threshold = static_cast<float>(p);
-  AG_DISPATCH_FLOAT(options.dtype, "dropout", [&] {
+  AG_DISPATCH_FLOAT_OR_BF16(options.dtype, "dropout", [&] {
     cuda::dropout_mask(mask.data<scalar_t>(), mask.numel(), threshold, static_cast<scalar_t>(1.0 / (1.0 - p)), seed,
                        offset, stream_of(mask));
   });
