@@ -64,12 +64,6 @@ __device__ __forceinline__ uint4 eight_values(const Bf16Rows& x, std::int64_t b,
   return t < T && d < D ? *reinterpret_cast<const uint4*>(x.row(b, h, t) + d) : make_uint4(0, 0, 0, 0);
 }
 
-// Value i of eight (the low half of a word first).
-__device__ __forceinline__ std::uint16_t value_of(const uint4& v, int i) {
-  const std::uint32_t word = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-  return static_cast<std::uint16_t>(i % 2 ? word >> 16 : word);
-}
-
 // tile[r][d] = x[t0 + r][d] for Rows rows of DMax values: as they lie,
 // 8 values a thread where `vec` (Bf16AttentionOperands), else one.
 template <int Rows, int DMax>
@@ -103,7 +97,7 @@ __device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf1
       const int d = 8 * (e % (DMax / 8)), r = 2 * (e / (DMax / 8));
       const uint4 lo = eight_values(x, b, h, t0 + r, T, d, D), hi = eight_values(x, b, h, t0 + r + 1, T, d, D);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) store_pair(d + i, r, value_of(lo, i), value_of(hi, i));
+      for (int i = 0; i < 8; ++i) store_pair(d + i, r, bf16_at(lo, i), bf16_at(hi, i));
     }
     return;
   }
@@ -111,10 +105,6 @@ __device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf1
     const int d = e % DMax, r = 2 * (e / DMax);
     store_pair(d, r, element_bits(x, b, h, t0 + r, T, d, D), element_bits(x, b, h, t0 + r + 1, T, d, D));
   }
-}
-
-__device__ __forceinline__ std::uint32_t pair_at(const std::uint16_t* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
 }
 
 // lo and hi rounded to bfloat16 in one register, lo in the low half.
@@ -128,14 +118,6 @@ __device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
 #endif
 }
 
-// The B fragment of block n (8 columns) at k0: B^T's rows 8n + g at bt, pitch PB.
-template <int PB>
-__device__ __forceinline__ void b_fragment(std::uint32_t (&b)[2], const std::uint16_t* bt, int n, int k0, int g,
-                                           int t) {
-  const std::uint16_t* row = bt + (8 * n + g) * PB + k0 + 2 * t;
-  b[0] = pair_at(row), b[1] = pair_at(row + 8);
-}
-
 // acc (16 x 8N) += A B: A the warp's 16 rows at `a` (pitch PA), B^T's 8N rows
 // at `bt` (pitch PB), K values of k along both.
 template <int N, int K, int PA, int PB>
@@ -143,12 +125,12 @@ __device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const std::u
                                                 int g, int t) {
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 16) {
-    const std::uint16_t *top = a + g * PA + k0 + 2 * t, *bottom = top + 8 * PA;
-    const std::uint32_t af[4] = {pair_at(top), pair_at(bottom), pair_at(top + 8), pair_at(bottom + 8)};
+    std::uint32_t af[4];
+    load_a_fragment(af, a, PA, k0, g, t);
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       std::uint32_t bf[2];
-      b_fragment<PB>(bf, bt, n, k0, g, t);
+      load_b_fragment(bf, bt + 8 * n * PB, PB, k0, g, t);
       mma_bf16(acc[n], af, bf);
     }
   }
@@ -169,7 +151,7 @@ __device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const floa
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       std::uint32_t bf[2];
-      b_fragment<PB>(bf, bt, n, 16 * kb, g, t);
+      load_b_fragment(bf, bt + 8 * n * PB, PB, 16 * kb, g, t);
       mma_bf16(acc[n], af, bf);
     }
   }

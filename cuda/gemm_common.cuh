@@ -55,7 +55,7 @@ using Load16 = std::conditional_t<std::is_same_v<E, float>, float4, uint4>;
 // Elements p[i], ..., p[i + 3] of which the first `valid` (0 to 4) lie inside
 // the matrix: one float4 load when allowed and all four are inside, else
 // scalar loads, zero past the edge.
-__device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
+__device__ __forceinline__ float4 load16(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
   if (vec && valid == 4) return *reinterpret_cast<const float4*>(p + i);
   float v[4];
 #pragma unroll
@@ -64,7 +64,7 @@ __device__ __forceinline__ float4 load4(const float* p, std::int64_t i, std::int
 }
 
 // The same for eight bfloat16 values (bits), p[i] in the low half of the first word.
-__device__ __forceinline__ uint4 load8(const std::uint16_t* p, std::int64_t i, std::int64_t valid, bool vec) {
+__device__ __forceinline__ uint4 load16(const std::uint16_t* p, std::int64_t i, std::int64_t valid, bool vec) {
   if (vec && valid == 8) return *reinterpret_cast<const uint4*>(p + i);
   std::uint32_t w[4];
 #pragma unroll
@@ -73,12 +73,6 @@ __device__ __forceinline__ uint4 load8(const std::uint16_t* p, std::int64_t i, s
     w[t] = lo | (hi << 16);
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
-}
-__device__ __forceinline__ float4 load16(const float* p, std::int64_t i, std::int64_t valid, bool vec) {
-  return load4(p, i, valid, vec);
-}
-__device__ __forceinline__ uint4 load16(const std::uint16_t* p, std::int64_t i, std::int64_t valid, bool vec) {
-  return load8(p, i, valid, vec);
 }
 
 __device__ __forceinline__ void unpack4(float4 v, float* out) {

@@ -52,16 +52,10 @@ __device__ __forceinline__ void store(std::uint16_t* tile, const Fetched<Rows, T
       *reinterpret_cast<uint4*>(tile + rr * kRowStride + kk) = f.v[i];
     } else {
       const int kk = v / (Rows / kChunk), rr = (v % (Rows / kChunk)) * kChunk;
-      const std::uint32_t pairs[4] = {f.v[i].x, f.v[i].y, f.v[i].z, f.v[i].w};
 #pragma unroll
-      for (int t = 0; t < kChunk; ++t)
-        tile[(rr + t) * kRowStride + kk] = static_cast<std::uint16_t>(t % 2 ? pairs[t / 2] >> 16 : pairs[t / 2]);
+      for (int t = 0; t < kChunk; ++t) tile[(rr + t) * kRowStride + kk] = bf16_at(f.v[i], t);
     }
   }
-}
-
-__device__ __forceinline__ std::uint32_t pair_at(const std::uint16_t* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
 }
 
 // SplitK: the job writes its float32 partial product to g.partial; otherwise
@@ -86,18 +80,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) gemm_bf16_kerne
   const auto compute = [&](Acc& acc, int buf) {
 #pragma unroll
     for (int step = 0; step < kBK / 16; ++step) {
-      const int k_lane = step * 16 + 2 * t_lane;  // this lane's first k in each register
       std::uint32_t b_frag[FN][2];
 #pragma unroll
-      for (int j = 0; j < FN; ++j) {
-        const std::uint16_t* row = b_tiles[buf] + (warp_n * WN + j * 8 + g_lane) * kRowStride + k_lane;
-        b_frag[j][0] = pair_at(row), b_frag[j][1] = pair_at(row + 8);
-      }
+      for (int j = 0; j < FN; ++j)
+        load_b_fragment(b_frag[j], b_tiles[buf] + (warp_n * WN + j * 8) * kRowStride, kRowStride, step * 16, g_lane,
+                        t_lane);
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
-        const std::uint16_t* top = a_tiles[buf] + (warp_m * WM + i * 16 + g_lane) * kRowStride + k_lane;
-        const std::uint16_t* bottom = top + 8 * kRowStride;
-        const std::uint32_t a_frag[4] = {pair_at(top), pair_at(bottom), pair_at(top + 8), pair_at(bottom + 8)};
+        std::uint32_t a_frag[4];
+        load_a_fragment(a_frag, a_tiles[buf] + (warp_m * WM + i * 16) * kRowStride, kRowStride, step * 16, g_lane,
+                        t_lane);
 #pragma unroll
         for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], a_frag, b_frag[j]);
       }
