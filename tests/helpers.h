@@ -18,6 +18,19 @@
 
 namespace attograd::test {
 
+// Whether no CUDA device is at hand (a build without CUDA, or none found),
+// said as a skip in the runtime's words. SKIP_WITHOUT_CUDA() then returns from
+// the test case, which passes and is named skipped in the output.
+inline bool cuda_missing() {
+  if (cuda::device_count() > 0) return false;
+  WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
+  return true;
+}
+#define SKIP_WITHOUT_CUDA()                       \
+  do {                                            \
+    if (::attograd::test::cuda_missing()) return; \
+  } while (0)
+
 // Tolerances per dtype, written once: float32 results are compared at these,
 // float64 references tighter. bfloat16 keeps 8 significant bits, so rounding
 // to nearest moves a value by at most 2^-8 of itself (half the 2^-7 relative

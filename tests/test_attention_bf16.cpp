@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/runtime.h"
 #include "helpers.h"
 #include "tensor/attention_call.h"
 #include "tensor/cpu/attention/attention.h"
@@ -193,10 +192,7 @@ TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models,
 // of the kernels' query blocks and key tiles, and one whose head dim (20)
 // makes the kernels move a value at a time, not 8 (the other D are whole eights but 1).
 TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound of float64", "[cuda][bf16][attention]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return;
-  }
+  SKIP_WITHOUT_CUDA();
   std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
   cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
@@ -210,10 +206,7 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
 // bfloat16 calls ran the bfloat16 kernels shows in the probabilities rounded
 // before P V, which the widened output (asked for with the weights) lacks.
 TEST_CASE("cuda: bfloat16 attention runs the bfloat16 kernels, and widens for the weights", "[cuda][bf16][attention]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return;
-  }
+  SKIP_WITHOUT_CUDA();
   const Tensor q = bf16_operand(1, 2, 40, 32, false, 1, Device::cuda());
   const Tensor k = bf16_operand(1, 2, 40, 32, false, 2, Device::cuda());
   const Tensor v = bf16_operand(1, 2, 40, 32, false, 3, Device::cuda());

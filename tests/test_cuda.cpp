@@ -5,7 +5,8 @@
 // GPT training step on the GPU against the same step on the CPU.
 //
 // Without a GPU at run time (or in a build without CUDA) every test here
-// reports itself skipped, by name, and passes: see SKIP_WITHOUT_CUDA.
+// reports itself skipped, by name, and passes: SKIP_WITHOUT_CUDA (helpers.h)
+// is the first line of every test in this file.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -28,19 +29,6 @@ using namespace attograd;
 using namespace attograd::test;
 
 namespace {
-
-// ---- skipping without a GPU ----------------------------------------------------------------
-
-bool cuda_missing() {
-  if (cuda::device_count() > 0) return false;
-  WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-  return true;
-}
-// First line of every test in this file.
-#define SKIP_WITHOUT_CUDA()        \
-  do {                             \
-    if (cuda_missing()) return;    \
-  } while (0)
 
 // ---- tolerances, written once per dtype ----------------------------------------------------
 

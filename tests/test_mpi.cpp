@@ -136,10 +136,7 @@ TEST_CASE("gradient buckets start in index order whatever order backward finishe
 namespace {
 
 bool gpu_or_nccl_missing(bool need_nccl) {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return true;
-  }
+  if (cuda_missing()) return true;
   if (need_nccl && !train::distributed::built_with_nccl()) {
     WARN("skipped: this build has no NCCL (ATTOGRAD_NCCL, NCCL_ROOT)");
     return true;

@@ -480,10 +480,7 @@ TEST_CASE("an unknown ATTOGRAD_F32_GEMM is one line naming it, exit 1, no run, a
 
 TEST_CASE("an unknown ATTOGRAD_CUDA_ATTENTION or ATTOGRAD_CUDA_MATMUL is one line naming it, exit 1, no run",
           "[reliability]") {
-  if (cuda::device_count() == 0) {
-    WARN("skipped: no CUDA device (" << cuda::no_device_reason() << ")");
-    return;
-  }
+  SKIP_WITHOUT_CUDA();
   for (const auto& [variable, op] :
        {std::pair{"ATTOGRAD_CUDA_ATTENTION", "attention"}, {"ATTOGRAD_CUDA_MATMUL", "matmul"}}) {
     INFO(variable);
