@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <type_traits>
 
 #include "base/error.h"
 
@@ -23,8 +22,6 @@ namespace attograd::cpu::attention_detail {
 template <typename T, int kBytes>
 struct Simd {
   typedef T Vec __attribute__((vector_size(kBytes)));
-  using Lane = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
-  typedef Lane Index __attribute__((vector_size(kBytes)));  // lane indices of a shuffle
   static constexpr std::int64_t kLanes = kBytes / static_cast<int>(sizeof(T));
 };
 

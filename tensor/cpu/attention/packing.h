@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <utility>
 
 #include "tensor/cpu/attention/isa.h"
 #include "tensor/cpu/attention/problem.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/cpu/vec_transpose.h"
 
 namespace attograd::cpu::attention_detail {
 
@@ -68,47 +68,6 @@ AG_ALWAYS_INLINE Panel<T> rows_panel(const Rows<T>& x, std::int64_t b, std::int6
   return {scratch, Dp};
 }
 
-// A W x W transpose in registers (W = lanes per vector), as log2(W) rounds of
-// a butterfly: round B pairs vectors B apart and interleaves their lanes in
-// blocks of B. With AVX-512 each shuffle is one two-source permute, so a
-// 16 x 16 block costs about 100 instructions instead of 256 scattered stores;
-// elsewhere GCC lowers the shuffles poorly and pack_transposed stores lanes.
-template <int W, int B, bool kUpper>
-constexpr int interleave_lane(int k) {  // lane k of the shuffle of round B
-  const int segment = k / (2 * B) * (2 * B), offset = k % (2 * B), half = kUpper ? B : 0;
-  return offset < B ? segment + half + offset : W + segment + half + offset - B;
-}
-template <typename S, int B, bool kUpper, typename Lanes = std::make_index_sequence<S::kLanes>>
-struct Interleave;
-template <typename S, int B, bool kUpper, std::size_t... K>
-struct Interleave<S, B, kUpper, std::index_sequence<K...>> {
-  static constexpr typename S::Index mask{interleave_lane<S::kLanes, B, kUpper>(K)...};
-};
-// *out = lanes mask[k] of (x, y), mask = Interleave<S, B, kUpper>::mask. Clang (the sanitizer
-// and fuzzing build) has no __builtin_shuffle; its __builtin_shufflevector takes constant lanes.
-template <typename S, int B, bool kUpper, std::size_t... K>
-AG_ALWAYS_INLINE void interleave(const typename S::Vec& x, const typename S::Vec& y, typename S::Vec* out,
-                                 std::index_sequence<K...>) {
-#if defined(__clang__)
-  *out = __builtin_shufflevector(x, y, interleave_lane<S::kLanes, B, kUpper>(K)...);
-#else
-  *out = __builtin_shuffle(x, y, Interleave<S, B, kUpper>::mask);
-#endif
-}
-template <typename S, int B>
-AG_ALWAYS_INLINE void butterfly(typename S::Vec* v) {
-  constexpr int W = S::kLanes;
-  if constexpr (B < W) {
-    for (int i = 0; i < W; i += 2 * B)
-      for (int j = i; j < i + B; ++j) {
-        const auto x = v[j], y = v[j + B];
-        interleave<S, B, false>(x, y, &v[j], std::make_index_sequence<W>());
-        interleave<S, B, true>(x, y, &v[j + B], std::make_index_sequence<W>());
-      }
-    butterfly<S, 2 * B>(v);
-  }
-}
-
 // out (D, ld) = factor * rows [t0, t0 + n) of (b, h) transposed, zero in columns [n, n_padded).
 template <typename T, typename Tile>
 AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int64_t h, std::int64_t t0,
@@ -127,7 +86,7 @@ AG_ALWAYS_INLINE void pack_transposed(const Rows<T>& x, std::int64_t b, std::int
           std::memcpy(&v[i], x.row(b, h, t0 + j + i) + d, sizeof(Vec));
           v[i] *= factor;
         }
-        butterfly<S, 1>(v);
+        transpose_in_registers(v);  // tensor/cpu/vec_transpose.h
         for (std::int64_t i = 0; i < W; ++i) std::memcpy(out + (d + i) * ld + j, &v[i], sizeof(Vec));
       }
     for (std::int64_t r = 0; r < j; ++r) {  // the columns past the last whole block
