@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
+#include "tensor/cpu/vec_transpose.h"
 #include "tensor/parallel.h"
 
 using namespace attograd;
@@ -207,6 +208,31 @@ F32Operands f32_operands(std::int64_t m, std::int64_t n, std::int64_t k, bool a_
 }
 
 }  // namespace
+
+// The W x W transpose in registers that packs a transposed B (sgemm.cpp) and
+// the attention's k^T: lane j of vector i must end as lane i of vector j, for
+// every width the kernels use (here on whatever instructions this build targets).
+template <typename T, int kBytes>
+std::int64_t lanes_out_of_place() {
+  typedef T Vec __attribute__((vector_size(kBytes)));
+  constexpr int W = kBytes / static_cast<int>(sizeof(T));
+  Vec v[W];
+  for (int i = 0; i < W; ++i)
+    for (int j = 0; j < W; ++j) v[i][j] = static_cast<T>(i * W + j);
+  cpu::transpose_in_registers(v);
+  std::int64_t wrong = 0;
+  for (int i = 0; i < W; ++i)
+    for (int j = 0; j < W; ++j) wrong += v[i][j] != static_cast<T>(j * W + i);
+  return wrong;
+}
+
+TEST_CASE("the transpose in registers moves lane j of vector i to lane i of vector j, 2 to 16 lanes", "[matmul]") {
+  CHECK(lanes_out_of_place<float, 64>() == 0);
+  CHECK(lanes_out_of_place<float, 32>() == 0);
+  CHECK(lanes_out_of_place<float, 16>() == 0);
+  CHECK(lanes_out_of_place<double, 64>() == 0);
+  CHECK(lanes_out_of_place<double, 16>() == 0);
+}
 
 // Every shape class the blocking meets: rows not a multiple of the register
 // block's (6 on AVX-512), columns not of its 64, K past one chunk (384) and
