@@ -195,15 +195,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     const std::int64_t nk = std::min(kBlockK, key_end - j0), nkp = round_up(nk, MR);
     const std::int64_t diag = diagonal(P, i0, j0);
     if (w.from_head) hold_head_rows(P, b, h, j0 + nkp, Dp, w.head);
-    // The next tile's keys and values, a few rows after each row group of this tile's two
-    // products, unless w.head holds them already.
-    const bool next_held = w.from_head && w.head.rows >= std::min(j0 + 2 * kBlockK, key_end);
-    const std::int64_t next_nk = next_held ? 0 : std::clamp<std::int64_t>(key_end - j0 - kBlockK, 0, kBlockK);
-    PrefetchQueue<T> next_tile(D);
-    next_tile.add(P.k, b, h, j0 + kBlockK, next_nk);
-    next_tile.add(P.v, b, h, j0 + kBlockK, next_nk);
-    next_tile.pace(nkp / MR + nqp / MR);
-    auto prefetch_next_tile = [&next_tile] { next_tile.template step<kNextTileLocality>(); };
+    // The next key tile is not requested ahead (prefetch.h says why).
     successor.request((successor.rows() + tiles - 1) / tiles);
     const Panel<T> k = w.keys(P, b, h, j0, nk, nkp, Dp);
     const Panel<T> v = w.values(P, b, h, j0, nk, Dp);
@@ -214,8 +206,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     // change that.
     const std::int64_t bh = b * P.H + h, qb = i0 / kBlockQ, kb = j0 / kBlockK;
     T* __restrict st = O.saved.kept(bh) ? O.saved.tile(bh, qb, kb) : s;
-    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag,
-                                      prefetch_next_tile);  // S^T
+    product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag);  // S^T
     hide_causal<kKeyRows>(st, kBlockQ, nkp, nk, nqp, diag, neg_inf);
     hide_masked<kKeyRows>(P, b, h, i0, nq, j0, nk, st, kBlockQ);
     online_softmax_tile<T, Tile>(st, nkp, nqp, m, l, rescale);
@@ -229,8 +220,7 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
       weights_tile = z;
     }
     accumulate_queries<T, Tile, kKeyRows>(nqp, Dp, nk, weights_tile, kBlockQ, v.data, v.ld, acc, Dp, diag,
-                                          Into::rescale_and_accumulate, rescale,
-                                          prefetch_next_tile);  // acc = rescale acc + P v
+                                          Into::rescale_and_accumulate, rescale);  // acc = rescale acc + P v
   }
   T* lse = O.lse + (b * P.H + h) * P.Tq + i0;
   for (std::int64_t r = 0; r < nq; ++r) {

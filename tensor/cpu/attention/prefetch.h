@@ -14,7 +14,17 @@ namespace attograd::cpu::attention_detail {
 // projection): without help the kernels waited on memory for a quarter of
 // their time at the GPT shape. So each task queues the rows its successor
 // starts with and requests a slice of them after each of its own tiles, and
-// each key tile requests the next tile's keys and values.
+// the backward's key tiles request the next tile's keys and values.
+//
+// The forward's key tiles do not: they had requested the next tile's rows
+// into L1, a few after each row group, and perf put 8% of the forward's
+// samples on that loop (its instructions and waits for fill buffers) while a
+// head's keys and values sit in L2 after its first query block. Without it,
+// the Emerald Rapids Xeon (2026-12-02), one process alternating both ways
+// over 30-40 runs: contiguous q, k, v at (2, 8, 1024, 64) 0.96-0.97x the
+// time (1 and 2 threads, medians); MultiHeadAttention at the L shape, whose
+// long heads the forward copies compact, forward 0.97-1.00x and forward +
+// backward 0.96-1.01x.
 
 // Requests the lines of rows [t0, t0 + n) of (b, h), each line once.
 template <typename T, int kLocality = 3>
@@ -40,12 +50,6 @@ class PrefetchQueue {
     rows_ += n;
   }
   std::int64_t rows() const { return rows_; }
-  // Spreads the queued rows over `steps` calls of step().
-  void pace(std::int64_t steps) { per_step_ = (rows_ + steps - 1) / std::max<std::int64_t>(steps, 1); }
-  template <int kLocality = 1>
-  void step() {
-    request<kLocality>(per_step_);
-  }
   // Requests the next n queued rows.
   template <int kLocality = 1>
   void request(std::int64_t n) {
@@ -68,7 +72,7 @@ class PrefetchQueue {
   std::int64_t D_;
   Run runs_[kMaxRuns] = {};
   int count_ = 0, current_ = 0;
-  std::int64_t rows_ = 0, done_ = 0, per_step_ = 0;
+  std::int64_t rows_ = 0, done_ = 0;
 };
 
 // The lines of one span of memory, requested into L2 a slice per step() over `steps` calls.
@@ -91,10 +95,5 @@ class SpanPrefetch {
 // A task's successor is prefetched only when what it reads first is this
 // small; bigger ones would push the current task's data out of L2.
 constexpr std::int64_t kPrefetchBytes = 256 << 10;
-// The forward requests the next key tile into L1 (prefetcht0), spread over
-// the current tile's row groups. Requested all at once before the tile, its
-// 2 x 64 rows (some 600 prefetches) waited for the line fill buffers: 7% of
-// the forward's samples at L sat on them. Into L2 only, it gained less.
-constexpr int kNextTileLocality = 3;
 
 }  // namespace attograd::cpu::attention_detail
