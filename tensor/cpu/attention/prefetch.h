@@ -50,13 +50,13 @@ class PrefetchQueue {
     rows_ += n;
   }
   std::int64_t rows() const { return rows_; }
-  // Requests the next n queued rows.
-  template <int kLocality = 1>
+  // Requests the next n queued rows into L2 (locality 1): they are the next
+  // block's, needed only once this one's tiles are done with L1.
   void request(std::int64_t n) {
     while (n > 0 && current_ < count_) {
       const Run& run = runs_[current_];
       const std::int64_t take = std::min(n, run.n - done_);
-      prefetch_rows<T, kLocality>(run.x, run.b, run.h, run.t0 + done_, take, D_);
+      prefetch_rows<T, 1>(run.x, run.b, run.h, run.t0 + done_, take, D_);
       n -= take;
       done_ += take;
       if (done_ == run.n) ++current_, done_ = 0;
