@@ -1,6 +1,7 @@
 // The bfloat16 dtype (base/bfloat16.h, tensor/dtype.h): its rounding against
 // an independent reference, casts, printing, checkpoints, and the ops
 // computed in float32 against float64 within bfloat16's bound (tests/helpers.h).
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -430,6 +431,56 @@ TEST_CASE("bfloat16 matmul on the widening float32 kernel: the widened operands'
       }
       CHECK(differ == 0);
     }
+  set_num_threads(2);
+}
+
+// The bfloat16 kernels cut C into macro blocks by the thread count, smaller
+// where few blocks would split unevenly (matmul_bf16.cpp's choose_blocking),
+// but sum every element over K in chunks that depend on K alone: C must be
+// the same bits on 1, 2 and 3 threads. Shapes: 768 x 768 x 600 (nine blocks
+// of 256 x 256 on one thread, 18 on two; K in three chunks), 416 rows (a
+// partial last block), fewer columns than one block.
+TEST_CASE("bfloat16 products on every kernel this CPU runs: the same bits on 1, 2 and 3 threads, within the bound",
+          "[bf16][matmul]") {
+  for (cpu::Bf16Kernel kernel : {cpu::Bf16Kernel::amx, cpu::Bf16Kernel::avx512_bf16, cpu::Bf16Kernel::amx_model,
+                                 cpu::Bf16Kernel::avx512_bf16_model}) {
+    if (!cpu::bf16_kernel_runs_here(kernel)) {
+      WARN("skipped: this CPU has no " << cpu::bf16_kernel_name(kernel));
+      continue;
+    }
+    const bool model = kernel == cpu::Bf16Kernel::amx_model || kernel == cpu::Bf16Kernel::avx512_bf16_model;
+    const auto shapes = model ? std::vector<std::tuple<int, int, int>>{{416, 300, 64}, {200, 24, 96}}
+                              : std::vector<std::tuple<int, int, int>>{{768, 768, 600}, {416, 300, 64}, {200, 24, 96}};
+    for (auto [m, n, k] : shapes) {
+      const Tensor a32 = bf16_values({m, k}, 21), b32 = bf16_values({k, n}, 22);
+      const Tensor a = kernels::cast(a32, DType::bf16), b = kernels::cast(b32, DType::bf16);
+      std::vector<std::uint16_t> one_thread;
+      for (int threads : {1, 2, 3}) {
+        INFO(cpu::bf16_kernel_name(kernel) << " " << m << " x " << n << " x " << k << ", " << threads << " threads");
+        set_num_threads(threads);
+        Tensor c = empty({m, n}, {DType::bf16});
+        cpu::gemm_bf16({{a.data<bfloat16>(), a.stride(0), a.stride(1)},
+                        {b.data<bfloat16>(), b.stride(0), b.stride(1)},
+                        c.data<bfloat16>(),
+                        n,
+                        nullptr,
+                        m,
+                        n,
+                        k},
+                       kernel);
+        std::vector<std::uint16_t> bits(static_cast<std::size_t>(m * n));
+        for (std::size_t e = 0; e < bits.size(); ++e) bits[e] = c.data<bfloat16>()[e].bits;
+        if (threads == 1) {
+          std::string where;
+          CHECK(within_product_bound(c, a32, b32, where));
+          INFO(where);
+          one_thread = bits;
+        } else {
+          CHECK(std::mismatch(bits.begin(), bits.end(), one_thread.begin()).first == bits.end());
+        }
+      }
+    }
+  }
   set_num_threads(2);
 }
 

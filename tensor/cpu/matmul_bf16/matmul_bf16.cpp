@@ -52,16 +52,38 @@ struct Packed {
   }
 };
 
+// The slowest thread's work over an even share's (1 when the threads' shares
+// are even), for macro blocks handed out in order to whichever thread is free
+// and threads running at one speed.
+double slowest_share(const Packed& p, int threads) {
+  std::vector<std::int64_t> work(static_cast<std::size_t>(threads), 0);
+  std::int64_t total = 0;
+  for (std::int64_t t = 0; t < p.macros(); ++t) {
+    const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
+    const std::int64_t block = std::min(p.mc, p.mp - r0) * std::min(p.nc, p.np - c0);
+    *std::min_element(work.begin(), work.end()) += block;
+    total += block;
+  }
+  return static_cast<double>(*std::max_element(work.begin(), work.end())) * threads / static_cast<double>(total);
+}
+
 // Macro blocks per thread: enough that a few spare ones even out the threads'
-// shares, yet blocks big enough to reuse what L2 holds. K up to 512 in one
-// chunk (B's 32-column panel then up to 32 KiB of L1's 48): at K = 384 two
+// shares, yet blocks big enough to reuse what L2 holds. Where few blocks
+// split unevenly they are cut smaller: 768 x 768 in nine blocks of 256 x 256
+// kept one of two threads busy for five while the other finished four, and
+// the product ran 84% as fast per thread as at 2048 on a Zen 4. K up to 512
+// in one chunk (B's 32-column panel then up to 32 KiB): at K = 384 two
 // chunks (256 + 128) stored every block's sums and loaded them back, and the
 // product (4096 x 1536 x 384, the shakespeare_char MLP's) ran some 7% slower.
 void choose_blocking(Packed& p, int threads) {
+  constexpr double kUnevenShare = 1.05;  // the slowest thread's work over an even share's worth cutting for
   p.kc = p.kp <= 512 ? p.kp : std::min<std::int64_t>(p.kp, 256);
   p.mc = std::min<std::int64_t>(p.mp, 256);
   p.nc = std::min<std::int64_t>(p.np, 256);
-  while (p.macros() < 4 * threads && (p.mc > kBlock || p.nc > kBlock)) {
+  const auto too_few = [&] {
+    return p.macros() < 4 * threads || (p.macros() < 16 * threads && slowest_share(p, threads) > kUnevenShare);
+  };
+  while (too_few() && (p.mc > kBlock || p.nc > kBlock)) {
     if (p.mc >= p.nc)
       p.mc = std::max<std::int64_t>(kBlock, p.mc / 2 / kBlock * kBlock);
     else
