@@ -70,8 +70,8 @@ double slowest_share(const Packed& p, int threads) {
 // Macro blocks per thread: enough that a few spare ones even out the threads'
 // shares, yet blocks big enough to reuse what L2 holds. Where few blocks
 // split unevenly they are cut smaller: 768 x 768 in nine blocks of 256 x 256
-// kept one of two threads busy for five while the other finished four, and
-// the product ran 84% as fast per thread as at 2048 on a Zen 4. K up to 512
+// kept one of two threads busy for five while the other finished four; in 18
+// the product took 0.88x the time (a Zen 4, two threads). K up to 512
 // in one chunk (B's 32-column panel then up to 32 KiB): at K = 384 two
 // chunks (256 + 128) stored every block's sums and loaded them back, and the
 // product (4096 x 1536 x 384, the shakespeare_char MLP's) ran some 7% slower.
