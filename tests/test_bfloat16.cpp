@@ -1,9 +1,9 @@
 // The bfloat16 dtype (base/bfloat16.h, tensor/dtype.h): its rounding against
 // an independent reference, casts, printing, checkpoints, and the ops
 // computed in float32 against float64 within bfloat16's bound (tests/helpers.h).
-#include <algorithm>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
