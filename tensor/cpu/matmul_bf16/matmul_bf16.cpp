@@ -40,6 +40,14 @@ struct Packed {
   std::int64_t mc, nc, kc;   // a macro block and a K chunk: multiples of 32
   std::int64_t row_macros() const { return (mp + mc - 1) / mc; }
   std::int64_t macros() const { return row_macros() * ((np + nc - 1) / nc); }
+  // Macro block t: its first row and column and its extent (whole blocks of 32).
+  struct Macro {
+    std::int64_t r0, c0, rows, cols;
+  };
+  Macro macro(std::int64_t t) const {
+    const std::int64_t r0 = t % row_macros() * mc, c0 = t / row_macros() * nc;
+    return {r0, c0, std::min(mc, mp - r0), std::min(nc, np - c0)};
+  }
   const bfloat16* panel(std::int64_t col, std::int64_t k) const { return b + (col / kPanel) * kp * kPanel + k * kPanel; }
   // The 32-row block of A from row r, from K value k on.
   ATiles a_tiles(std::int64_t r, std::int64_t k) const {
@@ -59,8 +67,8 @@ double slowest_share(const Packed& p, int threads) {
   std::vector<std::int64_t> work(static_cast<std::size_t>(threads), 0);
   std::int64_t total = 0;
   for (std::int64_t t = 0; t < p.macros(); ++t) {
-    const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
-    const std::int64_t block = std::min(p.mc, p.mp - r0) * std::min(p.nc, p.np - c0);
+    const Packed::Macro macro = p.macro(t);
+    const std::int64_t block = macro.rows * macro.cols;
     *std::min_element(work.begin(), work.end()) += block;
     total += block;
   }
@@ -168,16 +176,15 @@ AG_ALWAYS_INLINE void macro_blocks(const Packed& p, std::int64_t lo, std::int64_
                                    RoundIntoC round) {
   const BlockedSums sums{buffer, p.nc};
   for (std::int64_t t = lo; t < hi; ++t) {
-    const std::int64_t r0 = t % p.row_macros() * p.mc, c0 = t / p.row_macros() * p.nc;
-    const std::int64_t rows = std::min(p.mc, p.mp - r0), cols = std::min(p.nc, p.np - c0);
+    const Packed::Macro m = p.macro(t);
     for (std::int64_t k0 = 0; k0 < p.kp; k0 += p.kc) {
       const std::int64_t steps = std::min(p.kc, p.kp - k0) / kKStep;
-      for (std::int64_t j = 0; j < cols; j += kBlock)
-        strip([&](std::int64_t i) { return p.a_tiles(r0 + i * kBlock, k0); }, rows / kBlock, p.panel(c0 + j, k0),
-              p.panel(c0 + j + kPanel, k0), steps, sums.at(0, j), sums.at(kBlock, j) - sums.at(0, j), BlockedSums::kLd,
-              k0 > 0);
+      for (std::int64_t j = 0; j < m.cols; j += kBlock)
+        strip([&](std::int64_t i) { return p.a_tiles(m.r0 + i * kBlock, k0); }, m.rows / kBlock,
+              p.panel(m.c0 + j, k0), p.panel(m.c0 + j + kPanel, k0), steps, sums.at(0, j),
+              sums.at(kBlock, j) - sums.at(0, j), BlockedSums::kLd, k0 > 0);
     }
-    round(p.g, r0, std::min(rows, p.g.m - r0), c0, std::min(cols, p.g.n - c0), sums);
+    round(p.g, m.r0, std::min(m.rows, p.g.m - m.r0), m.c0, std::min(m.cols, p.g.n - m.c0), sums);
   }
 }
 
