@@ -169,9 +169,8 @@ AG_ALWAYS_INLINE void backward_key_tile(Blocks& t, const Bf16Problem& P, const B
                 w.dqt.data() + db * w.ldq + i0 + qb, w.ldq, true);  // dQ^T += K^T dS^T
   }
   for (std::int64_t c = 0; c < nk; ++c) {
-    bfloat16* dk_row = io.dk.row(b, h, j0 + c);
-    bfloat16* dv_row = io.dv.row(b, h, j0 + c);
-    for (std::int64_t d = 0; d < D; ++d) dk_row[d] = bfloat16(dk[c * Dp + d]), dv_row[d] = bfloat16(dv[c * Dp + d]);
+    round_to_bf16(&io.dk.row(b, h, j0 + c)->bits, dk + c * Dp, D);
+    round_to_bf16(&io.dv.row(b, h, j0 + c)->bits, dv + c * Dp, D);
   }
 }
 
@@ -186,10 +185,7 @@ AG_ALWAYS_INLINE void backward_heads(Blocks& t, const Bf16Problem& P, const Back
       const std::int64_t b = bh / meta.H, h = bh % meta.H;
       backward_head_setup(P, io, w, b, h);
       for (std::int64_t j0 = 0; j0 < meta.Tk; j0 += kBlockK) backward_key_tile<Blocks, Tile>(t, P, io, w, b, h, j0);
-      for (std::int64_t r = 0; r < meta.Tq; ++r) {
-        bfloat16* dq_row = io.dq.row(b, h, r);
-        for (std::int64_t d = 0; d < meta.D; ++d) dq_row[d] = bfloat16(w.dqt[d * w.ldq + r]);
-      }
+      round_transposed<Tile>(w.dqt.data(), w.ldq, meta.D, meta.Tq, nullptr, io.dq.row(b, h, 0), io.dq.st);
     }
   t.end();
 }

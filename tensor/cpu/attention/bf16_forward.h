@@ -84,16 +84,17 @@ AG_ALWAYS_INLINE void forward_query_block(Blocks& t, const Bf16Problem& P, const
                 kBlockQ, true);
   }
   float* lse = O.lse + (b * meta.H + h) * meta.Tq + i0;
+  float* __restrict inv = w.rescale.data();  // done with: 1 / l
+  for (std::int64_t r = 0; r < nq; ++r) inv[r] = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+  bfloat16* out = O.out + ((b * meta.Tq + i0) * meta.H + h) * D;  // query i0's row; rows H * D apart
+  round_transposed<Tile>(acc, kBlockQ, D, nq, inv, out, meta.H * D);
   for (std::int64_t r = 0; r < nq; ++r) {
-    bfloat16* o = O.out + ((b * meta.Tq + i0 + r) * meta.H + h) * D;
     if (l[r] == 0.0f) {  // every key hidden: zeros, not 0/0
-      std::fill(o, o + D, bfloat16());
+      std::fill(out + r * meta.H * D, out + r * meta.H * D + D, bfloat16());
       lse[r] = kNegInf;
-      continue;
+    } else {
+      lse[r] = m[r] + std::log(l[r]);
     }
-    const float inv = 1.0f / l[r];
-    for (std::int64_t d = 0; d < D; ++d) o[d] = bfloat16(acc[d * kBlockQ + r] * inv);
-    lse[r] = m[r] + std::log(l[r]);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/matmul_bf16/packing.h"
 #include "tensor/cpu/vec_math.h"
+#include "tensor/cpu/vec_transpose.h"
 
 namespace attograd::cpu::attention_bf16 {
 
@@ -111,7 +112,49 @@ AG_TARGET_AVX512_BF16 inline void round_tile_as_b_by_instruction(const float* __
     }
   }
 }
+
+// round_transposed below, by the instruction: 16 x 16 blocks of t transposed
+// in registers (tensor/cpu/vec_transpose.h), 32 values of a row rounded at
+// once. Reads t's rows [0, round_up(D, 32)) and columns [0, round_up(n, 16)).
+AG_TARGET_AVX512_BF16 inline void round_transposed_by_instruction(const float* __restrict t, std::int64_t ld,
+                                                                  std::int64_t D, std::int64_t n,
+                                                                  const float* __restrict scale, bfloat16* out,
+                                                                  std::int64_t out_stride) {
+  for (std::int64_t r0 = 0; r0 < n; r0 += 16)
+    for (std::int64_t d0 = 0; d0 < D; d0 += 32) {
+      __m512 lo[16], hi[16];  // rows r0 + i: values d0 + [0, 16) and d0 + [16, 32)
+      for (int i = 0; i < 16; ++i) {
+        lo[i] = _mm512_loadu_ps(t + (d0 + i) * ld + r0);
+        hi[i] = _mm512_loadu_ps(t + (d0 + 16 + i) * ld + r0);
+      }
+      transpose_in_registers(lo);
+      transpose_in_registers(hi);
+      const Lanes32 lanes(std::min<std::int64_t>(32, D - d0));
+      for (std::int64_t i = 0; i < std::min<std::int64_t>(16, n - r0); ++i) {
+        const __m512 s = _mm512_set1_ps(scale ? scale[r0 + i] : 1.0f);
+        round_bf16x32_avx512(&out[(r0 + i) * out_stride + d0].bits, _mm512_maskz_mul_ps(lanes.lo, lo[i], s),
+                             _mm512_maskz_mul_ps(lanes.hi, hi[i], s), lanes);
+      }
+    }
+}
 #endif
+
+// A float32 accumulator kept transposed (O^T, dQ^T: D rows ld apart, a column
+// per query) into n rows of bfloat16 output, out_stride apart:
+// out[r][d] = bfloat16(t[d][r] * scale[r]), or bfloat16(t[d][r]) without a
+// scale. Value by value, column-wise with the rounding's integer arithmetic,
+// writing the forward's output was half of its time outside the products.
+template <typename Tile>
+AG_ALWAYS_INLINE void round_transposed(const float* __restrict t, std::int64_t ld, std::int64_t D, std::int64_t n,
+                                       const float* __restrict scale, bfloat16* out, std::int64_t out_stride) {
+#if AG_BF16_AVX512_KERNEL
+  if constexpr (tiles_round_by_instruction<Tile>())
+    return round_transposed_by_instruction(t, ld, D, n, scale, out, out_stride);
+#endif
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t d = 0; d < D; ++d)
+      out[r * out_stride + d] = bfloat16(scale ? t[d * ld + r] * scale[r] : t[d * ld + r]);
+}
 
 // A float32 tile t (kBlockK keys x kBlockQ queries, rows kBlockQ apart), its
 // first kk keys and kq queries (whole blocks: see tile_extent), rounded into a
