@@ -1,4 +1,4 @@
-// bf16_peak/{amx,avx512_bf16}: this machine's bfloat16 multiply-add peak at the
+// bf16_peak/{amx,amx_tile_loads,avx512_bf16}: this machine's bfloat16 multiply-add peak at the
 // bench's thread count, the denominator of "% of peak" for the bfloat16 matrix
 // products (matmul_bf16/*: bench/compare takes the case of the kernel they ran
 // on, the JSON context's "bf16_isa"). What fma_peak/* is for float32 (bench_peak.cpp).
@@ -8,6 +8,8 @@
 // four independent accumulators, operands already in tiles, no memory in the
 // loop. One instruction: 16 x 16 x 32 multiply-adds (on the Sapphire Rapids
 // class Xeon here, one every 16 cycles or so: 2.5 TFLOP/s a thread).
+// amx_tile_loads: the same with the kernel's tile loads (amx_tile_loads_loop):
+// the ceiling of the product's tile loop, not a peak of the instructions.
 // avx512_bf16: 12 independent VDPBF16PS chains on 512-bit registers, as
 // fma_peak's, so the loop is bound by throughput: 16 x 2 multiply-adds an
 // instruction. Each chain starts from its own value: chains alike in every
@@ -60,6 +62,32 @@ void amx_loop(std::int64_t steps, float* c) {
   t.release();
 }
 
+// amx_loop with the kernel's four tile loads in every step, as amx_strip
+// issues them: A's two tiles and B's two from 8 steps' tiles (32 KiB, in L1),
+// so the loop is what a product of 2 x 2 C tiles can reach with every operand
+// in L1: one tile load for each TDPBF16PS. On the Xeon here (family 6 model
+// 167) one thread read 3.0 TFLOP/s, against amx's 3.7: 81%.
+void amx_tile_loads_loop(std::int64_t steps, float* c) {
+  cpu::bf16_gemm::AmxTiles t;
+  t.configure(cpu::bf16_gemm::kernel_tile_config());
+  constexpr int kSteps = 8, kTile = 16 * 32;
+  alignas(64) static thread_local bfloat16 a[2][kSteps][kTile], b[2][kSteps][kTile];
+  for (int half = 0; half < 2; ++half)
+    for (int s = 0; s < kSteps; ++s)
+      for (int v = 0; v < kTile; ++v) a[half][s][v] = bfloat16(kA), b[half][s][v] = bfloat16(kB);
+  t.zero<0>(), t.zero<1>(), t.zero<2>(), t.zero<3>();
+  for (std::int64_t i = 0; i < steps; ++i) {
+    const std::int64_t s = i % kSteps;
+    t.load<4>(a[0][s], 64), t.load<5>(a[1][s], 64), t.load<6>(b[0][s], 64), t.load<7>(b[1][s], 64);
+    t.dot<0, 4, 6>();
+    t.dot<1, 4, 7>();
+    t.dot<2, 5, 6>();
+    t.dot<3, 5, 7>();
+  }
+  t.store<0>(c, 64);
+  t.release();
+}
+
 // 12 chains of VDPBF16PS; writes chain j's 16 lanes to out[j * 16 ...].
 __attribute__((target("avx512f,avx512bf16"))) void dpbf16_loop(std::int64_t steps, float* out) {
   const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(kA), _mm512_set1_ps(kA));
@@ -78,7 +106,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dpbf16_loop(std::int64_t step
 }
 
 struct Peak {
-  const char* name;                  // as cpu::bf16_kernel_name, the context's "bf16_isa"
+  const char* name;                  // the case's; for a kernel's peak as cpu::bf16_kernel_name, the context's "bf16_isa"
   cpu::Bf16Kernel kernel;            // runs here only where bf16_kernel_runs_here says so
   double per_step;                   // multiply-adds a thread does per loop step
   int outputs;                       // floats the loop writes
@@ -91,14 +119,16 @@ struct Peak {
 const Peak kPeaks[] = {
     {"amx", cpu::Bf16Kernel::amx, 4.0 * 16 * 16 * 32, 256, 32 * kA * kB, [](int) { return 0.0f; }, amx_loop,
      1 << 16},
+    {"amx_tile_loads", cpu::Bf16Kernel::amx, 4.0 * 16 * 16 * 32, 256, 32 * kA * kB, [](int) { return 0.0f; },
+     amx_tile_loads_loop, 1 << 15},
     {"avx512_bf16", cpu::Bf16Kernel::avx512_bf16, 12.0 * 16 * 2, 12 * 16, 2 * kA * kB,
      [](int output) { return static_cast<float>(output / 16); }, dpbf16_loop, 1 << 20},
 };
 
 void bf16_peak_case(benchmark::State& state, const Peak& peak) {
   if (!cpu::bf16_kernel_runs_here(peak.kernel)) {  // the CPU's instructions, and the library's kernel built
-    state.SkipWithError((std::string("this CPU or build has no ") + peak.name + " (bf16_peak/" + peak.name +
-                         " needs it)").c_str());
+    state.SkipWithError((std::string("this CPU or build has no ") + cpu::bf16_kernel_name(peak.kernel) +
+                         " (bf16_peak/" + peak.name + " needs it)").c_str());
     return;
   }
   // Check: every output is exactly its start plus steps x its gain per step.
