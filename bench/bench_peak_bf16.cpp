@@ -92,7 +92,7 @@ __attribute__((target("avx512f,avx512bf16"))) void dpbf16_loop(std::int64_t step
 }
 
 struct Peak {
-  const char* name;                  // the case's; for a kernel's peak as cpu::bf16_kernel_name, the context's "bf16_isa"
+  const char* name;                  // the case's: a kernel's peak as cpu::bf16_kernel_name names it ("bf16_isa")
   cpu::Bf16Kernel kernel;            // runs here only where bf16_kernel_runs_here says so
   double per_step;                   // multiply-adds a thread does per loop step
   int outputs;                       // floats the loop writes
