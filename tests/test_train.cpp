@@ -108,6 +108,7 @@ TEST_CASE("presets: the task chooses the defaults, the block fits one problem", 
   CHECK(add.task_size == 2);
   CHECK(add.block == 8);
   CHECK(add.layers == 3);
+  CHECK(add.steps == 1200);
   o.task_size = 3;
   CHECK(train::preset_for(o, true).block == 11);
   o.task = "sort";

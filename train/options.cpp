@@ -32,9 +32,13 @@ TrainOptions preset_for(const TrainOptions& options, bool task_size_given) {
     p.batch = 32, p.steps = 1000, p.lr = 3e-3, p.warmup = 100, p.dropout = 0.1;
     p.eval_interval = 250;
   } else if (options.task == "add") {
-    // Addition sits on a plateau (carries) before it generalises; a third layer
-    // and larger batches get it past reliably (>= 99.7% over five seeds).
-    p.layers = 3, p.width = 48, p.batch = 128, p.weight_decay = 0;
+    // Addition sits on a plateau (carries) before it generalises, and when a run
+    // leaves it depends on the run's numbers: at 400 steps the held-out exact
+    // match was 44-99.7% over seeds 1-5 on one machine, and 76% or 100% for one
+    // seed with only the float32 GEMM or the attention kernel changed. A third
+    // layer, larger batches and 1200 steps took each of 16 runs tried to 100%
+    // (float32 and bfloat16, seeds 1-10 and 1337, both float32 GEMM kernels).
+    p.layers = 3, p.width = 48, p.batch = 128, p.weight_decay = 0, p.steps = 1200;
   }
   return p;
 }
