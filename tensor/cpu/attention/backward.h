@@ -89,21 +89,26 @@ AG_ALWAYS_INLINE void backward_row_terms(const Problem<T>& P, const BackwardIo<T
 }
 
 // Where a backward accumulates rows [t0, t0 + n) of one gradient (dq of a
-// head, dk or dv of a key tile): straight into the output when its rows are
-// as the micro-kernel writes them (Dp wide, no padding rows), however far
-// apart they are, else into scratch, copied out by finish(). (For dq,
-// accumulating in scratch and copying out gained nothing clear, and with the
-// copies of q and do it lost on short heads.) The first tile that reaches a
-// row writes it rather than accumulating (trimmed row groups write zeros),
-// so only rows no tile reaches need zero().
+// head, dk or dv of a key tile): straight into the output when read_in_place
+// would read its rows there (Dp wide, no padding rows, and back to back or
+// accumulated into only a few times: other_rows is the length of the other
+// side, whose tiles each accumulate into them once), else into compact
+// scratch, copied out by finish(). Rows of a packed (B, T, 3C) gradient, 3C
+// apart, fall into few L1 sets (at L, 6 KiB apart, a tile's 64 rows into 8
+// of the 64), where dq, dk and dv evicted one another and the tiles'
+// operands: accumulated in scratch, MultiHeadAttention's forward + backward
+// at L took 53.5-53.7 ms at best against 54.7-55.6 straight into the
+// gradient (2 threads, the AMX Xeon, 2026-12-03). The first tile that
+// reaches a row writes it rather than accumulating (trimmed row groups write
+// zeros), so only rows no tile reaches need zero().
 template <typename T>
 struct GradRows {
   T* data;
   std::int64_t ld;
   bool direct;
   GradRows(const OutRows<T>& out, std::int64_t b, std::int64_t h, std::int64_t t0, std::int64_t n,
-           std::int64_t n_padded, std::int64_t D, std::int64_t Dp, Scratch<T>& scratch)
-      : direct(D == Dp && n == n_padded) {
+           std::int64_t n_padded, std::int64_t D, std::int64_t Dp, std::int64_t other_rows, Scratch<T>& scratch)
+      : direct(read_in_place(out.st, n, n_padded, D, Dp, other_rows)) {
     data = direct ? out.row(b, h, t0) : scratch.data();
     ld = direct ? out.st : Dp;
   }
@@ -152,7 +157,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   const std::int64_t Tqp = round_up(Tq, MR);
   const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
   const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
-  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, w.dq);
+  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dq);
   if (Tk == 0) dq.zero(Tqp, Dp);
   std::int64_t tiles = 0;
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK)
@@ -166,7 +171,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
     pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
     pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
-    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, w.dv);
+    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, Tq, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, Tq, w.dv);
     if (first_query_tile(P, j0) >= Tq) {
       dk.zero(nkp, Dp);
       dv.zero(nkp, Dp);
@@ -190,6 +195,10 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
         std::fill(z, z + nqp * kBlockK, T(0));
         dropout_tile<kQueryRows>(P, b, h, i0, nq, j0, nk, nullptr, z, kBlockK);
       }
+      // Read once here: the stores below may alias P's fields for all the compiler knows, which made it
+      // reload the scale and test dropout again for every vector.
+      const bool dropout = P.dropout();
+      const Vec scale = Vec{} + P.scale;
       for (std::int64_t r = 0; r < nqp; ++r) {
         T* __restrict pr = p + r * kBlockK;
         T* __restrict dr = ds + r * kBlockK;
@@ -201,13 +210,13 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
           load(dp, dr + c);
           x -= shift_r;
           exp_softmax(x);  // P_ij
-          if (P.dropout()) {
+          if (dropout) {
             Vec z;
             load(z, zr + c);
-            store(dr + c, P.scale * x * (dp * z - delta_r));
+            store(dr + c, scale * x * (dp * z - delta_r));
             store(pr + c, x * z);
           } else {
-            store(dr + c, P.scale * x * (dp - delta_r));
+            store(dr + c, scale * x * (dp - delta_r));
             store(pr + c, x);
           }
         }
@@ -257,7 +266,7 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
   for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
     pack_transposed<T, Tile>(io.dout, b, h, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
                              w.dout_t.data() + i0 * D);
-  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, w.dq);
+  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dq);
   if (Tk == 0) dq.zero(Tqp, Dp);
   const std::int64_t tiles = std::max<std::int64_t>(saved.per_head, 1);
   const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / tiles;
@@ -268,7 +277,7 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
     prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
     const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, Tq, w.v.data());
-    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, w.dv);
+    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, Tq, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, Tq, w.dv);
     if (first_query_tile(P, j0) >= Tq) {
       dk.zero(nkp, Dp);
       dv.zero(nkp, Dp);
@@ -304,6 +313,8 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
         exp_softmax(x);
         store(correction + r, x);
       }
+      const bool dropout = P.dropout();  // read once, as in backward_head
+      const Vec scale = Vec{} + P.scale;
       for (std::int64_t c = 0; c < nkp; ++c) {
         const T* __restrict sc = saved_tile + c * kBlockQ;
         T* __restrict pc = p + c * kBlockQ;
@@ -316,13 +327,13 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
           load(dp, dc + r);
           load(delta_r, delta + i0 + r);
           x *= f;  // P_ij
-          if (P.dropout()) {
+          if (dropout) {
             Vec zr;
             load(zr, zc + r);
-            store(dc + r, P.scale * x * (dp * zr - delta_r));
+            store(dc + r, scale * x * (dp * zr - delta_r));
             store(pc + r, x * zr);
           } else {
-            store(dc + r, P.scale * x * (dp - delta_r));
+            store(dc + r, scale * x * (dp - delta_r));
             store(pc + r, x);
           }
         }
