@@ -96,9 +96,10 @@ AG_ALWAYS_INLINE void backward_row_terms(const Problem<T>& P, const BackwardIo<T
 // scratch, copied out by finish(). Rows of a packed (B, T, 3C) gradient, 3C
 // apart, fall into few L1 sets (at L, 6 KiB apart, a tile's 64 rows into 8
 // of the 64), where dq, dk and dv evicted one another and the tiles'
-// operands: accumulated in scratch, MultiHeadAttention's forward + backward
-// at L took 53.5-53.7 ms at best against 54.7-55.6 straight into the
-// gradient (2 threads, the AMX Xeon, 2026-12-03). The first tile that
+// operands: accumulated in scratch, attention_packed's forward + backward
+// took 0.959x the time at L and 0.983x at GPT-2 small's shape, the whole
+// MultiHeadAttention step at L about 0.99x (paired rounds, 2 threads, the
+// AMX Xeon, 2026-12-03). The first tile that
 // reaches a row writes it rather than accumulating (trimmed row groups write
 // zeros), so only rows no tile reaches need zero().
 template <typename T>
@@ -152,6 +153,10 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
   T* __restrict ds = w.ds.data();
   T* __restrict delta = w.delta.data();
   T* __restrict shift = w.shift.data();
+  // Read once: the tiles' stores may alias P's fields for all the compiler knows, which made it
+  // reload the scale and test dropout again for every vector of the element-wise pass.
+  const bool dropout = P.dropout();
+  const Vec scale = Vec{} + P.scale;
   backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
   // Queries are rows of the score tiles, so q and do are read in whole row groups (zero padding rows).
   const std::int64_t Tqp = round_up(Tq, MR);
@@ -190,15 +195,11 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
       hide_causal<kQueryRows>(p, kBlockK, nqp, nk, nkp, diag, neg_inf);
       hide_causal<kQueryRows>(ds, kBlockK, nqp, nk, nkp, diag, T(0));
       hide_masked<kQueryRows>(P, b, h, i0, nq, j0, nk, p, kBlockK);
-      if (P.dropout()) {
+      if (dropout) {
         T* __restrict z = w.z.data();
         std::fill(z, z + nqp * kBlockK, T(0));
         dropout_tile<kQueryRows>(P, b, h, i0, nq, j0, nk, nullptr, z, kBlockK);
       }
-      // Read once here: the stores below may alias P's fields for all the compiler knows, which made it
-      // reload the scale and test dropout again for every vector.
-      const bool dropout = P.dropout();
-      const Vec scale = Vec{} + P.scale;
       for (std::int64_t r = 0; r < nqp; ++r) {
         T* __restrict pr = p + r * kBlockK;
         T* __restrict dr = ds + r * kBlockK;
@@ -255,6 +256,8 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
   T* __restrict delta = w.delta.data();
   T* __restrict shift = w.shift.data();
   T* __restrict correction = w.correction.data();
+  const bool dropout = P.dropout();  // read once, as in backward_head
+  const Vec scale = Vec{} + P.scale;
   backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
   const std::int64_t Tqp = round_up(Tq, MR);
   const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
@@ -301,7 +304,7 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
       product_scores<T, Tile, kKeyRows>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
                                         diag, prefetch_next_tile);  // dP^T = v do^T
       hide_causal<kKeyRows>(ds, kBlockQ, nkp, nk, nqp, diag, T(0));
-      if (P.dropout()) {
+      if (dropout) {
         std::fill(z, z + nkp * kBlockQ, T(0));
         dropout_tile<kKeyRows>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
       }
@@ -313,8 +316,6 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
         exp_softmax(x);
         store(correction + r, x);
       }
-      const bool dropout = P.dropout();  // read once, as in backward_head
-      const Vec scale = Vec{} + P.scale;
       for (std::int64_t c = 0; c < nkp; ++c) {
         const T* __restrict sc = saved_tile + c * kBlockQ;
         T* __restrict pc = p + c * kBlockQ;
