@@ -69,6 +69,12 @@ struct TilePortable {
 // How many steps ahead of the micro-kernel B's panel is asked into L1.
 constexpr std::int64_t kPrefetchSteps = 8;
 
+// Where C's element (i, j) lies, and the block of columns from j, within one panel.
+inline float* c_block(const F32Gemm& g, std::int64_t i, std::int64_t j) {
+  if (g.c_panel_cols == 0) return g.c + i * g.ldc + j;
+  return g.c + j / g.c_panel_cols * g.c_panel_stride + i * g.ldc + j % g.c_panel_cols;
+}
+
 template <typename Tile>
 struct Kernel {
   static constexpr int kLanes = Tile::kBytes / 4, MR = Tile::kRows, NR = Tile::kVecs * kLanes;
@@ -297,7 +303,7 @@ struct Kernel {
                 __builtin_prefetch(g.a + (i0 + MR + r) * g.lda + k0 + k, 0, 2);
           for (std::int64_t p = 0; p < nc; p += NR) {
             const float* bp = b_buf.data() + p / NR * kc * NR;
-            float* c = g.c + i0 * g.ldc + j0 + p;
+            float* c = c_block(g, i0, j0 + p);
             const std::int64_t cols = std::min<std::int64_t>(NR, nc - p);
             const float* block_bias = bias ? bias + j0 + p : nullptr;
             if (rows == MR && cols == NR) {
@@ -422,9 +428,22 @@ F32Kernel widening_f32_kernel() {
   return avx2_runs_here() ? F32Kernel::avx2 : F32Kernel::openblas;
 }
 
+std::int64_t f32_block_cols(F32Kernel kernel) {
+  switch (kernel) {
+    case F32Kernel::avx512: return Kernel<TileAvx512>::NR;
+    case F32Kernel::avx2: return Kernel<TileAvx2>::NR;
+    case F32Kernel::portable: return Kernel<TilePortable>::NR;
+    default: return 0;
+  }
+}
+
 void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
   if (g.m == 0 || g.n == 0) return;
+  AG_CHECK(g.c_panel_cols == 0 || (f32_block_cols(kernel) > 0 && g.c_panel_cols % f32_block_cols(kernel) == 0),
+           "matmul", "C in panels of {} columns on the {} kernel, whose blocks span {}", g.c_panel_cols,
+           f32_kernel_name(kernel), f32_block_cols(kernel));
   if (g.k == 0) {
+    AG_CHECK(g.c_panel_cols == 0, "matmul", "C in panels with K = 0");
     if (g.bias)
       add_bias_rows(g);
     else if (!g.accumulate)

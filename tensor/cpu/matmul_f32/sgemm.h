@@ -61,6 +61,11 @@ struct F32Gemm {
   std::int64_t ldc = 0;
   bool accumulate = false;
   const float* bias = nullptr;  // n values
+  // C cut into panels of c_panel_cols columns (0: one panel, C as above),
+  // panel p a matrix of its own at c + p * c_panel_stride, rows ldc apart:
+  // a projection written head by head (kernels::linear_heads). c_panel_cols a
+  // multiple of f32_block_cols(kernel); not on openblas.
+  std::int64_t c_panel_cols = 0, c_panel_stride = 0;
   // Either operand may be bfloat16 instead: a_bf16 in place of a (b_bf16 of
   // b), laid out as a would be. Its values are widened (exactly) as the kernel
   // packs them, so C is float32's product of the widened operands, to the bit,
@@ -70,5 +75,9 @@ struct F32Gemm {
   const bfloat16* b_bf16 = nullptr;
 };
 void gemm_f32(const F32Gemm& g, F32Kernel kernel = f32_kernel());
+
+// The columns of C one register block of `kernel` spans (64 for avx512); 0
+// for openblas, which cannot write C in panels.
+std::int64_t f32_block_cols(F32Kernel kernel);
 
 }  // namespace attograd::cpu
