@@ -88,7 +88,10 @@ std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std
 // (num_heads, D) per token. Equal to attention() on the three (B, H, T, D)
 // views of it, but the fused path is one op whose backward writes the packed
 // gradient d(qkv) directly, where three separate views would each need a
-// zero-filled qkv-sized gradient and two additions to combine them.
+// zero-filled qkv-sized gradient and two additions to combine them. qkv may
+// also be (B, 3, num_heads, T, D), as linear_heads writes it (each head's rows
+// back to back, which the fused kernel reads with no copies); its gradient
+// then lies (B, T, 3, num_heads, D) in memory, as linear_heads' backward reads it.
 AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, const AttentionOptions& options = {});
 
 }  // namespace attograd

@@ -1,7 +1,7 @@
 #pragma once
 // Mixed precision as PyTorch's autocast: while an AutocastGuard lives (in this
 // thread), ops choose their own precision, whatever their inputs':
-//   in bfloat16, accumulating in float32:  matmul, linear, attention
+//   in bfloat16, accumulating in float32:  matmul, linear, linear_heads, attention
 //     (their floating operands cast to bfloat16; results bfloat16)
 //   in float32:  softmax, log_softmax, layer_norm, cross_entropy, sum, mean
 //     (bfloat16 operands widened, statistics and results float32; a LayerNorm

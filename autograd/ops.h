@@ -92,6 +92,15 @@ std::vector<Tensor> split(const Tensor& x, std::int64_t split_size, std::int64_t
 Tensor matmul(const Tensor& a, const Tensor& b);
 // x (..., in) @ weight^T (in -> out) + bias: weight is (out, in), as torch.nn.Linear.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// linear laid out head by head: x (B, T, in), weight (parts * heads * D, in)
+// -> (B, parts, heads, T, D), y[b, p, h] the (T, D) block of columns (p *
+// heads + h) * D on, contiguous: MultiHeadAttention's q, k, v (parts = 3) as
+// the fused attention reads them. Equal to linear's result permuted, to the bit.
+Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
+                    std::int64_t heads);
+// Whether linear_heads writes its heads with no copy here (x's device and
+// dtype, autocast off): else linear and a view of its result cost less.
+bool linear_heads_direct(const Tensor& x, std::int64_t head_dim);
 
 // ---- neural-network functions --------------------------------------------------------
 Tensor softmax(const Tensor& x, std::int64_t dim);      // autograd/ops/softmax.cpp

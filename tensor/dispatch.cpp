@@ -11,6 +11,7 @@
 #include "cuda/runtime.h"
 #include "tensor/attention_call.h"
 #include "tensor/cpu/attention/attention.h"
+#include "tensor/cpu/linear_heads.h"
 #include "tensor/cpu/matmul_bf16/isa.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/dense_span.h"
@@ -259,6 +260,37 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
   }
   check_not_cuda_float64("matmul", a);
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
+}
+
+bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim) {
+  return device.is_cpu() && dtype == DType::f32 && cpu::linear_heads_direct(head_dim);
+}
+
+Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
+                    std::int64_t heads) {
+  const char* op = "linear_heads";
+  AG_CHECK(x.dim() == 3 && weight.dim() == 2 && x.size(2) == weight.size(1), op,
+           "x must be (B, T, in) and weight (out, in), got {} and {}", shape_str(x.sizes()),
+           shape_str(weight.sizes()));
+  AG_CHECK(parts > 0 && heads > 0 && weight.size(0) % (parts * heads) == 0, op,
+           "weight {} does not split into {} parts of {} heads", shape_str(weight.sizes()), parts, heads);
+  const std::int64_t B = x.size(0), T = x.size(1), out = weight.size(0), D = out / (parts * heads);
+  if (linear_heads_direct(x.device(), x.dtype(), D) && x.size(2) > 0 && weight.dtype() == x.dtype() &&
+      weight.device() == x.device()) {
+    if (bias.defined()) {
+      check_same_device(op, x, bias);
+      check_same_dtype(op, x, bias);
+      AG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, "bias {} does not match weight {}",
+               shape_str(bias.sizes()), shape_str(weight.sizes()));
+    }
+    return cpu::linear_heads(contiguous(x), contiguous(weight), dense(bias), parts, heads);
+  }
+  // The product as linear makes it, its columns then copied head by head.
+  const Tensor xc = contiguous(x);
+  const Tensor x2 = make_view(xc, {B * T, x.size(2)}, {x.size(2), 1}, xc.offset());
+  const Tensor w_t = make_view(weight, {weight.size(1), out}, {weight.stride(1), weight.stride(0)}, weight.offset());
+  const Tensor y = matmul(x2, w_t, bias);  // (B T, out)
+  return contiguous(make_view(y, {B, parts, heads, T, D}, {T * out, heads * D, D, out, 1}, y.offset()));
 }
 
 }  // namespace attograd::kernels

@@ -54,6 +54,17 @@ Tensor sum_to(const Tensor& x, const Shape& shape);
 Tensor matmul(const Tensor& a, const Tensor& b);
 // a @ b + bias, bias (N) added to every row, in one pass over the output (linear's forward).
 Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias);
+// A projection laid out head by head: y (B, parts, heads, T, D) = x (B, T, in)
+// @ weight^T + bias, weight (parts * heads * D, in), bias (parts * heads * D)
+// or undefined; y[b, p, h] holds columns (p * heads + h) * D on of batch b's
+// product, a contiguous (T, D) matrix, as the fused attention reads q, k and v
+// (MultiHeadAttention's packed projection). Where linear_heads_direct, the
+// CPU's float32 kernel stores its blocks there; elsewhere the product is
+// made (B T, parts * heads * D) and copied into place.
+Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
+                    std::int64_t heads);
+// Whether linear_heads writes heads of head_dim values with no copy, for x of this device and dtype.
+bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim);
 
 // ---- fused row ops (over the last dim of a tensor) -------------------------------
 Tensor softmax_forward(const Tensor& x);                        // y

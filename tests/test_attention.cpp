@@ -663,6 +663,114 @@ TEST_CASE("attention: gradcheck of attention_packed", "[attention][gradcheck]") 
     }
 }
 
+namespace {
+// qkv (B, T, 3 H D) laid out as linear_heads writes it, (B, 3, H, T, D) contiguous, as a new leaf.
+Tensor by_heads_leaf(const Tensor& qkv, std::int64_t heads) {
+  const std::int64_t D = qkv.size(2) / (3 * heads);
+  Tensor x = contiguous(permute(view(qkv.detach(), {qkv.size(0), qkv.size(1), 3, heads, D}), {0, 2, 3, 1, 4}));
+  x.set_requires_grad(true);
+  return x;
+}
+}  // namespace
+
+// linear_heads' layout: each head's rows back to back, read in place by the
+// fused kernels; its gradient laid out (B, T, 3, H, D), as linear_heads'
+// backward reads it with no copy. The same arithmetic as the (B, T, 3 H D)
+// packing, so the same bits.
+TEST_CASE("attention: attention_packed on a (B, 3, H, T, D) qkv gives the bits of the (B, T, 3 H D) one", "[attention]") {
+  struct Case {
+    const char* name;
+    std::int64_t B, T, H, D;
+    bool causal, mask;
+    double dropout;
+  };
+  const Case cases[] = {
+      {"a short head", 2, 40, 2, 64, true, false, 0},
+      {"a long head, a partial last tile", 1, 520, 2, 32, true, false, 0},
+      {"padded D, mask and dropout", 1, 30, 3, 5, false, true, 0.2},
+  };
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed})
+        DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << " impl " << int(impl)) {
+          AttentionOptions o{.causal = c.causal, .dropout_p = c.dropout, .impl = impl};
+          if (c.mask) o.mask = random_mask({c.B, 1, c.T, c.T}, 0.2, 4);
+          const Tensor qkv = packed_leaf(c.B, c.T, 3 * c.H * c.D, 6, dtype, false);
+          const Tensor heads = by_heads_leaf(qkv, c.H);
+          Generator gen_a(17), gen_b(17), rg(8);
+          o.generator = &gen_a;
+          const Tensor want = attention_packed(qkv, c.H, o).out;
+          o.generator = &gen_b;
+          const Tensor got = attention_packed(heads, c.H, o).out;
+          const Tensor g = randn(want.sizes(), want.options(), rg);
+          backward(want, g);
+          backward(got, g);
+          const Tensor d_rows = permute(heads.grad(), {0, 3, 1, 2, 4});  // (B, T, 3, H, D)
+          const Tensor d_want = view(qkv.grad(), d_rows.sizes());
+          if (impl == AttentionImpl::fused) {
+            CHECK(max_abs_diff(got, want) == 0);
+            CHECK(max_abs_diff(d_rows, d_want) == 0);
+          } else {
+            CHECK(all_close(got, want, atol_for(dtype), rtol_for(dtype)));
+            CHECK(all_close(d_rows, d_want, atol_for(dtype), rtol_for(dtype)));
+          }
+          CHECK(max_abs_diff(heads.grad(), zeros(heads.sizes(), heads.options())) > 1e-3);
+        }
+}
+
+TEST_CASE("attention: gradcheck of attention_packed on a (B, 3, H, T, D) qkv", "[attention][gradcheck]") {
+  for (AttentionImpl impl : {AttentionImpl::fused, AttentionImpl::composed}) {
+    INFO("impl " << int(impl));
+    Generator gen(3);
+    Fn fn = [&](const std::vector<Tensor>& x) {
+      gen.set_state(3, 0);
+      AttentionOptions o{.causal = true, .mask = random_mask({6, 6}, 0.3, 4), .dropout_p = 0.2, .generator = &gen,
+                         .impl = impl};
+      return attention_packed(x[0], 2, o).out;
+    };
+    REQUIRE_GRADCHECK("attention_packed by heads", fn, {leaf({2, 3, 2, 6, 3}, 5)});
+  }
+}
+
+// MultiHeadAttention projects q, k, v with linear_heads where that writes the
+// heads with no copy (float32, D a multiple of the kernel's 64-column blocks
+// on AVX-512), and its backward reads d(qkv) as the attention lays it out:
+// the module must give the bits of the (B, T, 3C) projection's path, written
+// out here, and match its composed reference.
+TEST_CASE("attention: MHA with heads of 64 gives the bits of attention on its (B, T, 3C) projection", "[attention]") {
+  const std::int64_t B = 2, T = 37, C = 128, H = 2;
+  Generator data(5);
+  const Tensor x0 = randn({B, T, C}, {DType::f32}, data), g = randn({B, T, C}, {DType::f32}, data);
+  enum { kModule, kWrittenOut, kComposed };
+  std::vector<Tensor> grads[3];
+  Tensor outs[3];
+  for (int path : {kModule, kWrittenOut, kComposed}) {
+    Generator init(9);
+    MultiHeadAttention mha({.d_model = C, .num_heads = H, .causal = true,
+                            .impl = path == kComposed ? AttentionImpl::composed : AttentionImpl::fused},
+                           init);
+    Tensor x = x0.detach();
+    x.set_requires_grad(true);
+    if (path == kWrittenOut) {
+      const AttentionOutput a = attention_packed(mha.qkv(x), H, {.causal = true, .impl = AttentionImpl::fused});
+      outs[path] = mha.out_proj(reshape(transpose(a.out, 1, 2), {B, T, C}));
+    } else {
+      outs[path] = mha(x);
+    }
+    backward(outs[path], g);
+    grads[path].push_back(x.grad());
+    for (const Tensor& p : mha.parameters()) grads[path].push_back(p.grad());
+  }
+  INFO("q, k, v by linear_heads: " << linear_heads_direct(x0, C / H));
+  CHECK(max_abs_diff(outs[kModule], outs[kWrittenOut]) == 0);
+  CHECK(all_close(outs[kModule], outs[kComposed], atol_for(DType::f32), rtol_for(DType::f32)));
+  for (std::size_t k = 0; k < grads[kModule].size(); ++k) {
+    INFO("gradient " << k);
+    CHECK(max_abs_diff(grads[kModule][k], grads[kWrittenOut][k]) == 0);
+    CHECK(all_close(grads[kModule][k], grads[kComposed][k], atol_for(DType::f32), rtol_for(DType::f32)));
+  }
+}
+
 TEST_CASE("attention: attention_packed names a qkv that does not split into heads", "[attention][errors]") {
   CHECK_THROWS_WITH(attention_packed(zeros({2, 5, 10}), 2),
                     Catch::Contains("attention_packed") && Catch::Contains("[2,5,10]") &&

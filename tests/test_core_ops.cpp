@@ -362,6 +362,54 @@ TEST_CASE("a float32 product cut into row or column blocks gives the whole produ
   }
 }
 
+// C in panels (F32Gemm::c_panel_cols, as linear_heads writes a projection
+// head by head): every value where C whole has it, to the bit, and nothing
+// written in the gaps between panels or past a row's panel columns.
+TEST_CASE("a float32 product written in panels of columns gives C's bits where the panels put them", "[matmul]") {
+  for (const cpu::F32Kernel kernel : kF32Kernels) {
+    if (!cpu::f32_kernel_runs_here(kernel) || cpu::f32_block_cols(kernel) == 0) continue;
+    const std::int64_t block = cpu::f32_block_cols(kernel);
+    for (const std::int64_t panel : {block, 2 * block})
+      for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 3 * panel, 5},
+                             {13, 2 * panel + block, 400}, {7, panel, 1}})
+        for (auto [accumulate, with_bias] : {std::pair{false, false}, {true, true}, {false, true}}) {
+          INFO(cpu::f32_kernel_name(kernel) << " panels of " << panel << ", " << m << " x " << n << " x " << k
+                                           << (accumulate ? " C +=" : "") << (with_bias ? " +bias" : ""));
+          const F32Operands o = f32_operands(m, n, k, false, true);
+          std::vector<float> bias(static_cast<std::size_t>(n));
+          for (std::size_t j = 0; j < bias.size(); ++j) bias[j] = static_cast<float>(j % 5) * 0.75f - 1.5f;
+          const std::int64_t panels = (n + panel - 1) / panel, ldc = panel + 3, stride = m * ldc + 11;
+          std::vector<float> whole(static_cast<std::size_t>(m * n)), in_panels(static_cast<std::size_t>(panels * stride));
+          for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i % 7) - 3.0f;
+          for (std::size_t i = 0; i < in_panels.size(); ++i) in_panels[i] = -7.0f;  // the gaps keep this
+          const auto at = [&](std::int64_t i, std::int64_t j) -> float& {
+            return in_panels[static_cast<std::size_t>(j / panel * stride + i * ldc + j % panel)];
+          };
+          for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) at(i, j) = whole[i * n + j];
+          cpu::F32Gemm g{.b_transposed = true, .m = m, .n = n, .k = k, .a = o.a.data(), .lda = o.lda, .b = o.b.data(),
+                         .ldb = o.ldb, .c = whole.data(), .ldc = n, .accumulate = accumulate,
+                         .bias = with_bias ? bias.data() : nullptr};
+          cpu::gemm_f32(g, kernel);
+          g.c = in_panels.data(), g.ldc = ldc, g.c_panel_cols = panel, g.c_panel_stride = stride;
+          cpu::gemm_f32(g, kernel);
+          std::int64_t differ = 0, gaps_written = 0, gap_values = 0;
+          for (std::int64_t i = 0; i < m; ++i)
+            for (std::int64_t j = 0; j < n; ++j) differ += std::memcmp(&at(i, j), &whole[i * n + j], sizeof(float)) != 0;
+          for (std::size_t i = 0; i < in_panels.size(); ++i) gap_values += in_panels[i] == -7.0f;
+          gaps_written = static_cast<std::int64_t>(in_panels.size()) - m * n - gap_values;
+          CHECK(differ == 0);
+          CHECK(gaps_written == 0);
+        }
+  }
+  // OpenBLAS cannot: refused by name, not written wrong.
+  std::vector<float> a(4, 1.0f), c(64, 0.0f);
+  CHECK_THROWS_WITH(cpu::gemm_f32({.m = 1, .n = 4, .k = 1, .a = a.data(), .lda = 1, .b = a.data(), .ldb = 4,
+                                   .c = c.data(), .ldc = 2, .c_panel_cols = 2, .c_panel_stride = 8},
+                                  cpu::F32Kernel::openblas),
+                    Catch::Contains("[matmul]") && Catch::Contains("panels of 2"));
+}
+
 TEST_CASE("gradcheck matmul and linear", "[matmul][gradcheck]") {
   Fn mm = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
   REQUIRE_GRADCHECK("matmul", mm, {leaf({5, 7}, 1), leaf({7, 11}, 2)});
@@ -389,4 +437,72 @@ TEST_CASE("linear equals its composition matmul + add", "[matmul]") {
   CHECK(max_abs_diff(gw, w.grad()) < 1e-10);
   CHECK(max_abs_diff(gb, b.grad()) < 1e-10);
   REQUIRE_THROWS_WITH(linear(zeros({2, 5}), zeros({4, 6})), Catch::Contains("[linear]"));
+}
+
+namespace {
+// linear's result as linear_heads lays it out: (B, T, parts, heads, D) permuted
+// to (B, parts, heads, T, D), made contiguous.
+Tensor linear_permuted(const Tensor& x, const Tensor& w, const Tensor& b, std::int64_t parts, std::int64_t heads) {
+  const Tensor y = linear(x, w, b);
+  const Tensor split = view(y, {x.size(0), x.size(1), parts, heads, w.size(0) / (parts * heads)});
+  return contiguous(permute(split, {0, 2, 3, 1, 4}));
+}
+}  // namespace
+
+// Where the float32 kernel writes the heads itself (D a multiple of its
+// blocks' 64 columns on AVX-512) and where the product is copied into place,
+// linear_heads is linear permuted, to the bit, forward and backward.
+TEST_CASE("linear_heads gives linear's bits laid out head by head, forward and backward", "[matmul]") {
+  struct Case {
+    std::int64_t B, T, in, parts, heads, D;
+    bool transposed_x, with_bias;
+  };
+  for (const Case c : {Case{2, 13, 24, 3, 2, 64, false, true}, Case{1, 70, 40, 3, 1, 128, true, true},
+                       Case{2, 7, 5, 3, 3, 8, false, false}, Case{1, 9, 16, 2, 2, 64, false, false},
+                       Case{3, 50, 64, 3, 2, 64, false, true}})  // threads' row blocks across batches
+    for (DType dtype : {DType::f32, DType::f64}) {
+      INFO("B " << c.B << " T " << c.T << " in " << c.in << " parts " << c.parts << " heads " << c.heads << " D "
+                << c.D << " " << dtype_name(dtype) << (c.transposed_x ? " x transposed" : "")
+                << " direct: " << kernels::linear_heads_direct(Device::cpu(), dtype, c.D));
+      const std::int64_t out = c.parts * c.heads * c.D;
+      const auto make_leaf = [&](const Tensor& values) {
+        Tensor t = kernels::cast(values, dtype);
+        t.set_requires_grad(true);
+        return t;
+      };
+      const Tensor x = make_leaf(c.transposed_x ? transposed_leaf({c.B, c.T, c.in}, 1).detach() : leaf({c.B, c.T, c.in}, 1).detach());
+      const Tensor w = make_leaf(leaf({out, c.in}, 2).detach()), b = c.with_bias ? make_leaf(leaf({out}, 3).detach()) : Tensor();
+      Tensor x_ref = x.detach(), w_ref = w.detach(), b_ref = c.with_bias ? b.detach() : Tensor();
+      for (Tensor* t : {&x_ref, &w_ref, &b_ref})
+        if (t->defined()) t->set_requires_grad(true);
+      const Tensor y = linear_heads(x, w, b, c.parts, c.heads);
+      const Tensor want = linear_permuted(x_ref, w_ref, b_ref, c.parts, c.heads);
+      REQUIRE(y.sizes() == Shape{c.B, c.parts, c.heads, c.T, c.D});
+      CHECK(y.is_contiguous());
+      CHECK(max_abs_diff(y, want) == 0);
+      Generator gen(4);
+      const Tensor g = kernels::cast(randn(y.sizes(), {}, gen), dtype);
+      backward(y, g);
+      backward(want, g);
+      CHECK(max_abs_diff(x.grad(), x_ref.grad()) == 0);
+      CHECK(max_abs_diff(w.grad(), w_ref.grad()) == 0);
+      if (c.with_bias) CHECK(max_abs_diff(b.grad(), b_ref.grad()) == 0);
+      CHECK(max_abs_diff(w.grad(), zeros(w.sizes(), w.options())) > 1e-3);
+    }
+}
+
+TEST_CASE("gradcheck linear_heads", "[matmul][gradcheck]") {
+  Fn with_bias = [](const std::vector<Tensor>& x) { return linear_heads(x[0], x[1], x[2], 3, 2); };
+  Fn no_bias = [](const std::vector<Tensor>& x) { return linear_heads(x[0], x[1], {}, 2, 1); };
+  REQUIRE_GRADCHECK("linear_heads", with_bias, {leaf({2, 5, 4}, 1), leaf({12, 4}, 2), leaf({12}, 3)});
+  REQUIRE_GRADCHECK("linear_heads_transposed", with_bias, {transposed_leaf({2, 5, 4}, 4), leaf({12, 4}, 5), leaf({12}, 6)});
+  REQUIRE_GRADCHECK("linear_heads_nobias", no_bias, {leaf({1, 3, 6}, 7), transposed_leaf({6, 6}, 8)});
+}
+
+TEST_CASE("linear_heads names shapes that do not split into heads", "[matmul][errors]") {
+  CHECK_THROWS_WITH(linear_heads(zeros({2, 3, 4}), zeros({10, 4}), {}, 3, 2),
+                    Catch::Contains("[linear_heads]") && Catch::Contains("[10,4]") && Catch::Contains("3 parts of 2 heads"));
+  CHECK_THROWS_WITH(linear_heads(zeros({6, 4}), zeros({12, 4}), {}, 3, 2),
+                    Catch::Contains("[linear_heads]") && Catch::Contains("(B, T, in)"));
+  CHECK_THROWS_WITH(linear_heads(zeros({2, 3, 4}), zeros({12, 5}), {}, 3, 2), Catch::Contains("[linear_heads]"));
 }

@@ -88,15 +88,33 @@ AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& 
   return result;
 }
 
-// The three (B, H, T, D) views of a packed (B, T, 3 H D) projection, made
-// without recording (the packed op's node stands for them).
+// The three (B, H, T, D) views of a packed projection, made without recording
+// (the packed op's node stands for them): of a (B, T, 3 H D) one, or of a
+// (B, 3, H, T, D) one (linear_heads').
 std::array<Tensor, 3> packed_heads(const Tensor& qkv, std::int64_t heads) {
+  std::array<Tensor, 3> views;
+  if (qkv.dim() == 5) {
+    const Shape& st = qkv.strides();
+    for (std::int64_t i = 0; i < 3; ++i)
+      views[i] = make_view(qkv, {qkv.size(0), qkv.size(2), qkv.size(3), qkv.size(4)}, {st[0], st[2], st[3], st[4]},
+                           qkv.offset() + i * st[1]);
+    return views;
+  }
   const std::int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3, D = C / heads;
   const std::int64_t s0 = qkv.stride(0), s1 = qkv.stride(1), s2 = qkv.stride(2);
-  std::array<Tensor, 3> views;
   for (std::int64_t i = 0; i < 3; ++i)
     views[i] = make_view(qkv, {B, heads, T, D}, {s0, D * s2, s1, s2}, qkv.offset() + i * C * s2);
   return views;
+}
+
+// A new gradient for a packed projection of qkv's shape, laid out (B, T, 3, H,
+// D) either way: the layout linear's and linear_heads' backward read with no
+// copy.
+Tensor packed_gradient(const Tensor& qkv) {
+  if (qkv.dim() == 3) return empty(qkv.sizes(), qkv.options());
+  const std::int64_t B = qkv.size(0), H = qkv.size(2), T = qkv.size(3), D = qkv.size(4), C = H * D;
+  const Tensor rows = empty({B, T, 3, H, D}, qkv.options());
+  return make_view(rows, {B, 3, H, T, D}, {T * 3 * C, C, D, 3 * C, 1}, 0);
 }
 
 AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, const AttentionOptions& o,
@@ -112,7 +130,7 @@ AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, co
                       [backward_options, heads](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                         // attention_fused's backward, with the three gradients written into
                         // their places in one packed d(qkv).
-                        const Tensor d_qkv = empty(s[0].sizes(), s[0].options());
+                        const Tensor d_qkv = packed_gradient(s[0]);
                         const auto [q, k, v] = packed_heads(s[0], heads);
                         const auto [dq, dk, dv] = packed_heads(d_qkv, heads);
                         kernels::attention_backward(g, q, k, v, s[1], s[2], s[3], s[4], backward_options,
@@ -173,10 +191,14 @@ std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std
 
 AttentionOutput attention_packed(const Tensor& qkv, std::int64_t num_heads, const AttentionOptions& options) {
   AG_CHECK(qkv.defined(), "attention_packed", "qkv is an undefined tensor");
-  AG_CHECK(qkv.dim() == 3 && num_heads > 0 && qkv.size(2) % (3 * num_heads) == 0, "attention_packed",
-           "qkv must be (B, T, 3 * num_heads * D), got {} with num_heads = {}", shape_str(qkv.sizes()), num_heads);
+  const bool by_heads = qkv.dim() == 5;  // linear_heads' layout
+  AG_CHECK((qkv.dim() == 3 && num_heads > 0 && qkv.size(2) % (3 * num_heads) == 0) ||
+               (by_heads && qkv.size(1) == 3 && qkv.size(2) == num_heads),
+           "attention_packed", "qkv must be (B, T, 3 * num_heads * D) or (B, 3, num_heads, T, D), got {} with num_heads = {}",
+           shape_str(qkv.sizes()), num_heads);
   if (options.impl == AttentionImpl::composed) {
-    const auto heads = split_packed_heads(qkv, 3, num_heads);  // differentiable views
+    const auto heads = by_heads ? std::vector<Tensor>{select(qkv, 1, 0), select(qkv, 1, 1), select(qkv, 1, 2)}
+                                : split_packed_heads(qkv, 3, num_heads);  // differentiable views
     return attention(heads[0], heads[1], heads[2], options);
   }
   const auto [q, k, v] = packed_heads(qkv, num_heads);

@@ -14,6 +14,19 @@ Tensor mT(const Tensor& x) {
   std::swap(strides.end()[-1], strides.end()[-2]);
   return make_view(x, sizes, strides, x.offset());
 }
+
+// linear's gradients, g the gradient of its (..., out) result in any layout:
+// y = x @ W^T + b; so dx = g @ W, dW = g^T @ x, db = sum_rows(g). x2 is x as (N, in).
+std::vector<Tensor> linear_grads(const Tensor& g, const Tensor& x2, const Tensor& w, const Shape& x_shape,
+                                 bool has_bias) {
+  Tensor g2 = kernels::contiguous(g);
+  g2 = make_view(g2, {x2.size(0), w.size(0)}, {w.size(0), 1}, g2.offset());
+  Tensor dx = kernels::matmul(g2, w);
+  dx = make_view(dx, x_shape, contiguous_strides(x_shape), 0);
+  Tensor dw = kernels::matmul(mT(g2), x2);
+  Tensor db = has_bias ? kernels::sum(g2, {0}, false) : Tensor();
+  return {dx, dw, db};
+}
 }  // namespace
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
@@ -54,15 +67,33 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   return record("linear", y, {x, weight, bias}, {x2, weight},
                 [x_shape = x.sizes(), has_bias = bias.defined()](const Tensor& g,
                                                                   const std::vector<Tensor>& s) -> std::vector<Tensor> {
-                  // forward: y = x @ W^T + b; so dx = g @ W, dW = g^T @ x, db = sum_rows(g)
-                  const Tensor &x2 = s[0], &w = s[1];
-                  Tensor g2 = kernels::contiguous(g);
-                  g2 = make_view(g2, {x2.size(0), w.size(0)}, {w.size(0), 1}, g2.offset());
-                  Tensor dx = kernels::matmul(g2, w);
-                  dx = make_view(dx, x_shape, contiguous_strides(x_shape), 0);
-                  Tensor dw = kernels::matmul(mT(g2), x2);
-                  Tensor db = has_bias ? kernels::sum(g2, {0}, false) : Tensor();
-                  return {dx, dw, db};
+                  return linear_grads(g, s[0], s[1], x_shape, has_bias);
+                });
+}
+
+bool linear_heads_direct(const Tensor& x, std::int64_t head_dim) {
+  return !autocast_enabled() && kernels::linear_heads_direct(x.device(), x.dtype(), head_dim);
+}
+
+Tensor linear_heads(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, std::int64_t parts,
+                    std::int64_t heads) {
+  AG_CHECK(x_in.defined() && weight_in.defined(), "linear_heads", "input or weight is an undefined tensor");
+  const Tensor x = autocast_low(x_in), weight = autocast_low(weight_in), bias = autocast_low(bias_in);
+  const Tensor y = kernels::linear_heads(x, weight, bias, parts, heads);  // checks the shapes
+  const std::int64_t in = weight.size(1);
+  Tensor x2 = kernels::contiguous(x);
+  x2 = make_view(x2, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, x2.offset());
+  return record("linear_heads", y, {x, weight, bias}, {x2, weight},
+                [x_shape = x.sizes(), has_bias = bias.defined()](const Tensor& g,
+                                                                  const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                  // forward: y = linear(x)'s (B, T, parts, heads, D) permuted to (B, parts, heads, T, D);
+                  // so linear's gradients of g permuted back: a view with no copy when g lies so,
+                  // as the fused attention writes d(qkv) (autograd/ops/attention.cpp).
+                  const Shape& gs = g.sizes();
+                  const Shape& st = g.strides();
+                  const Tensor g_rows =
+                      make_view(g, {gs[0], gs[3], gs[1], gs[2], gs[4]}, {st[0], st[3], st[1], st[2], st[4]}, g.offset());
+                  return linear_grads(g_rows, s[0], s[1], x_shape, has_bias);
                 });
 }
 

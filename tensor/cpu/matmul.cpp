@@ -13,6 +13,7 @@
 
 #include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/blas_setup.h"
+#include "tensor/cpu/linear_heads.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/cpu/scratch.h"
@@ -142,6 +143,44 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
   AG_DISPATCH_FLOAT(out.dtype(), "matmul",
                     [&] { batched_products<scalar_t>(a_in, b_in, batch_shape, bias, out); });
   return out;
+}
+
+bool linear_heads_direct(std::int64_t head_dim) {
+  const std::int64_t block_cols = f32_block_cols(f32_kernel());
+  return block_cols > 0 && head_dim > 0 && head_dim % block_cols == 0;
+}
+
+// Threads take blocks of rows, as batched_products cuts one large product (the
+// projections are tall: B T rows against parts * heads * D columns), each
+// block within one batch, whose rows are T * D apart from the next batch's.
+Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
+                    std::int64_t heads) {
+  const std::int64_t B = x.size(0), T = x.size(1), in = x.size(2), out = weight.size(0);
+  const std::int64_t D = out / (parts * heads);
+  Tensor y = empty({B, parts, heads, T, D}, x.options());
+  if (y.numel() == 0) return y;
+  const float* px = x.data<float>();
+  const float* pw = weight.data<float>();
+  const float* pbias = bias.defined() ? bias.data<float>() : nullptr;
+  float* py = y.data<float>();
+  const F32Kernel kernel = f32_kernel();
+  const auto rows = [&](std::int64_t lo, std::int64_t hi) {  // rows [lo, hi) of the B T, each batch's apart
+    for (std::int64_t r = lo; r < hi;) {
+      const std::int64_t b = r / T, t = r % T, n = std::min(hi - r, T - t);
+      gemm_f32({.b_transposed = true, .m = n, .n = out, .k = in, .a = px + r * in, .lda = in, .b = pw, .ldb = in,
+                .c = py + b * out * T + t * D, .ldc = D, .bias = pbias, .c_panel_cols = D, .c_panel_stride = T * D},
+               kernel);
+      r += n;
+    }
+  };
+  const int threads = get_num_threads();
+  if (threads == 1 || 2 * B * T * out * in < kMinParallelFlops) {
+    rows(0, B * T);
+  } else {
+    const std::int64_t block = std::max<std::int64_t>(16, (B * T + threads - 1) / threads);
+    parallel_for(0, B * T, block, rows);
+  }
+  return y;
 }
 
 Tensor matmul_widened(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {
