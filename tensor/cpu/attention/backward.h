@@ -279,9 +279,12 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
   // do transposed block by block, (D, kBlockQ) each: one (D, Tp) with rows
   // 4 KiB apart (at T = 1024) made the tile product that reads it miss L1 on
   // its 64 rows' shared cache sets, and the whole backward slower than
-  // recomputing.
+  // recomputing. Read from the panel: a compact copy where do's rows lie apart
+  // (MultiHeadAttention's, C apart), which made the MHA step at L about 0.98x
+  // the time of reading them where they lie again (paired rounds, AMX Xeon).
+  const Rows<T> dout_rows{dout.data, 0, 0, dout.ld};
   for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
-    pack_transposed<T, Tile>(io.dout, b, h, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
+    pack_transposed<T, Tile>(dout_rows, 0, 0, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
                              w.dout_t.data() + i0 * D);
   const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dq);
   if (Tk == 0) dq.zero(Tqp, Dp);
