@@ -275,16 +275,17 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   AG_CHECK(parts > 0 && heads > 0 && weight.size(0) % (parts * heads) == 0, op,
            "weight {} does not split into {} parts of {} heads", shape_str(weight.sizes()), parts, heads);
   const std::int64_t B = x.size(0), T = x.size(1), out = weight.size(0), D = out / (parts * heads);
-  if (linear_heads_direct(x.device(), x.dtype(), D) && x.size(2) > 0 && weight.dtype() == x.dtype() &&
-      weight.device() == x.device()) {
-    if (bias.defined()) {
-      check_same_device(op, x, bias);
-      check_same_dtype(op, x, bias);
-      AG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, "bias {} does not match weight {}",
-               shape_str(bias.sizes()), shape_str(weight.sizes()));
-    }
-    return cpu::linear_heads(contiguous(x), contiguous(weight), dense(bias), parts, heads);
+  check_same_device(op, x, weight);
+  check_same_dtype(op, x, weight);
+  check_floating(op, x);
+  if (bias.defined()) {
+    check_same_device(op, x, bias);
+    check_same_dtype(op, x, bias);
+    AG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, "bias {} does not match weight {}", shape_str(bias.sizes()),
+             shape_str(weight.sizes()));
   }
+  if (linear_heads_direct(x.device(), x.dtype(), D) && x.size(2) > 0)
+    return cpu::linear_heads(contiguous(x), contiguous(weight), dense(bias), parts, heads);
   // The product as linear makes it, its columns then copied head by head.
   const Tensor xc = contiguous(x);
   const Tensor x2 = make_view(xc, {B * T, x.size(2)}, {x.size(2), 1}, xc.offset());

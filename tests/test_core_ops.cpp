@@ -505,4 +505,8 @@ TEST_CASE("linear_heads names shapes that do not split into heads", "[matmul][er
   CHECK_THROWS_WITH(linear_heads(zeros({6, 4}), zeros({12, 4}), {}, 3, 2),
                     Catch::Contains("[linear_heads]") && Catch::Contains("(B, T, in)"));
   CHECK_THROWS_WITH(linear_heads(zeros({2, 3, 4}), zeros({12, 5}), {}, 3, 2), Catch::Contains("[linear_heads]"));
+  CHECK_THROWS_WITH(linear_heads(zeros({2, 3, 4}), zeros({12, 4}), zeros({11}), 3, 2),
+                    Catch::Contains("[linear_heads]") && Catch::Contains("bias [11]"));
+  CHECK_THROWS_WITH(linear_heads(zeros({2, 3, 4}), zeros({12, 4}, {DType::f64}), {}, 3, 2),
+                    Catch::Contains("[linear_heads]"));
 }
