@@ -895,6 +895,33 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
   });
 }
 
+// MultiHeadAttention's packed self-attention as the CPU runs it where its
+// float32 kernel writes the heads (linear_heads, then attention_packed on a
+// (B, 3, H, T, D) qkv): on the GPU linear_heads is the product and a copy into
+// place, and the attention reads the same views; both must match the CPU.
+TEST_CASE("cuda: linear_heads and attention_packed on its (B, 3, H, T, D) layout match the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const std::int64_t B = 2, T = 37, C = 128, H = 2;
+  // Weights scaled as nn::Linear's are (by 1/sqrt(C)): with N(0, 1) ones q.k runs to the hundreds, the
+  // softmax saturates, and the devices' float32 sums part by 1e-3 on (B, T, 3C) and (B, 3, H, T, D) alike.
+  const Tensor x = input({B, T, C}, DType::f32, Layout::contiguous, 93);
+  const Tensor w = mul(input({3 * C, C}, DType::f32, Layout::contiguous, 94), 1.0 / std::sqrt(double(C))).detach();
+  const Tensor b = input({3 * C}, DType::f32, Layout::contiguous, 95);
+  require_op_parity(
+      "linear_heads", [&](const std::vector<Tensor>& in) { return linear_heads(in[0], in[1], in[2], 3, H); },
+      {x, w, b});
+  for_each_kernel_set(cuda::KernelOp::attention, [&] {
+    require_op_parity(
+        "linear_heads then attention_packed",
+        [&](const std::vector<Tensor>& in) {
+          return attention_packed(linear_heads(in[0], in[1], in[2], 3, H), H,
+                                  {.causal = true, .impl = AttentionImpl::fused})
+              .out;
+        },
+        {x, w, b});
+  });
+}
+
 TEST_CASE("cuda: fused attention equals the composed reference on the GPU", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   const Tensor q = to(randn({2, 3, 29, 24}), Device::cuda()).set_requires_grad(true);
