@@ -537,17 +537,19 @@ Tensor packed_leaf(std::int64_t B, std::int64_t T, std::int64_t width, std::uint
   x.set_requires_grad(true);
   return x;
 }
+
+// A case of the attention_packed tests: (B, T, 3 H D) as packed_leaf makes it, with its options.
+struct PackedCase {
+  const char* name;
+  std::int64_t B, T, H, D;
+  bool causal, mask;
+  double dropout;
+  bool transposed = false;  // qkv a non-contiguous view
+};
 }  // namespace
 
 TEST_CASE("attention: attention_packed equals attention on the views of qkv, forward and backward", "[attention]") {
-  struct Case {
-    const char* name;
-    std::int64_t B, T, H, D;
-    bool causal;
-    bool mask;
-    double dropout;
-    bool transposed;
-  };
+  using Case = PackedCase;
   // D = 16 or 32 with T a multiple of 16 write the gradient rows in place (every
   // instruction set's vector width divides them); the others go through scratch rows.
   // q, k, v rows are 3 H D apart: heads this short are also read in place, except
@@ -600,12 +602,7 @@ TEST_CASE("attention: the fused kernels give the same bits on packed and on cont
   // from task to task; in the backward copies of q, do and each key tile.
   // Contiguous (B, H, T, D) operands with D a multiple of every vector width
   // are read in place. Every path must do the same arithmetic.
-  struct Case {
-    const char* name;
-    std::int64_t B, T, H, D;
-    bool causal, mask;
-    double dropout;
-  };
+  using Case = PackedCase;
   const Case cases[] = {
       {"a short head", 1, 256, 2, 64, true, false, 0},
       {"a long head, a partial last tile", 1, 520, 2, 32, true, false, 0},
@@ -678,12 +675,7 @@ Tensor by_heads_leaf(const Tensor& qkv, std::int64_t heads) {
 // backward reads it with no copy. The same arithmetic as the (B, T, 3 H D)
 // packing, so the same bits.
 TEST_CASE("attention: attention_packed on a (B, 3, H, T, D) qkv gives the bits of the (B, T, 3 H D) one", "[attention]") {
-  struct Case {
-    const char* name;
-    std::int64_t B, T, H, D;
-    bool causal, mask;
-    double dropout;
-  };
+  using Case = PackedCase;
   const Case cases[] = {
       {"a short head", 2, 40, 2, 64, true, false, 0},
       {"a long head, a partial last tile", 1, 520, 2, 32, true, false, 0},
