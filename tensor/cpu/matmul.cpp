@@ -63,6 +63,11 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
 // more than the split saves.
 constexpr std::int64_t kMinParallelFlops = 4 << 20;
 
+// The rows (or columns) of C each thread takes of one product cut for threads: one block a thread.
+std::int64_t thread_block(std::int64_t extent, int threads) {
+  return std::max<std::int64_t>(16, (extent + threads - 1) / threads);
+}
+
 // out (batch_shape x m x n, contiguous, element type T) = a b (+ bias), a and b
 // of element type T, the bias float32 for bfloat16 (its sums are), else T, on
 // the pool's threads.
@@ -108,7 +113,7 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
     // into columns than into rows, which packed all of dy twice.)
     const bool split_rows = m >= n || n < 64 * threads;
     const std::int64_t extent = split_rows ? m : n;
-    const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
+    const std::int64_t block = thread_block(extent, threads);
     for (std::int64_t i = 0; i < batches; ++i) {
       std::int64_t oa, ob;
       batch_offsets(i, oa, ob);
@@ -177,8 +182,7 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   if (threads == 1 || 2 * B * T * out * in < kMinParallelFlops) {
     rows(0, B * T);
   } else {
-    const std::int64_t block = std::max<std::int64_t>(16, (B * T + threads - 1) / threads);
-    parallel_for(0, B * T, block, rows);
+    parallel_for(0, B * T, thread_block(B * T, threads), rows);
   }
   return y;
 }
