@@ -15,6 +15,12 @@ Tensor mT(const Tensor& x) {
   return make_view(x, sizes, strides, x.offset());
 }
 
+// x (..., in) as one (N, in) matrix, contiguous: the rows of linear's GEMM.
+Tensor as_rows(const Tensor& x, std::int64_t in) {
+  const Tensor c = kernels::contiguous(x);
+  return make_view(c, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, c.offset());
+}
+
 // linear's gradients, g the gradient of its (..., out) result in any layout:
 // y = x @ W^T + b; so dx = g @ W, dW = g^T @ x, db = sum_rows(g). x2 is x as (N, in).
 std::vector<Tensor> linear_grads(const Tensor& g, const Tensor& x2, const Tensor& w, const Shape& x_shape,
@@ -58,8 +64,7 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
              shape_str(bias.sizes()), shape_str(weight.sizes()));
   // All leading dims fold into the rows of one GEMM: (N, in) @ (in, out).
   const std::int64_t in = weight.size(1), out = weight.size(0);
-  Tensor x2 = kernels::contiguous(x);
-  x2 = make_view(x2, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, x2.offset());
+  const Tensor x2 = as_rows(x, in);
   Tensor y = kernels::matmul(x2, mT(weight), bias);
   Shape out_shape = x.sizes();
   out_shape.back() = out;
@@ -79,10 +84,10 @@ Tensor linear_heads(const Tensor& x_in, const Tensor& weight_in, const Tensor& b
                     std::int64_t heads) {
   AG_CHECK(x_in.defined() && weight_in.defined(), "linear_heads", "input or weight is an undefined tensor");
   const Tensor x = autocast_low(x_in), weight = autocast_low(weight_in), bias = autocast_low(bias_in);
-  const Tensor y = kernels::linear_heads(x, weight, bias, parts, heads);  // checks the shapes
-  const std::int64_t in = weight.size(1);
-  Tensor x2 = kernels::contiguous(x);
-  x2 = make_view(x2, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, x2.offset());
+  // x made contiguous once, for the product and for the rows its backward keeps.
+  const Tensor xc = kernels::contiguous(x);
+  const Tensor y = kernels::linear_heads(xc, weight, bias, parts, heads);  // checks the shapes
+  const Tensor x2 = as_rows(xc, weight.size(1));
   return record("linear_heads", y, {x, weight, bias}, {x2, weight},
                 [x_shape = x.sizes(), has_bias = bias.defined()](const Tensor& g,
                                                                   const std::vector<Tensor>& s) -> std::vector<Tensor> {
