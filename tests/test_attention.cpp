@@ -348,9 +348,12 @@ TEST_CASE("attention: fused equals composed, forward and backward", "[attention]
       {"dropout", 2, 3, 13, 13, 4, false, 0, 0.3, false},
       {"dropout, causal, masked, long", 1, 2, 97, 97, 8, true, 2, 0.2, false},
       {"transposed inputs", 2, 2, 7, 7, 5, true, 1, 0, true},
-      // D = 32 and 64: whole rows of 4 vectors, the AVX-512 path's 4 x 4 micro-tiles (float64 and float32).
+      // D = 32 and 64: whole rows of 4 vectors, the AVX-512 path's 4 x 4 micro-tiles (float64 and float32),
+      // and at D = 64 its 6 x 4 ones on the tiles no causal limit trims: 64 rows of a tile as 6 x 10 + 4, a
+      // last key tile's 16 (Tk = 75) as 6 + 6 + 4, a last query block's 8 (Tq = 130) as 6 + 2.
       {"D = 32, two query blocks, causal", 1, 2, 130, 130, 32, true, 0, 0, false},
       {"D = 64, two query blocks, causal, masked, dropout", 1, 2, 130, 130, 64, true, 2, 0.1, false},
+      {"D = 64, cross, not causal", 1, 2, 130, 75, 64, false, 0, 0, false},
   };
   for (const Case& c : cases) {
     for (DType dtype : {DType::f64, DType::f32}) {

@@ -33,17 +33,24 @@ struct Simd {
 // from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, and at D = 64 (one
 // 4-vector row of output) the wide tile made the L forward about 10% and
 // forward + backward 5-12% faster; at D = 32 only 8 x 2 fits the output rows.
+// A tile no causal limit trims (all but the diagonal's) has no row groups to
+// keep: its rows run kWholeRows at a time in micro-tiles of kWholeRows x
+// kWideVecs (0: never). With AVX-512 6 x 4 vectors, 24 multiply-adds from 6
+// broadcasts and 4 loads, made the causal L forward 0.97x [0.95..1.02] the
+// time of 4 x 4's, forward + backward 0.98x [0.95..1.04], the MHA step at L
+// 0.99x-1.00x (paired rounds, 2 threads, the AMX Xeon, 2026-12-03).
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
   static constexpr int kWideRows = 4, kWideVecs = 4;       // also 16
+  static constexpr int kWholeRows = 6;                     // 24
 };
 struct TileAvx2 {
   static constexpr int kBytes = 32, kRows = 4, kVecs = 3;  // 12 of 16
-  static constexpr int kWideRows = 0;
+  static constexpr int kWideRows = 0, kWholeRows = 0;
 };
 struct TileBaseline {
   static constexpr int kBytes = 16, kRows = 4, kVecs = 2;  // 8 of 16
-  static constexpr int kWideRows = 0;
+  static constexpr int kWideRows = 0, kWholeRows = 0;
 };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)

@@ -100,6 +100,51 @@ struct NoOp {
   void operator()() const {}
 };
 
+// Whether a tile at diagonal offset diag (below) hides nothing from any of its
+// `rows` x `cols`: every key is at most the first query's diag on.
+constexpr bool untrimmed(std::int64_t diag, std::int64_t rows, std::int64_t cols) {
+  return diag >= std::max(rows, cols);
+}
+
+// The last `rest` < R rows of an untrimmed tile, columns [0, n) in blocks of kWideVecs vectors.
+template <typename T, typename Tile, int R>
+AG_ALWAYS_INLINE void whole_rows_rest(std::int64_t rest, std::int64_t n, const T* a, std::int64_t a_rs,
+                                      std::int64_t a_ks, const T* b, std::int64_t ldb, std::int64_t k0,
+                                      std::int64_t k1, T* c, std::int64_t ldc, Into into, const T* row_scale) {
+  if constexpr (R > 0) {
+    if (rest != R)
+      return whole_rows_rest<T, Tile, R - 1>(rest, n, a, a_rs, a_ks, b, ldb, k0, k1, c, ldc, into, row_scale);
+    constexpr std::int64_t kWideN = Tile::kWideVecs * Simd<T, Tile::kBytes>::kLanes;
+    for (std::int64_t j = 0; j < n; j += kWideN)
+      micro_kernel<T, Tile::kBytes, R, Tile::kWideVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+  }
+}
+
+// Rows [0, m) of an untrimmed tile, kWholeRows at a time (`between` after
+// each), where the tile has them and the columns [0, n) are whole blocks of
+// kWideVecs vectors; false, having done nothing, where not.
+template <typename T, typename Tile, typename Between>
+AG_ALWAYS_INLINE bool whole_rows(std::int64_t m, std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks,
+                                 const T* b, std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c,
+                                 std::int64_t ldc, Into into, const T* row_scale, Between& between) {
+  if constexpr (Tile::kWholeRows == 0) {
+    return false;
+  } else {
+    constexpr std::int64_t R = Tile::kWholeRows, kWideN = Tile::kWideVecs * Simd<T, Tile::kBytes>::kLanes;
+    if (n % kWideN != 0) return false;
+    std::int64_t r = 0;
+    for (; r + R <= m; r += R) {
+      for (std::int64_t j = 0; j < n; j += kWideN)
+        micro_kernel<T, Tile::kBytes, R, Tile::kWideVecs>(a + r * a_rs, a_rs, a_ks, b + j, ldb, k0, k1,
+                                                          c + r * ldc + j, ldc, into, row_scale ? row_scale + r : nullptr);
+      between();
+    }
+    whole_rows_rest<T, Tile, R - 1>(m - r, n, a + r * a_rs, a_rs, a_ks, b, ldb, k0, k1, c + r * ldc, ldc, into,
+                                    row_scale ? row_scale + r : nullptr);
+    return true;
+  }
+}
+
 // In the three products below, a score tile (S, P or dS) is kept one of two
 // ways round: with keys c for rows and queries r for columns (the forward's
 // S^T, so the online softmax runs down rows), or with queries for rows (the
@@ -118,6 +163,9 @@ AG_ALWAYS_INLINE void product_scores(std::int64_t m, std::int64_t n, std::int64_
                                      const T* bt, std::int64_t ldb, T* c, std::int64_t ldc, std::int64_t diag,
                                      Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows, W = Simd<T, Tile::kBytes>::kLanes;
+  if (untrimmed(diag, m, n) && whole_rows<T, Tile>(m, n, a, lda, 1, bt, ldb, 0, K, c, ldc, Into::overwrite, nullptr,
+                                                   between))
+    return;
   for (std::int64_t x0 = 0; x0 < m; x0 += MR) {
     std::int64_t first = 0, last = n;
     if constexpr (kRows == TileRows::keys)
@@ -151,6 +199,8 @@ AG_ALWAYS_INLINE void accumulate_queries(std::int64_t m, std::int64_t n, std::in
                                          Between between = {}) {
   constexpr std::int64_t MR = Tile::kRows;
   const std::int64_t a_rs = query_stride<kRows>(lda), a_ks = key_stride<kRows>(lda);
+  if (untrimmed(diag, m, kk) && whole_rows<T, Tile>(m, n, a, a_rs, a_ks, b, ldb, 0, kk, c, ldc, into, row_scale, between))
+    return;
   for (std::int64_t r = 0; r < m; r += MR) {
     const std::int64_t end = std::clamp<std::int64_t>(r + MR + diag, 0, kk);
     row_group<T, Tile>(n, a + r * a_rs, a_rs, a_ks, b, ldb, 0, end, c + r * ldc, ldc, into,
@@ -168,6 +218,10 @@ AG_ALWAYS_INLINE void accumulate_keys(std::int64_t m, std::int64_t n, std::int64
                                       Into into) {
   constexpr std::int64_t MR = Tile::kRows;
   const std::int64_t a_rs = key_stride<kRows>(lda), a_ks = query_stride<kRows>(lda);
+  NoOp nothing_between;
+  if (untrimmed(diag, m, kk) &&
+      whole_rows<T, Tile>(m, n, a, a_rs, a_ks, b, ldb, 0, kk, c, ldc, into, nullptr, nothing_between))
+    return;
   for (std::int64_t c0 = 0; c0 < m; c0 += MR) {
     const std::int64_t begin = std::clamp<std::int64_t>(c0 - diag, 0, kk);
     row_group<T, Tile>(n, a + c0 * a_rs, a_rs, a_ks, b, ldb, begin, kk, c + c0 * ldc, ldc, into);
