@@ -100,8 +100,9 @@ struct NoOp {
   void operator()() const {}
 };
 
-// Whether a tile at diagonal offset diag (below) hides nothing from any of its
-// `rows` x `cols`: every key is at most the first query's diag on.
+// Whether a tile of `rows` x `cols` at diagonal offset diag (below: key c is
+// visible to query r when c <= r + diag) hides no key from any query, so no
+// row group of it is trimmed.
 constexpr bool untrimmed(std::int64_t diag, std::int64_t rows, std::int64_t cols) {
   return diag >= std::max(rows, cols);
 }
