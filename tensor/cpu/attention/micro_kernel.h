@@ -68,6 +68,17 @@ AG_ALWAYS_INLINE void narrow_tiles(std::int64_t n, const T* a, std::int64_t a_rs
   }
 }
 
+// R rows over the columns [0, n) in micro-tiles of R x kWideVecs vectors, n a
+// multiple of their width (tiles with wide micro-tiles only).
+template <typename T, typename Tile, int R>
+AG_ALWAYS_INLINE void wide_tiles(std::int64_t n, const T* a, std::int64_t a_rs, std::int64_t a_ks, const T* b,
+                                 std::int64_t ldb, std::int64_t k0, std::int64_t k1, T* c, std::int64_t ldc, Into into,
+                                 const T* row_scale) {
+  constexpr std::int64_t kWideN = Tile::kWideVecs * Simd<T, Tile::kBytes>::kLanes;
+  for (std::int64_t j = 0; j < n; j += kWideN)
+    micro_kernel<T, Tile::kBytes, R, Tile::kWideVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+}
+
 // The micro-kernel over the columns [0, n) of one row group, n a multiple of
 // the vector width: full MR x NR tiles, then narrower ones for the rest.
 template <typename T, typename Tile>
@@ -79,10 +90,8 @@ AG_ALWAYS_INLINE void row_group(std::int64_t n, const T* a, std::int64_t a_rs, s
     constexpr std::int64_t kWideN = Tile::kWideVecs * W;
     if (n % kWideN == 0) {
       for (int r = 0; r < Tile::kRows; r += Tile::kWideRows)
-        for (std::int64_t j = 0; j < n; j += kWideN)
-          micro_kernel<T, Tile::kBytes, Tile::kWideRows, Tile::kWideVecs>(
-              a + r * a_rs, a_rs, a_ks, b + j, ldb, k0, k1, c + r * ldc + j, ldc, into,
-              row_scale ? row_scale + r : nullptr);
+        wide_tiles<T, Tile, Tile::kWideRows>(n, a + r * a_rs, a_rs, a_ks, b, ldb, k0, k1, c + r * ldc, ldc, into,
+                                             row_scale ? row_scale + r : nullptr);
       return;
     }
   }
@@ -115,9 +124,7 @@ AG_ALWAYS_INLINE void whole_rows_rest(std::int64_t rest, std::int64_t n, const T
   if constexpr (R > 0) {
     if (rest != R)
       return whole_rows_rest<T, Tile, R - 1>(rest, n, a, a_rs, a_ks, b, ldb, k0, k1, c, ldc, into, row_scale);
-    constexpr std::int64_t kWideN = Tile::kWideVecs * Simd<T, Tile::kBytes>::kLanes;
-    for (std::int64_t j = 0; j < n; j += kWideN)
-      micro_kernel<T, Tile::kBytes, R, Tile::kWideVecs>(a, a_rs, a_ks, b + j, ldb, k0, k1, c + j, ldc, into, row_scale);
+    wide_tiles<T, Tile, R>(n, a, a_rs, a_ks, b, ldb, k0, k1, c, ldc, into, row_scale);
   }
 }
 
@@ -135,9 +142,8 @@ AG_ALWAYS_INLINE bool whole_rows(std::int64_t m, std::int64_t n, const T* a, std
     if (n % kWideN != 0) return false;
     std::int64_t r = 0;
     for (; r + R <= m; r += R) {
-      for (std::int64_t j = 0; j < n; j += kWideN)
-        micro_kernel<T, Tile::kBytes, R, Tile::kWideVecs>(a + r * a_rs, a_rs, a_ks, b + j, ldb, k0, k1,
-                                                          c + r * ldc + j, ldc, into, row_scale ? row_scale + r : nullptr);
+      wide_tiles<T, Tile, R>(n, a + r * a_rs, a_rs, a_ks, b, ldb, k0, k1, c + r * ldc, ldc, into,
+                             row_scale ? row_scale + r : nullptr);
       between();
     }
     whole_rows_rest<T, Tile, R - 1>(m - r, n, a + r * a_rs, a_rs, a_ks, b, ldb, k0, k1, c + r * ldc, ldc, into,
