@@ -101,6 +101,13 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
 // Whether linear_heads writes its heads with no copy here (x's device and
 // dtype, autocast off): else linear and a view of its result cost less.
 bool linear_heads_direct(const Tensor& x, std::int64_t head_dim);
+// The position-wise MLP, linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight,
+// proj_bias) (nn::MLP): x (..., in), fc_weight (hidden, in), proj_weight (out,
+// hidden), biases or undefined. One op, so that GELU's passes ride on the
+// products (kernels::linear_gelu, matmul_gelu_grad); equal to the composed
+// ops to the bit, which it runs under autocast.
+Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+           const Tensor& proj_bias);
 
 // ---- neural-network functions --------------------------------------------------------
 Tensor softmax(const Tensor& x, std::int64_t dim);      // autograd/ops/softmax.cpp

@@ -14,6 +14,7 @@
 #include "tensor/cpu/linear_heads.h"
 #include "tensor/cpu/matmul_bf16/isa.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
+#include "tensor/cpu/mlp_products.h"
 #include "tensor/dense_span.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernels.h"
@@ -292,6 +293,45 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   const Tensor w_t = make_view(weight, {weight.size(1), out}, {weight.stride(1), weight.stride(0)}, weight.offset());
   const Tensor y = matmul(x2, w_t, bias);  // (B T, out)
   return contiguous(make_view(y, {B, parts, heads, T, D}, {T * out, heads * D, D, out, 1}, y.offset()));
+}
+
+namespace {
+bool gelu_in_product(const Tensor& x) { return x.device().is_cpu() && x.dtype() == DType::f32; }
+}  // namespace
+
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  AG_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear_gelu",
+           "x must be (N, in) and weight (hidden, in), got {} and {}", shape_str(x.sizes()), shape_str(weight.sizes()));
+  const Tensor w_t = make_view(weight, {weight.size(1), weight.size(0)}, {weight.stride(1), weight.stride(0)},
+                               weight.offset());
+  if (!gelu_in_product(x)) {
+    const Tensor pre = matmul(x, w_t, bias);
+    return {pre, unary(Unary::gelu, pre)};
+  }
+  check_same_device("linear_gelu", x, weight);
+  check_same_dtype("linear_gelu", x, weight);
+  if (bias.defined()) {
+    check_same_device("linear_gelu", x, bias);
+    check_same_dtype("linear_gelu", x, bias);
+    AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear_gelu", "bias {} does not match weight {}",
+             shape_str(bias.sizes()), shape_str(weight.sizes()));
+  }
+  Tensor out = empty({x.size(0), weight.size(0)}, x.options());
+  Tensor pre = cpu::linear_gelu(contiguous(x), contiguous(weight), dense(bias), out);
+  return {pre, out};
+}
+
+Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
+  AG_CHECK(g.dim() == 2 && weight.dim() == 2 && g.size(1) == weight.size(0) && pre.dim() == 2 &&
+               pre.size(0) == g.size(0) && pre.size(1) == weight.size(1),
+           "matmul_gelu_grad", "g (N, out) @ weight (out, hidden) against pre (N, hidden), got {}, {} and {}",
+           shape_str(g.sizes()), shape_str(weight.sizes()), shape_str(pre.sizes()));
+  if (!gelu_in_product(g)) return binary(Binary::gelu_backward, matmul(g, weight), pre);
+  check_same_device("matmul_gelu_grad", g, weight);
+  check_same_device("matmul_gelu_grad", g, pre);
+  check_same_dtype("matmul_gelu_grad", g, weight);
+  check_same_dtype("matmul_gelu_grad", g, pre);
+  return cpu::matmul_gelu_grad(contiguous(g), contiguous(weight), contiguous(pre));
 }
 
 }  // namespace attograd::kernels

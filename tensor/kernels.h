@@ -65,6 +65,18 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
                     std::int64_t heads);
 // Whether linear_heads writes heads of head_dim values with no copy, for x of this device and dtype.
 bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim);
+// The MLP's products with its GELU (autograd mlp, nn::MLP): linear_gelu gives
+// pre = x @ weight^T + bias and out = gelu(pre), x (N, in), weight (hidden,
+// in); matmul_gelu_grad gives (g @ weight) * gelu'(pre), GELU's backward made
+// with the product that makes its incoming gradient, g (N, out), weight (out,
+// hidden). On the CPU in float32 the product's kernel applies GELU to C's rows
+// as it stores them (tensor/cpu/mlp_products.h); elsewhere matmul and the
+// element-wise kernels. The same values either way, to the bit.
+struct LinearGelu {
+  Tensor pre, out;  // (N, hidden)
+};
+LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre);
 
 // ---- fused row ops (over the last dim of a tensor) -------------------------------
 Tensor softmax_forward(const Tensor& x);                        // y

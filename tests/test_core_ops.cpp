@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "helpers.h"
+#include "tensor/cpu/gelu_rows.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
 #include "tensor/cpu/vec_transpose.h"
 #include "tensor/parallel.h"
@@ -410,6 +411,57 @@ TEST_CASE("a float32 product written in panels of columns gives C's bits where t
                     Catch::Contains("[matmul]") && Catch::Contains("panels of 2"));
 }
 
+// The MLP's GELU made by the product as it stores C (F32Gemm::Epilogue) is
+// the element-wise kernels' GELU of the plain product, to the bit: on every
+// kernel, across K chunks (K > 384), row and column edges, with and without a
+// bias and K = 0; nothing written past C's n columns in either matrix.
+TEST_CASE("the GELU epilogue on every float32 kernel gives the element-wise kernels' bits", "[matmul]") {
+  using Epilogue = cpu::F32Gemm::Epilogue;
+  for (const cpu::F32Kernel kernel : kF32Kernels) {
+    if (!cpu::f32_kernel_runs_here(kernel)) continue;
+    for (auto [m, n, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{7, 65, 13}, {13, 130, 800},
+                           {1, 300, 50}, {25, 600, 40}, {9, 20, 0}})
+      for (bool a_transposed : {false, true})
+        for (bool with_bias : {false, true})
+          for (Epilogue epilogue : {Epilogue::gelu, Epilogue::gelu_grad}) {
+            INFO(cpu::f32_kernel_name(kernel) << " " << m << " x " << n << " x " << k << (a_transposed ? " A^T" : "")
+                                             << (with_bias ? " +bias" : "")
+                                             << (epilogue == Epilogue::gelu ? " gelu" : " gelu_grad"));
+            const F32Operands o = f32_operands(m, n, k, a_transposed, true);
+            const std::int64_t ldc = n + 2;
+            Generator gen(5);
+            const std::vector<float> bias = randn({n}, {DType::f32}, gen).to_vector<float>();
+            // gelu_grad's companion: pre-activations, some far out in both tails.
+            std::vector<float> pre = randn({m * ldc}, {DType::f32}, gen).to_vector<float>();
+            for (std::size_t i = 0; i < pre.size(); i += 7) pre[i] *= 8.0f;
+            cpu::F32Gemm g{.a_transposed = a_transposed, .b_transposed = true, .m = m, .n = n, .k = k,
+                           .a = o.a.data(), .lda = o.lda, .b = o.b.data(), .ldb = o.ldb, .ldc = ldc,
+                           .bias = with_bias ? bias.data() : nullptr};
+            std::vector<float> plain(static_cast<std::size_t>(m * ldc), -7.0f);
+            g.c = plain.data();
+            cpu::gemm_f32(g, kernel);
+            const std::vector<float> untouched(plain.size(), -7.0f);
+            std::vector<float> want_c = plain, want_companion = epilogue == Epilogue::gelu ? untouched : pre;
+            for (std::int64_t i = 0; i < m; ++i)
+              if (epilogue == Epilogue::gelu)
+                cpu::gelu_f32(&want_companion[i * ldc], &plain[i * ldc], n);
+              else
+                cpu::gelu_backward_f32(&want_c[i * ldc], &plain[i * ldc], &pre[i * ldc], n);
+            std::vector<float> c = untouched, companion = epilogue == Epilogue::gelu ? untouched : pre;
+            g.c = c.data(), g.epilogue = epilogue, g.companion = companion.data();
+            cpu::gemm_f32(g, kernel);
+            CHECK(std::memcmp(c.data(), want_c.data(), c.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(companion.data(), want_companion.data(), c.size() * sizeof(float)) == 0);
+          }
+  }
+  // Onto an old C, or into panels, it would make a GELU of a partial sum: refused.
+  std::vector<float> a(4, 1.0f), c(8, 0.0f), companion(8, 0.0f);
+  CHECK_THROWS_WITH(cpu::gemm_f32({.m = 1, .n = 4, .k = 1, .a = a.data(), .lda = 1, .b = a.data(), .ldb = 4,
+                                   .c = c.data(), .ldc = 4, .accumulate = true, .epilogue = cpu::F32Gemm::Epilogue::gelu,
+                                   .companion = companion.data()}),
+                    Catch::Contains("[matmul]") && Catch::Contains("GELU epilogue"));
+}
+
 TEST_CASE("gradcheck matmul and linear", "[matmul][gradcheck]") {
   Fn mm = [](const std::vector<Tensor>& x) { return matmul(x[0], x[1]); };
   REQUIRE_GRADCHECK("matmul", mm, {leaf({5, 7}, 1), leaf({7, 11}, 2)});
@@ -497,6 +549,78 @@ TEST_CASE("gradcheck linear_heads", "[matmul][gradcheck]") {
   REQUIRE_GRADCHECK("linear_heads", with_bias, {leaf({2, 5, 4}, 1), leaf({12, 4}, 2), leaf({12}, 3)});
   REQUIRE_GRADCHECK("linear_heads_transposed", with_bias, {transposed_leaf({2, 5, 4}, 4), leaf({12, 4}, 5), leaf({12}, 6)});
   REQUIRE_GRADCHECK("linear_heads_nobias", no_bias, {leaf({1, 3, 6}, 7), transposed_leaf({6, 6}, 8)});
+}
+
+// mlp is linear(gelu(linear(...))) to the bit, forward and every gradient: in
+// float32, where the products make GELU's passes, on each way a product is cut
+// for threads (one thread, row blocks, column blocks) and across K chunks;
+// and in float64, where it runs the composed kernels.
+TEST_CASE("mlp gives the composed ops' bits, forward and backward, on every threading path", "[matmul]") {
+  struct Case {
+    const char* name;
+    Shape x;
+    std::int64_t hidden, out;
+    bool transposed_x, with_bias;
+  };
+  const Case cases[] = {{"small", {2, 5, 7}, 12, 7, false, true},
+                        {"tall", {2, 150, 48}, 130, 48, true, true},
+                        {"wide and short, no bias", {20, 256}, 1024, 64, false, false},
+                        {"K chunks", {70, 400}, 96, 500, false, true}};
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (int threads : {1, 2}) {
+        DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << " threads " << threads) {
+          set_num_threads(threads);
+          const std::int64_t in = c.x.back();
+          const auto make_leaf = [&](const Tensor& values) {
+            Tensor t = kernels::cast(values.detach(), dtype);
+            t.set_requires_grad(true);
+            return t;
+          };
+          const Tensor x = make_leaf(c.transposed_x ? transposed_leaf(c.x, 1) : leaf(c.x, 1));
+          const Tensor w1 = make_leaf(leaf({c.hidden, in}, 2)), w2 = make_leaf(leaf({c.out, c.hidden}, 4));
+          const Tensor b1 = c.with_bias ? make_leaf(leaf({c.hidden}, 3)) : Tensor();
+          const Tensor b2 = c.with_bias ? make_leaf(leaf({c.out}, 5)) : Tensor();
+          std::vector<Tensor> mine = {x, w1, b1, w2, b2}, ref;
+          for (const Tensor& t : mine) ref.push_back(t.defined() ? make_leaf(t) : Tensor());
+          const Tensor y = mlp(x, w1, b1, w2, b2);
+          const Tensor want = linear(gelu(linear(ref[0], ref[1], ref[2])), ref[3], ref[4]);
+          REQUIRE(y.sizes() == want.sizes());
+          CHECK(max_abs_diff(y, want) == 0);
+          Generator gen(7);
+          const Tensor g = kernels::cast(randn(y.sizes(), {}, gen), dtype);
+          backward(y, g);
+          backward(want, g);
+          for (std::size_t i = 0; i < mine.size(); ++i) {
+            if (!mine[i].defined()) continue;
+            INFO("gradient of input " << i);
+            CHECK(max_abs_diff(mine[i].grad(), ref[i].grad()) == 0);
+            CHECK(max_abs_diff(mine[i].grad(), zeros(mine[i].sizes(), mine[i].options())) > 1e-3);
+          }
+        }
+      }
+  set_num_threads(2);
+}
+
+TEST_CASE("gradcheck mlp", "[matmul][gradcheck]") {
+  Fn with_bias = [](const std::vector<Tensor>& x) { return mlp(x[0], x[1], x[2], x[3], x[4]); };
+  Fn no_bias = [](const std::vector<Tensor>& x) { return mlp(x[0], x[1], {}, x[2], {}); };
+  REQUIRE_GRADCHECK("mlp", with_bias, {leaf({2, 3, 5}, 1), leaf({8, 5}, 2), leaf({8}, 3), leaf({4, 8}, 4), leaf({4}, 5)});
+  REQUIRE_GRADCHECK("mlp_transposed", with_bias,
+                    {transposed_leaf({3, 5}, 6), transposed_leaf({8, 5}, 7), leaf({8}, 8), transposed_leaf({4, 8}, 9),
+                     leaf({4}, 10)});
+  REQUIRE_GRADCHECK("mlp_nobias", no_bias, {leaf({6}, 11), leaf({7, 6}, 12), leaf({3, 7}, 13)});
+}
+
+TEST_CASE("mlp names weights that do not chain", "[matmul][errors]") {
+  CHECK_THROWS_WITH(mlp(zeros({2, 4}), zeros({8, 4}), {}, zeros({4, 7}), {}),
+                    Catch::Contains("[mlp]") && Catch::Contains("[8,4]") && Catch::Contains("[4,7]"));
+  CHECK_THROWS_WITH(mlp(zeros({2, 5}), zeros({8, 4}), {}, zeros({4, 8}), {}),
+                    Catch::Contains("[mlp]") && Catch::Contains("input [2,5]"));
+  CHECK_THROWS_WITH(mlp(zeros({2, 4}), zeros({8, 4}), zeros({7}), zeros({4, 8}), {}),
+                    Catch::Contains("[mlp]") && Catch::Contains("bias [7]"));
+  CHECK_THROWS_WITH(mlp(zeros({2, 4}), zeros({8, 4}), {}, zeros({4, 8}), zeros({8})),
+                    Catch::Contains("[mlp]") && Catch::Contains("bias [8] does not match weight [4,8]"));
 }
 
 TEST_CASE("linear_heads names shapes that do not split into heads", "[matmul][errors]") {

@@ -76,6 +76,48 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                 });
 }
 
+Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, const Tensor& proj_weight,
+           const Tensor& proj_bias) {
+  // Autocast's bfloat16 products and element-wise ops are the composed ones'.
+  if (autocast_enabled()) return linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight, proj_bias);
+  const char* op = "mlp";
+  AG_CHECK(x.defined() && fc_weight.defined() && proj_weight.defined(), op,
+           "input, fc weight or proj weight is an undefined tensor");
+  AG_CHECK(fc_weight.dim() == 2 && proj_weight.dim() == 2 && proj_weight.size(1) == fc_weight.size(0), op,
+           "fc weight {} (hidden, in) and proj weight {} (out, hidden) do not chain", shape_str(fc_weight.sizes()),
+           shape_str(proj_weight.sizes()));
+  AG_CHECK(x.dim() >= 1 && x.size(-1) == fc_weight.size(1), op, "input {} does not match fc weight {} (hidden, in)",
+           shape_str(x.sizes()), shape_str(fc_weight.sizes()));
+  for (const auto& [bias, weight] : {std::pair{fc_bias, fc_weight}, std::pair{proj_bias, proj_weight}})
+    if (bias.defined())
+      AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, "bias {} does not match weight {}",
+               shape_str(bias.sizes()), shape_str(weight.sizes()));
+  const std::int64_t in = fc_weight.size(1), out = proj_weight.size(0);
+  const Tensor x2 = as_rows(x, in);
+  const kernels::LinearGelu h = kernels::linear_gelu(x2, fc_weight, fc_bias);  // (N, hidden) each
+  Tensor y = kernels::matmul(h.out, mT(proj_weight), proj_bias);
+  Shape out_shape = x.sizes();
+  out_shape.back() = out;
+  y = make_view(y, out_shape, contiguous_strides(out_shape), 0);
+  return record(op, y, {x, fc_weight, fc_bias, proj_weight, proj_bias}, {x2, fc_weight, h.pre, h.out, proj_weight},
+                [x_shape = x.sizes(), fc_has_bias = fc_bias.defined(), proj_has_bias = proj_bias.defined()](
+                    const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
+                  // forward: h = x W1^T + b1, a = gelu(h), y = a W2^T + b2; so
+                  // dh = (g W2) * gelu'(h) in one pass, dW2 = g^T a, db2 = sum_rows(g),
+                  // and dx, dW1, db1 are linear's gradients of dh.
+                  const Tensor &x2 = s[0], &w1 = s[1], &pre = s[2], &a = s[3], &w2 = s[4];
+                  Tensor g2 = kernels::contiguous(g);
+                  g2 = make_view(g2, {x2.size(0), w2.size(0)}, {w2.size(0), 1}, g2.offset());
+                  const Tensor dh = kernels::matmul_gelu_grad(g2, w2, pre);
+                  const Tensor dw2 = kernels::matmul(mT(g2), a);
+                  const Tensor db2 = proj_has_bias ? kernels::sum(g2, {0}, false) : Tensor();
+                  std::vector<Tensor> grads = linear_grads(dh, x2, w1, x_shape, fc_has_bias);
+                  grads.push_back(dw2);
+                  grads.push_back(db2);
+                  return grads;
+                });
+}
+
 bool linear_heads_direct(const Tensor& x, std::int64_t head_dim) {
   return !autocast_enabled() && kernels::linear_heads_direct(x.device(), x.dtype(), head_dim);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/cpu/bf16_rounding.h"
+#include "tensor/cpu/gelu_rows.h"
 #include "tensor/cpu/loops.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/device_kernels.h"
@@ -127,15 +128,28 @@ AG_SIMD_CLONES void exp_f32(float* y, const float* x, std::int64_t n) {
 AG_SIMD_CLONES void tanh_f32(float* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = tanh_fast(x[i]);
 }
-AG_SIMD_CLONES void gelu_f32(float* y, const float* x, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
-}
 AG_SIMD_CLONES void gelu_grad_f32(float* y, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = gelu_grad(x[i]);
+}
+
+}  // namespace
+
+// Outside the anonymous namespace: the float32 products' GELU epilogue
+// (F32Gemm::Epilogue) runs these very loops, so that the MLP's fused products
+// and the composed ops agree to the bit.
+AG_SIMD_CLONES void gelu_f32(float* y, const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gelu(x[i]);
 }
 AG_SIMD_CLONES void gelu_backward_f32(float* y, const float* dy, const float* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = dy[i] * gelu_grad(x[i]);
 }
+// Restrict: y and x apart, so that the loop vectorises with no overlap test.
+AG_SIMD_CLONES void scale_by_gelu_grad_f32(float* __restrict y, const float* __restrict x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = y[i] * gelu_grad(x[i]);
+}
+
+namespace {
+
 // The float32 arithmetic on contiguous data, compiled per SIMD level too: the
 // generic loop is built for the baseline (SSE2), and float32 adds and products
 // (gradients accumulated, residual streams) took 2.7% of a bfloat16 step there.

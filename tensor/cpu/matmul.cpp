@@ -13,9 +13,11 @@
 
 #include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/blas_setup.h"
+#include "tensor/cpu/gelu_rows.h"
 #include "tensor/cpu/linear_heads.h"
 #include "tensor/cpu/matmul_bf16/matmul_bf16.h"
 #include "tensor/cpu/matmul_f32/sgemm.h"
+#include "tensor/cpu/mlp_products.h"
 #include "tensor/cpu/scratch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
@@ -28,13 +30,22 @@ namespace {
 // pass over C of its own: float32's kernel adds it as it stores the first K
 // chunk's sums (a copy of the bias into C first took 4% of gpt_step); for
 // float64 it is written into C and the product accumulated onto it (beta = 1).
+// A float32 product's GELU epilogue (F32Gemm::Epilogue): its companion
+// matrix laid out as C, each thread's part at the offset of its part of C.
+struct GeluPass {
+  F32Gemm::Epilogue epilogue = F32Gemm::Epilogue::none;
+  float* companion = nullptr;
+  float* at(std::int64_t offset) const { return companion ? companion + offset : nullptr; }
+};
+
 template <typename T>
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
-          const T* b, std::int64_t ldb, T* c, std::int64_t ldc, const T* bias) {
+          const T* b, std::int64_t ldb, T* c, std::int64_t ldc, const T* bias, F32Gemm::Epilogue epilogue = {},
+          float* companion = nullptr) {
   const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
     gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b,
-              .ldb = ldb, .c = c, .ldc = ldc, .bias = bias});
+              .ldb = ldb, .c = c, .ldc = ldc, .bias = bias, .epilogue = epilogue, .companion = companion});
   } else {
     if (bias)
       for (std::int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
@@ -50,7 +61,8 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
 // rounded while in L2 cost more: each band packs B again, at 2048 x 1536 x 384
 // bands of 42 rows made the bfloat16 shakespeare_char step 1.33x float32's.)
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, std::int64_t lda,
-          const bfloat16* b, std::int64_t ldb, bfloat16* c, std::int64_t ldc, const float* bias) {
+          const bfloat16* b, std::int64_t ldb, bfloat16* c, std::int64_t ldc, const float* bias,
+          F32Gemm::Epilogue /*float32's only*/ = {}, float* = nullptr) {
   thread_local Scratch<float> sums;
   if (static_cast<std::int64_t>(sums.size()) < m * n) sums.resize(static_cast<std::size_t>(m * n));
   gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .c = sums.data(),
@@ -73,7 +85,8 @@ std::int64_t thread_block(std::int64_t extent, int threads) {
 // the pool's threads.
 template <typename T>
 void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias,
-                      const Tensor& out) {
+                      const Tensor& out, const GeluPass& pass = {}) {
+  if constexpr (!std::is_same_v<T, float>) AG_CHECK(!pass.companion, "matmul", "a GELU epilogue on {}", out.str());
   using Bias = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
@@ -93,14 +106,16 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
     for (std::int64_t i = 0; i < batches; ++i) {
       std::int64_t oa, ob;
       batch_offsets(i, oa, ob);
-      gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
+      gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias,
+           pass.epilogue, pass.at(i * m * n));
     }
   } else if (batches >= threads) {
     parallel_for(0, batches, 1, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         std::int64_t oa, ob;
         batch_offsets(i, oa, ob);
-        gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias);
+        gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias,
+             pass.epilogue, pass.at(i * m * n));
       }
     });
   } else {
@@ -120,10 +135,10 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
       parallel_for(0, extent, block, [&](std::int64_t lo, std::int64_t hi) {
         if (split_rows)
           gemm(a.transposed, b.transposed, hi - lo, n, k, pa + oa + lo * a_row_step, a.ld, pb + ob, b.ld,
-               pc + i * m * n + lo * n, n, pbias);
+               pc + i * m * n + lo * n, n, pbias, pass.epilogue, pass.at(i * m * n + lo * n));
         else
           gemm(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step, b.ld,
-               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr);
+               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr, pass.epilogue, pass.at(i * m * n + lo));
       });
     }
   }
@@ -185,6 +200,31 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
     parallel_for(0, B * T, thread_block(B * T, threads), rows);
   }
   return y;
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+  const Tensor w_t = make_view(weight, {weight.size(1), weight.size(0)}, {1, weight.size(1)}, weight.offset());
+  Tensor pre = matmul_output(x, w_t, {});
+  if (pre.numel() == 0) return pre;
+  if (x.size(1) == 0) {
+    fill_empty_product(pre, bias);
+    gelu_f32(out.data<float>(), pre.data<float>(), pre.numel());
+    return pre;
+  }
+  batched_products<float>(x, w_t, {}, bias, pre, {F32Gemm::Epilogue::gelu, out.data<float>()});
+  return pre;
+}
+
+Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
+  Tensor out = matmul_output(g, weight, {});
+  if (out.numel() == 0) return out;
+  if (g.size(1) == 0) {  // zeros times gelu'(pre), NaN where pre is, as the composed ops give
+    fill_(out, 0);
+    scale_by_gelu_grad_f32(out.data<float>(), pre.data<float>(), out.numel());
+    return out;
+  }
+  batched_products<float>(g, weight, {}, Tensor(), out, {F32Gemm::Epilogue::gelu_grad, pre.data<float>()});
+  return out;
 }
 
 Tensor matmul_widened(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {

@@ -25,6 +25,7 @@
 #include "base/error.h"
 #include "tensor/cpu/bf16_rounding.h"
 #include "tensor/cpu/blas_setup.h"
+#include "tensor/cpu/gelu_rows.h"
 #include "tensor/cpu/scratch.h"
 #include "tensor/cpu/vec_math.h"
 #include "tensor/cpu/vec_transpose.h"
@@ -73,6 +74,21 @@ constexpr std::int64_t kPrefetchSteps = 8;
 inline float* c_block(const F32Gemm& g, std::int64_t i, std::int64_t j) {
   if (g.c_panel_cols == 0) return g.c + i * g.ldc + j;
   return g.c + j / g.c_panel_cols * g.c_panel_stride + i * g.ldc + j % g.c_panel_cols;
+}
+
+// The epilogue over C's rows i0.. (rows of them), columns j0.. (cols), their
+// sums complete: each row one call of the element-wise loop, on values just
+// stored (in L1 or L2 for a band of the kernel's, where a separate pass read
+// them back from memory).
+void epilogue_rows(const F32Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t j0, std::int64_t cols) {
+  for (std::int64_t r = i0; r < i0 + rows; ++r) {
+    float* c = g.c + r * g.ldc + j0;
+    float* companion = g.companion + r * g.ldc + j0;
+    if (g.epilogue == F32Gemm::Epilogue::gelu)
+      gelu_f32(companion, c, cols);
+    else
+      scale_by_gelu_grad_f32(c, companion, cols);
+  }
 }
 
 template <typename Tile>
@@ -326,6 +342,7 @@ struct Kernel {
                 for (std::int64_t col = 0; col < cols; ++col) c_row[col] += block_bias[col];
             }
           }
+          if (g.epilogue != F32Gemm::Epilogue::none && k0 + kc == g.k) epilogue_rows(g, i0, rows, j0, nc);
         }
       }
     }
@@ -374,6 +391,7 @@ void gemm_openblas(const F32Gemm& given) {
   if (g.bias) add_bias_rows(g);
   cblas_sgemm(CblasRowMajor, g.a_transposed ? CblasTrans : CblasNoTrans, g.b_transposed ? CblasTrans : CblasNoTrans,
               g.m, g.n, g.k, 1.0f, g.a, g.lda, g.b, g.ldb, g.accumulate || g.bias ? 1.0f : 0.0f, g.c, g.ldc);
+  if (g.epilogue != F32Gemm::Epilogue::none) epilogue_rows(g, 0, g.m, 0, g.n);
 }
 
 // The tiles are compiled only where AG_F32_AVX512_KERNEL says the compiler
@@ -442,12 +460,15 @@ void gemm_f32(const F32Gemm& g, F32Kernel kernel) {
   AG_CHECK(g.c_panel_cols == 0 || (f32_block_cols(kernel) > 0 && g.c_panel_cols % f32_block_cols(kernel) == 0),
            "matmul", "C in panels of {} columns on the {} kernel, whose blocks span {}", g.c_panel_cols,
            f32_kernel_name(kernel), f32_block_cols(kernel));
+  AG_CHECK(g.epilogue == F32Gemm::Epilogue::none || (g.companion && !g.accumulate && g.c_panel_cols == 0), "matmul",
+           "a GELU epilogue needs its companion matrix, and neither accumulate nor C in panels");
   if (g.k == 0) {
     AG_CHECK(g.c_panel_cols == 0, "matmul", "C in panels with K = 0");
     if (g.bias)
       add_bias_rows(g);
     else if (!g.accumulate)
       for (std::int64_t i = 0; i < g.m; ++i) std::fill(g.c + i * g.ldc, g.c + i * g.ldc + g.n, 0.0f);
+    if (g.epilogue != F32Gemm::Epilogue::none) epilogue_rows(g, 0, g.m, 0, g.n);
     return;
   }
   switch (kernel) {

@@ -73,6 +73,17 @@ struct F32Gemm {
   // bfloat16 instructions (matmul_bf16.h's widen). openblas widens a copy first.
   const bfloat16* a_bf16 = nullptr;
   const bfloat16* b_bf16 = nullptr;
+  // A pass the MLP's GELU makes over C, made here on each band of C's rows
+  // right after its last sums are stored (and the bias added), while they are
+  // in cache, instead of by an element-wise kernel reading C back from memory:
+  //   gelu       companion = gelu(C); C (the pre-activation) kept for the backward
+  //   gelu_grad  C *= gelu'(companion): gelu's backward, C the gradient of its output
+  // companion has C's layout (the value of c[i * ldc + j] at companion[i * ldc + j]).
+  // Not with accumulate or c_panel_cols. The values are the element-wise
+  // kernels', to the bit (tensor/cpu/gelu_rows.h).
+  enum class Epilogue { none, gelu, gelu_grad };
+  Epilogue epilogue = Epilogue::none;
+  float* companion = nullptr;
 };
 void gemm_f32(const F32Gemm& g, F32Kernel kernel = f32_kernel());
 
