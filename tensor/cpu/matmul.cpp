@@ -26,10 +26,6 @@
 namespace attograd::cpu {
 namespace {
 
-// C = op(A) op(B), plus bias[j] in every row when bias is given, without a
-// pass over C of its own: float32's kernel adds it as it stores the first K
-// chunk's sums (a copy of the bias into C first took 4% of gpt_step); for
-// float64 it is written into C and the product accumulated onto it (beta = 1).
 // A float32 product's GELU epilogue (F32Gemm::Epilogue): its companion
 // matrix laid out as C, each thread's part at the offset of its part of C.
 struct GeluPass {
@@ -38,7 +34,11 @@ struct GeluPass {
   float* at(std::int64_t offset) const { return companion ? companion + offset : nullptr; }
 };
 
-template <typename T>
+// C = op(A) op(B), plus bias[j] in every row when bias is given, without a
+// pass over C of its own: float32's kernel adds it as it stores the first K
+// chunk's sums (a copy of the bias into C first took 4% of gpt_step); for
+// float64 it is written into C and the product accumulated onto it (beta = 1).
+template <typename T>  // and float32's GELU epilogue, when given
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T* c, std::int64_t ldc, const T* bias, F32Gemm::Epilogue epilogue = {},
           float* companion = nullptr) {
