@@ -602,6 +602,24 @@ TEST_CASE("mlp gives the composed ops' bits, forward and backward, on every thre
   set_num_threads(2);
 }
 
+// No input features: every output row is the bias (through GELU for mlp's
+// hidden layer), as a product over K = 0 gives; the weights' gradients are empty.
+TEST_CASE("linear and mlp of no input features give their biases", "[matmul]") {
+  for (DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    Generator gen(1);
+    const Tensor x = zeros({2, 3, 0}, {dtype}), w1 = zeros({5, 0}, {dtype}), b1 = randn({5}, {dtype}, gen);
+    const Tensor w2 = randn({4, 5}, {dtype}, gen), b2 = randn({4}, {dtype}, gen);
+    const Tensor y = linear(x, w1, b1);
+    REQUIRE(y.sizes() == Shape{2, 3, 5});
+    CHECK(max_abs_diff(y, expand(b1, {2, 3, 5})) == 0);
+    const Tensor z = mlp(x, w1, b1, w2, b2), want = linear(gelu(expand(b1, {2, 3, 5})), w2, b2);
+    REQUIRE(z.sizes() == Shape{2, 3, 4});
+    CHECK(max_abs_diff(z, want) == 0);
+    CHECK(max_abs_diff(z, zeros(z.sizes(), z.options())) > 1e-3);
+  }
+}
+
 TEST_CASE("gradcheck mlp", "[matmul][gradcheck]") {
   Fn with_bias = [](const std::vector<Tensor>& x) { return mlp(x[0], x[1], x[2], x[3], x[4]); };
   Fn no_bias = [](const std::vector<Tensor>& x) { return mlp(x[0], x[1], {}, x[2], {}); };

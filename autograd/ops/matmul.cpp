@@ -16,9 +16,13 @@ Tensor mT(const Tensor& x) {
 }
 
 // x (..., in) as one (N, in) matrix, contiguous: the rows of linear's GEMM.
+// N from the leading dims, not numel / in: with in = 0 that made N = 0, and
+// the (..., out) result a view of an empty product, read past its storage.
 Tensor as_rows(const Tensor& x, std::int64_t in) {
+  std::int64_t rows = 1;
+  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   const Tensor c = kernels::contiguous(x);
-  return make_view(c, {x.numel() / std::max<std::int64_t>(in, 1), in}, {in, 1}, c.offset());
+  return make_view(c, {rows, in}, {in, 1}, c.offset());
 }
 
 // linear's gradients, g the gradient of its (..., out) result in any layout:
