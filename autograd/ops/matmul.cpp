@@ -25,17 +25,34 @@ Tensor as_rows(const Tensor& x, std::int64_t in) {
   return make_view(c, {rows, in}, {in, 1}, c.offset());
 }
 
+// The (N, out) rows of a product as x's leading dims (..., out).
+Tensor with_leading_dims(const Tensor& y, const Shape& x_shape) {
+  Shape shape = x_shape;
+  shape.back() = y.size(1);
+  return make_view(y, shape, contiguous_strides(shape), y.offset());
+}
+
+// g, the gradient of a (..., out) result in any layout, as one (N, out) matrix, contiguous.
+Tensor grad_rows(const Tensor& g, std::int64_t rows, std::int64_t out) {
+  const Tensor c = kernels::contiguous(g);
+  return make_view(c, {rows, out}, {out, 1}, c.offset());
+}
+
+// A linear layer's parameter gradients from g2, its output's gradient as (N,
+// out), and x2, its input as (N, in): dW = g^T @ x, db = sum_rows(g) (or undefined).
+std::vector<Tensor> parameter_grads(const Tensor& g2, const Tensor& x2, bool has_bias) {
+  return {kernels::matmul(mT(g2), x2), has_bias ? kernels::sum(g2, {0}, false) : Tensor()};
+}
+
 // linear's gradients, g the gradient of its (..., out) result in any layout:
 // y = x @ W^T + b; so dx = g @ W, dW = g^T @ x, db = sum_rows(g). x2 is x as (N, in).
 std::vector<Tensor> linear_grads(const Tensor& g, const Tensor& x2, const Tensor& w, const Shape& x_shape,
                                  bool has_bias) {
-  Tensor g2 = kernels::contiguous(g);
-  g2 = make_view(g2, {x2.size(0), w.size(0)}, {w.size(0), 1}, g2.offset());
-  Tensor dx = kernels::matmul(g2, w);
-  dx = make_view(dx, x_shape, contiguous_strides(x_shape), 0);
-  Tensor dw = kernels::matmul(mT(g2), x2);
-  Tensor db = has_bias ? kernels::sum(g2, {0}, false) : Tensor();
-  return {dx, dw, db};
+  const Tensor g2 = grad_rows(g, x2.size(0), w.size(0));
+  const Tensor dx = make_view(kernels::matmul(g2, w), x_shape, contiguous_strides(x_shape), 0);
+  std::vector<Tensor> grads = parameter_grads(g2, x2, has_bias);
+  grads.insert(grads.begin(), dx);
+  return grads;
 }
 }  // namespace
 
@@ -67,12 +84,9 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
     AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear", "bias {} does not match weight {}",
              shape_str(bias.sizes()), shape_str(weight.sizes()));
   // All leading dims fold into the rows of one GEMM: (N, in) @ (in, out).
-  const std::int64_t in = weight.size(1), out = weight.size(0);
+  const std::int64_t in = weight.size(1);
   const Tensor x2 = as_rows(x, in);
-  Tensor y = kernels::matmul(x2, mT(weight), bias);
-  Shape out_shape = x.sizes();
-  out_shape.back() = out;
-  y = make_view(y, out_shape, contiguous_strides(out_shape), 0);
+  const Tensor y = with_leading_dims(kernels::matmul(x2, mT(weight), bias), x.sizes());
   return record("linear", y, {x, weight, bias}, {x2, weight},
                 [x_shape = x.sizes(), has_bias = bias.defined()](const Tensor& g,
                                                                   const std::vector<Tensor>& s) -> std::vector<Tensor> {
@@ -96,13 +110,9 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
     if (bias.defined())
       AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), op, "bias {} does not match weight {}",
                shape_str(bias.sizes()), shape_str(weight.sizes()));
-  const std::int64_t in = fc_weight.size(1), out = proj_weight.size(0);
-  const Tensor x2 = as_rows(x, in);
+  const Tensor x2 = as_rows(x, fc_weight.size(1));
   const kernels::LinearGelu h = kernels::linear_gelu(x2, fc_weight, fc_bias);  // (N, hidden) each
-  Tensor y = kernels::matmul(h.out, mT(proj_weight), proj_bias);
-  Shape out_shape = x.sizes();
-  out_shape.back() = out;
-  y = make_view(y, out_shape, contiguous_strides(out_shape), 0);
+  const Tensor y = with_leading_dims(kernels::matmul(h.out, mT(proj_weight), proj_bias), x.sizes());
   return record(op, y, {x, fc_weight, fc_bias, proj_weight, proj_bias}, {x2, fc_weight, h.pre, h.out, proj_weight},
                 [x_shape = x.sizes(), fc_has_bias = fc_bias.defined(), proj_has_bias = proj_bias.defined()](
                     const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
@@ -110,14 +120,10 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
                   // dh = (g W2) * gelu'(h) in one pass, dW2 = g^T a, db2 = sum_rows(g),
                   // and dx, dW1, db1 are linear's gradients of dh.
                   const Tensor &x2 = s[0], &w1 = s[1], &pre = s[2], &a = s[3], &w2 = s[4];
-                  Tensor g2 = kernels::contiguous(g);
-                  g2 = make_view(g2, {x2.size(0), w2.size(0)}, {w2.size(0), 1}, g2.offset());
+                  const Tensor g2 = grad_rows(g, x2.size(0), w2.size(0));
                   const Tensor dh = kernels::matmul_gelu_grad(g2, w2, pre);
-                  const Tensor dw2 = kernels::matmul(mT(g2), a);
-                  const Tensor db2 = proj_has_bias ? kernels::sum(g2, {0}, false) : Tensor();
                   std::vector<Tensor> grads = linear_grads(dh, x2, w1, x_shape, fc_has_bias);
-                  grads.push_back(dw2);
-                  grads.push_back(db2);
+                  for (const Tensor& t : parameter_grads(g2, a, proj_has_bias)) grads.push_back(t);
                   return grads;
                 });
 }
