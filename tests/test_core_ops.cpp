@@ -237,7 +237,9 @@ TEST_CASE("the transpose in registers moves lane j of vector i to lane i of vect
 
 // Every shape class the blocking meets: rows not a multiple of the register
 // block's (6 on AVX-512), columns not of its 64, K past one chunk (384) and
-// unevenly split, columns past one block (512), one row or column alone.
+// unevenly split, columns past one block (512), one row or column alone; a
+// transposed A's rows in whole groups of 8 panels (48 rows) and a group's rest
+// (61, 300; 55 with two column blocks and two K chunks, each packing the group again).
 TEST_CASE("float32 products on every kernel this CPU runs (avx512, avx2, portable, openblas), every layout, within float32's bound",
           "[matmul]") {
   for (const cpu::F32Kernel kernel : kF32Kernels) {
@@ -246,7 +248,7 @@ TEST_CASE("float32 products on every kernel this CPU runs (avx512, avx2, portabl
       continue;
     }
     for (auto [m, n, k] : {std::tuple{1, 1, 1}, {5, 7, 3}, {6, 64, 8}, {7, 65, 13}, {13, 130, 385}, {25, 600, 40},
-                           {61, 33, 700}, {8, 104, 20}, {1, 300, 50}, {300, 1, 50}})
+                           {61, 33, 700}, {8, 104, 20}, {1, 300, 50}, {300, 1, 50}, {55, 520, 390}})
       for (bool a_transposed : {false, true})
         for (bool b_transposed : {false, true})
           for (auto [accumulate, with_bias] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {

@@ -167,15 +167,37 @@ struct Kernel {
         dst[k * W + c] = c < count ? static_cast<float>(src[c * step + k]) : 0.0f;
   }
 
-  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc) of A (g.a or g.a_bf16); rows past m are 0.
+  // op(A)'s rows [i0, i0 + MR) and K values [k0, k0 + kc) of a row-major
+  // float32 A; rows past m are 0.
+  AG_ALWAYS_INLINE static void pack_a_rows(const F32Gemm& g, std::int64_t i0, std::int64_t k0, std::int64_t kc,
+                                           float* ap) {
+    pack_lanes_from_rows<MR>(g.a + i0 * g.lda + k0, g.lda, std::min<std::int64_t>(MR, g.m - i0), kc, ap);
+  }
+
+  // A transposed A's panels are packed kGroupPanels at a time: op(A)'s rows
+  // [i0, i0 + kGroupRows) and K values [k0, k0 + kc), panel p (rows i0 + p MR..)
+  // at ap + p * MR * kc, k by k; rows past m are 0, panels past them not written.
+  // op(A)'s rows lie side by side in A's rows, lda apart (6 KiB in a
+  // weight gradient of 1536 rows): packed one panel at a time, each of the
+  // chunk's 342 rows of A was read for 24 bytes and its line read again from
+  // L2 by the next two or three panels; now each row is read once, 192 bytes
+  // (three whole lines): 1536 x 512 x 2048 and 512 x 512 x 2048 with A^T ran
+  // 1.05x faster on one thread (146 -> 153.5 GFLOP/s, the AMX Xeon).
+  static constexpr std::int64_t kGroupPanels = 8, kGroupRows = kGroupPanels * MR;
   template <typename S>
-  AG_ALWAYS_INLINE static void pack_a(const F32Gemm& g, const S* a, std::int64_t i0, std::int64_t k0,
-                                      std::int64_t kc, float* ap) {
-    const std::int64_t rows = std::min<std::int64_t>(MR, g.m - i0);
-    if (g.a_transposed)  // A^T: op(A)'s rows lie side by side
-      pack_lanes_side_by_side<MR>(a + k0 * g.lda + i0, g.lda, rows, kc, ap);
-    else
-      pack_lanes_from_rows<MR>(a + i0 * g.lda + k0, g.lda, rows, kc, ap);
+  AG_ALWAYS_INLINE static void pack_transposed_a_group(const F32Gemm& g, const S* a, std::int64_t i0, std::int64_t k0,
+                                                       std::int64_t kc, float* ap) {
+    const std::int64_t rows = std::min(kGroupRows, g.m - i0);
+    const S* src = a + k0 * g.lda + i0;
+    if (rows < kGroupRows) {
+      for (std::int64_t r = 0; r < rows; r += MR)
+        pack_lanes_side_by_side<MR>(src + r, g.lda, std::min<std::int64_t>(MR, rows - r), kc, ap + r * kc);
+      return;
+    }
+    for (std::int64_t k = 0; k < kc; ++k, src += g.lda)
+#pragma GCC unroll 8
+      for (std::int64_t p = 0; p < kGroupPanels; ++p)
+        pack_lanes_side_by_side<MR>(src + p * MR, g.lda, MR, 1, ap + p * MR * kc + k * MR);
   }
 
   // `rows` rows (ld apart) of kc bfloat16 values widened into an MR x kc
@@ -278,7 +300,9 @@ struct Kernel {
     // Grown, never shrunk: a vector resized up zero-fills what it adds, and the
     // products of a step alternate between shapes.
     thread_local Scratch<float> a_buf, b_buf;
-    if (a_buf.size() < static_cast<std::size_t>(MR * kc_max)) a_buf.resize(static_cast<std::size_t>(MR * kc_max));
+    const std::int64_t a_panels = g.a_transposed ? kGroupPanels : 1;
+    if (a_buf.size() < static_cast<std::size_t>(a_panels * MR * kc_max))
+      a_buf.resize(static_cast<std::size_t>(a_panels * MR * kc_max));
     if (b_buf.size() < static_cast<std::size_t>(kc_max * nc_max)) b_buf.resize(static_cast<std::size_t>(kc_max * nc_max));
     float edge[MR * NR];  // a block of C cut by the matrix's edge
     for (std::int64_t k0 = 0; k0 < g.k; k0 += kc_max) {
@@ -304,10 +328,15 @@ struct Kernel {
           } else if (!g.a_transposed && rows == MR) {
             a = g.a + i0 * g.lda + k0;
             row_step = g.lda, k_step = 1;
-          } else if (g.a_bf16) {
-            pack_a(g, g.a_bf16, i0, k0, kc, a_buf.data());
+          } else if (!g.a_transposed) {  // the last rows of a row-major A, fewer than MR
+            pack_a_rows(g, i0, k0, kc, a_buf.data());
           } else {
-            pack_a(g, g.a, i0, k0, kc, a_buf.data());
+            const std::int64_t panel = i0 / MR % kGroupPanels;
+            if (panel == 0 && g.a_bf16)
+              pack_transposed_a_group(g, g.a_bf16, i0, k0, kc, a_buf.data());
+            else if (panel == 0)
+              pack_transposed_a_group(g, g.a, i0, k0, kc, a_buf.data());
+            a = a_buf.data() + panel * MR * kc;
           }
           // The next panel's rows, read in place, come from L3 or memory (A
           // is 8 MiB at 4096 x 512): asked into L2 now, while this panel's
