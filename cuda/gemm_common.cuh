@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "base/error.h"
 #include "cuda/device_utils.cuh"
@@ -107,6 +108,26 @@ struct TileSourceOf {
 };
 using TileSource = TileSourceOf<float>;
 
+// Where load i of this thread lies in a tile whose rows run fastest in memory: {kk, rr}, the
+// first of its W rows. float32: load v = threadIdx.x + i * Threads, consecutive threads on
+// consecutive rows of one k (the SGEMMs' stores rely on it). bfloat16: a thread's loads come in
+// pairs, the same W rows at k = 2w and 2w + 1 (w = its pair's index modulo BK / 2), so that it
+// can store them as W words of two k each (cuda/matmul_bf16.cu); a half-warp covers the tile's
+// BK values of k for one group of rows, 16 neighbouring 32-byte pieces of 16 rows of memory.
+template <int Rows, int BK, int Threads, typename E>
+__device__ __forceinline__ std::pair<int, int> transposed_load_at(int i) {
+  constexpr int W = kPerLoad<E>;
+  if constexpr (std::is_same_v<E, std::uint16_t>) {
+    static_assert(kStagedLoads<Rows, BK, Threads, E> % 2 == 0 && Rows * BK / W == Threads * kStagedLoads<Rows, BK, Threads, E>,
+                  "a bfloat16 tile is whole pairs of loads, the same number for every thread");
+    const int pair = threadIdx.x + (i / 2) * Threads;
+    return {2 * (pair % (BK / 2)) + i % 2, pair / (BK / 2) * W};
+  } else {
+    const int v = threadIdx.x + i * Threads;
+    return {v / (Rows / W), (v % (Rows / W)) * W};
+  }
+}
+
 // This thread's share of the tile at (r0, k0), zero outside the matrix.
 template <int Rows, int BK, int Threads, typename E>
 __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads, E>, E>& s,
@@ -122,7 +143,7 @@ __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
       s.v[i] = load16(x.data, gr * x.ld + gk, gr < x.rows ? in_range<W>(gk, x.k) : 0, x.vec);
     } else {  // X(r, k) = data[k * ld + r]: W consecutive rows
-      const int kk = v / (Rows / W), rr = (v % (Rows / W)) * W;
+      const auto [kk, rr] = transposed_load_at<Rows, BK, Threads, E>(i);
       const std::int64_t gr = r0 + rr, gk = k0 + kk;
       s.v[i] = load16(x.data, gk * x.ld + gr, gk < x.k ? in_range<W>(gr, x.rows) : 0, x.vec);
     }

@@ -41,19 +41,37 @@ template <int Rows, int Threads>
 using Fetched = Staged<kStagedLoads<Rows, kBK, Threads, std::uint16_t>, std::uint16_t>;
 
 // tile[r * kRowStride + kk] = X(r0 + r, k0 + kk), from fetch_tile's share.
+//
+// Where k runs fastest in memory a load is 8 k of one row, stored as it is. Where the rows do,
+// a thread's loads are pairs (gemm_common.cuh's transposed_load_at): 8 rows at k = 2w and at
+// 2w + 1, stored as 8 words of two k, one a row. A half-warp's 16 threads write the 16 words of
+// one row each time; the other half's rows lie 8 further on, 8 * 20 words (0 mod 32 banks) away,
+// so it writes its 8 rows from the fifth on, 80 words (16 banks) from the first half's: all 32
+// banks, where one value at a time had 16 threads on one bank (the first GPU window: this
+// operand layout ran the 4096 product at 10% of cuBLAS's bfloat16 GEMM).
 template <int Rows, int Threads>
 __device__ __forceinline__ void store(std::uint16_t* tile, const Fetched<Rows, Threads>& f, bool k_fastest) {
+  constexpr int kLoads = kStagedLoads<Rows, kBK, Threads, std::uint16_t>;
+  if (k_fastest) {
 #pragma unroll
-  for (int i = 0; i < kStagedLoads<Rows, kBK, Threads, std::uint16_t>; ++i) {
-    const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * kBK / kChunk) break;
-    if (k_fastest) {
+    for (int i = 0; i < kLoads; ++i) {
+      const int v = threadIdx.x + i * Threads;
       const int rr = v / (kBK / kChunk), kk = (v % (kBK / kChunk)) * kChunk;
       *reinterpret_cast<uint4*>(tile + rr * kRowStride + kk) = f.v[i];
-    } else {
-      const int kk = v / (Rows / kChunk), rr = (v % (Rows / kChunk)) * kChunk;
+    }
+    return;
+  }
+  const bool second_half = threadIdx.x % kWarp >= kWarp / 2;
 #pragma unroll
-      for (int t = 0; t < kChunk; ++t) tile[(rr + t) * kRowStride + kk] = bf16_at(f.v[i], t);
+  for (int i = 0; i < kLoads; i += 2) {
+    const auto [kk, rr] = transposed_load_at<Rows, kBK, Threads, std::uint16_t>(i);
+#pragma unroll
+    for (int t = 0; t < kChunk; ++t) {
+      const int s = (t + kChunk / 2) % kChunk;  // the second half's row at step t
+      const std::uint32_t word = second_half ? bf16_pair(bf16_at(f.v[i], s), bf16_at(f.v[i + 1], s))
+                                             : bf16_pair(bf16_at(f.v[i], t), bf16_at(f.v[i + 1], t));
+      const int row = rr + (second_half ? s : t);
+      *reinterpret_cast<std::uint32_t*>(tile + row * kRowStride + kk) = word;
     }
   }
 }
