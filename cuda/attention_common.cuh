@@ -68,7 +68,7 @@ __global__ void attention_delta_kernel(AttentionProblem p, ::attograd::Attention
 __device__ __forceinline__ void load_query_terms(float* lse_s, float* delta_s, const AttentionProblem& p,
                                                  const float* lse, const float* delta, std::int64_t bh,
                                                  std::int64_t q0, int count) {
-  if (threadIdx.x >= count) return;
+  if (static_cast<int>(threadIdx.x) >= count) return;
   const std::int64_t i = q0 + threadIdx.x;
   lse_s[threadIdx.x] = i < p.Tq ? lse[bh * p.Tq + i] : -INFINITY;
   delta_s[threadIdx.x] = i < p.Tq ? delta[bh * p.Tq + i] : 0.0f;

@@ -35,6 +35,7 @@
 
 #if defined(ATTOGRAD_CUDA_EMULATION)
 #include <bit>
+#include <cmath>
 #endif
 
 namespace attograd::cuda {
@@ -91,7 +92,12 @@ __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
 // (the C layout above, the same for every K) each plus its sum over k of
 // A[row][k] B[k][col], which a_at(all, row, k) and b_at(all, k, col) read back
 // from the lanes that hold them. The products of TF32 or bfloat16 numbers are
-// exact in double; the tensor core's sum order is its own.
+// exact in double; the tensor core's sum order is its own. The sum is rounded
+// toward zero, not to nearest: the tensor cores truncate their float32 sums
+// (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor
+// cores", 2021, for V100 to A100; on Hopper the [cuda] probe "the tensor cores'
+// float32 sums round toward zero" checks it). The hardware truncates each term as
+// it aligns them too, which can lose a little more than this one rounding.
 struct WarpFragments {
   std::uint32_t a[4], b[2];
 };
@@ -104,7 +110,8 @@ void emulated_mma(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_
     const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
     double sum = c[r];
     for (int k = 0; k < K; ++k) sum += static_cast<double>(a_at(all, row, k)) * b_at(all, k, col);
-    c[r] = static_cast<float>(sum);
+    const float nearest = static_cast<float>(sum);
+    c[r] = std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
   }
 }
 #endif

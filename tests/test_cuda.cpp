@@ -7,6 +7,7 @@
 // Without a GPU at run time (or in a build without CUDA) every test here
 // reports itself skipped, by name, and passes: SKIP_WITHOUT_CUDA (helpers.h)
 // is the first line of every test in this file.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -130,9 +131,32 @@ void require_parity(const Tensor& gpu, const Tensor& cpu, const std::string& wha
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
+// x / 2 rounded to a multiple of 1/8 and clamped to [-1, 1], in place (x's whole storage), for
+// float32 x: products of such values, and sums of up to 2^17 of them, are exact in float32 (and
+// every value is exact in TF32 and bfloat16), so a product's result is one number whatever the
+// order of its sums and their rounding.
+Tensor round_to_eighths(const Tensor& x) {
+  const auto n = static_cast<std::int64_t>(x.storage()->nbytes() / sizeof(float));
+  float* v = make_view(x, {n}, {1}, 0).data<float>();
+  for (std::int64_t i = 0; i < n; ++i) v[i] = std::clamp(std::round(v[i] * 4.0f), -8.0f, 8.0f) / 8.0f;
+  return x;
+}
+
+// The same values to the bit (same sizes and dtype).
+void require_same_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  const Tensor back = on_cpu(gpu);
+  INFO(what << ": gpu " << gpu.str() << ", cpu " << cpu.str() << ", max |gpu - cpu| = " << max_abs_diff(back, cpu));
+  REQUIRE(back.sizes() == cpu.sizes());
+  REQUIRE(std::memcmp(back.raw_data(), cpu.raw_data(), cpu.numel() * dtype_size(cpu.dtype())) == 0);
+}
+
 // fn on CPU inputs and on their GPU mirrors: the outputs agree, and so do the
 // gradients of every floating input under one random projection of the output.
-void require_op_parity(const std::string& name, const Fn& fn, const std::vector<Tensor>& inputs) {
+// exact_sums: the inputs are round_to_eighths's, the projection too, and fn only
+// multiplies and adds them, so the results must be the CPU's to the bit.
+void require_op_parity(const std::string& name, const Fn& fn, const std::vector<Tensor>& inputs,
+                       bool exact_sums = false) {
+  const auto require = exact_sums ? require_same_bits : require_parity;
   std::vector<Tensor> cpu, gpu;
   for (const Tensor& x : inputs) {
     Tensor c = x.detach(), g = on_gpu(x);
@@ -141,14 +165,15 @@ void require_op_parity(const std::string& name, const Fn& fn, const std::vector<
     gpu.push_back(g);
   }
   const Tensor y_cpu = fn(cpu), y_gpu = fn(gpu);
-  require_parity(y_gpu, y_cpu, name + " forward");
+  require(y_gpu, y_cpu, name + " forward");
   if (!y_cpu.requires_grad()) return;
   Generator gen(7);
-  const Tensor projection = kernels::cast(randn(y_cpu.sizes(), {DType::f64}, gen), y_cpu.dtype());
+  Tensor projection = kernels::cast(randn(y_cpu.sizes(), {DType::f64}, gen), y_cpu.dtype());
+  if (exact_sums) projection = round_to_eighths(projection);
   backward(y_cpu, projection);
   backward(y_gpu, kernels::to_device(projection, Device::cuda()));
   for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (cpu[i].requires_grad()) require_parity(gpu[i].grad(), cpu[i].grad(), name + " grad of input " + std::to_string(i));
+    if (cpu[i].requires_grad()) require(gpu[i].grad(), cpu[i].grad(), name + " grad of input " + std::to_string(i));
 }
 
 std::string describe(const Shape& s, Layout l, DType t) {
@@ -440,14 +465,31 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
 
 // Few output tiles over a long K (a Linear's weight gradient X^T dY: K = batch x tokens): K is cut into
 // slices summed afterwards. K not a multiple of the slice, nor of 8; batches; both operand layouts.
+// The operands are round_to_eighths's, so every product and every partial sum is exact in float32
+// (and each operand in TF32): the GPU must give the CPU's result to the bit, whatever its order
+// of sums and their rounding, and a slice lost or added twice shows. On random operands the
+// tensor cores' truncated sums (the probe above) part from OpenBLAS's by more than the float32
+// parity bound over such K (3.2e-4 at K = 2048 in the first GPU window, and as much on the
+// emulator, which models the truncation); their accuracy on random data is the shorter products'
+// tests' to check.
 TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches the CPU", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
   for_each_kernel_set(cuda::KernelOp::matmul, [&] {
-    for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36);
+    for (const MatmulCase& c : cases)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const Tensor a = round_to_eighths(input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 36));
+          const Tensor b = round_to_eighths(input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 37));
+          require_same_bits(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
+                            fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "",
+                                        shape_str(c.b), tb ? "(transposed)" : ""));
+        }
     require_op_parity(
         "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
-        {input({4, 512, 70}, DType::f32, Layout::contiguous, 38), input({70, 33}, DType::f32, Layout::contiguous, 39)});
+        {round_to_eighths(input({4, 512, 70}, DType::f32, Layout::contiguous, 38)),
+         round_to_eighths(input({70, 33}, DType::f32, Layout::contiguous, 39))},
+        /*exact_sums=*/true);
   });
 }
 
@@ -831,6 +873,39 @@ TEST_CASE("cuda: the tensor-core product follows cuda/mma.cuh's fragment layout,
     }
   INFO("worst error: TF32 " << worst_one << ", 3xTF32 " << worst_three);
   CHECK(worst_one > 1e-4);
+#endif
+}
+
+// How the tensor cores round a float32 sum, which the error of a long product on them rests on:
+// the first GPU window's split-K product over K = 2048 on the tensor cores differed from OpenBLAS's
+// by 3.2e-4 (7e-6 of the output's size), where the SIMT kernels stay within 1e-4, as truncated sums
+// would do. Row 0 sums to 1 + 3/4 of float32's last place at 1 (2^-23): 1 + 2^-23 to nearest,
+// 1 toward zero; row 1 is its negative; row 2 sums to 1 + 2^-23 exactly, which either keeps.
+// Every operand is exact in TF32 and in bfloat16, so only the sum's rounding is seen.
+TEST_CASE("cuda: the tensor cores' float32 sums round toward zero", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  const float last_place = 0x1p-23f, three_quarters = 0.75f * last_place;
+  const std::vector<std::pair<float, float>> rows{{1.0f, three_quarters}, {-1.0f, -three_quarters}, {1.0f, last_place}};
+  const std::vector<float> truncated{1.0f, -1.0f, 1.0f + last_place};
+  // A's row i holds rows[i] in columns 0 and 1 (zeros elsewhere), B is all ones: C[i][j] = the pair's sum.
+  const auto operands = [&](int k) {
+    std::vector<float> a(16 * k, 0.0f), b(k * 8, 1.0f);
+    for (std::size_t i = 0; i < rows.size(); ++i) a[i * k] = rows[i].first, a[i * k + 1] = rows[i].second;
+    return std::pair{a, b};
+  };
+  const auto [a8, b8] = operands(8);
+  const test::WarpProduct tf32 = test::warp_product_on_gpu(a8, b8);
+  const auto [a16, b16] = operands(16);
+  const std::vector<float> bf16 = test::warp_product_bf16_on_gpu(a16, b16);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (int j = 0; j < 8; ++j) {
+      INFO("row " << i << ", column " << j << ": TF32 " << tf32.tf32[i * 8 + j] << ", 3xTF32 " << tf32.three_tf32[i * 8 + j]
+                  << ", bfloat16 " << bf16[i * 8 + j] << ", want " << truncated[i]);
+      CHECK(tf32.tf32[i * 8 + j] == truncated[i]);
+      CHECK(tf32.three_tf32[i * 8 + j] == truncated[i]);
+      CHECK(bf16[i * 8 + j] == truncated[i]);
+    }
 #endif
 }
 
