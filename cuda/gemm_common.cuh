@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "base/error.h"
 #include "cuda/device_utils.cuh"
@@ -114,8 +113,11 @@ using TileSource = TileSourceOf<float>;
 // pairs, the same W rows at k = 2w and 2w + 1 (w = its pair's index modulo BK / 2), so that it
 // can store them as W words of two k each (cuda/matmul_bf16.cu); a half-warp covers the tile's
 // BK values of k for one group of rows, 16 neighbouring 32-byte pieces of 16 rows of memory.
+struct TileLoadAt {
+  int kk, rr;
+};
 template <int Rows, int BK, int Threads, typename E>
-__device__ __forceinline__ std::pair<int, int> transposed_load_at(int i) {
+__device__ __forceinline__ TileLoadAt transposed_load_at(int i) {
   constexpr int W = kPerLoad<E>;
   if constexpr (std::is_same_v<E, std::uint16_t>) {
     static_assert(kStagedLoads<Rows, BK, Threads, E> % 2 == 0 && Rows * BK / W == Threads * kStagedLoads<Rows, BK, Threads, E>,
