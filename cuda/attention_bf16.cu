@@ -85,10 +85,6 @@ __device__ __forceinline__ void load_tile_rows(std::uint16_t* tile, const Bf16Ro
 // tile[d][r] = x[t0 + r][d]: the same rows transposed, two rows a thread, so
 // each store is a 32-bit pair; with `vec` 8 values of each row a thread (16
 // bytes each), else one, neighbouring threads on neighbouring d so that reads coalesce.
-// With `vec`, the threads of d = 8j store their 8 rows of the tile starting at row d + j % 8:
-// rows d + i of the same i lie 8 pitches apart, 0 banks modulo 32 at every pitch here, so
-// in step order a warp's stores fell on 4 to 8 banks (the first GPU window: this attention
-// at 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and XXL).
 template <int Rows, int DMax>
 __device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b,
                                                   std::int64_t h, std::int64_t t0, std::int64_t T, std::int64_t D,
@@ -98,13 +94,10 @@ __device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf1
   };
   if (vec) {
     for (int e = threadIdx.x; e < Rows / 2 * DMax / 8; e += kBlockThreads) {
-      const int d = 8 * (e % (DMax / 8)), r = 2 * (e / (DMax / 8)), first = d / 8 % 8;
+      const int d = 8 * (e % (DMax / 8)), r = 2 * (e / (DMax / 8));
       const uint4 lo = eight_values(x, b, h, t0 + r, T, d, D), hi = eight_values(x, b, h, t0 + r + 1, T, d, D);
 #pragma unroll
-      for (int step = 0; step < 8; ++step) {
-        const int i = (first + step) % 8;
-        store_pair(d + i, r, bf16_at(lo, i), bf16_at(hi, i));
-      }
+      for (int i = 0; i < 8; ++i) store_pair(d + i, r, bf16_at(lo, i), bf16_at(hi, i));
     }
     return;
   }
