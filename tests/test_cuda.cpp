@@ -866,8 +866,8 @@ TEST_CASE("cuda: the tensor-core product follows cuda/mma.cuh's fragment layout,
       REQUIRE(std::abs(got.tf32[i * 8 + j] - want) < 2 * 0x1p-10 * size);
       // 3xTF32 drops a_small b_small (up to 2^-20 |a b|) and rounds the small
       // parts (2^-21 each): about 2^-19 |a b| a product. The three products add
-      // in float32 on the tensor core, whose rounding the emulator does not
-      // model (it adds in float64): a few ulps more. Here that gives up to
+      // in float32 on the tensor core, truncated (the probe below; the emulator
+      // rounds its exact sum toward zero): a few ulps more. Here that gives up to
       // 6.5e-7 (the bound is 1e-5 or more), against 1.5e-3 for one TF32 product.
       REQUIRE(std::abs(got.three_tf32[i * 8 + j] - want) < 4e-6 * size);
     }
