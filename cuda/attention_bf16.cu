@@ -29,7 +29,8 @@
 //
 // Tiles move 16 bytes a thread where every row is 16-byte aligned and D is a
 // multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. Not
-// here yet: double-buffered tiles (cp.async), ldmatrix. No GPU has run this yet.
+// here yet: double-buffered tiles (cp.async), ldmatrix. On an H200 (2026-12-04):
+// 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and XXL (docs/cuda.md).
 #include <algorithm>
 #include <cstdint>
 
