@@ -142,12 +142,16 @@ Tensor round_to_eighths(const Tensor& x) {
   return x;
 }
 
-// The same values to the bit (same sizes and dtype).
-void require_same_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+// gpu (on the device) holds cpu's values to the bit: the same sizes and bytes.
+bool same_bits(const Tensor& gpu, const Tensor& cpu) {
   const Tensor back = on_cpu(gpu);
-  INFO(what << ": gpu " << gpu.str() << ", cpu " << cpu.str() << ", max |gpu - cpu| = " << max_abs_diff(back, cpu));
-  REQUIRE(back.sizes() == cpu.sizes());
-  REQUIRE(std::memcmp(back.raw_data(), cpu.raw_data(), cpu.numel() * dtype_size(cpu.dtype())) == 0);
+  return back.sizes() == cpu.sizes() &&
+         std::memcmp(back.raw_data(), cpu.raw_data(), cpu.numel() * dtype_size(cpu.dtype())) == 0;
+}
+
+void require_same_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  INFO(what << ": gpu " << gpu.str() << ", cpu " << cpu.str() << ", max |gpu - cpu| = " << max_abs_diff(on_cpu(gpu), cpu));
+  REQUIRE(same_bits(gpu, cpu));
 }
 
 // fn on CPU inputs and on their GPU mirrors: the outputs agree, and so do the
@@ -432,14 +436,19 @@ struct MatmulCase {
 };
 
 // a @ b on the GPU against the CPU, each operand contiguous and transposed in memory.
-void require_matmul_parity(const Shape& a_shape, const Shape& b_shape, std::uint64_t seed) {
+// exact_sums: operands rounded by round_to_eighths, and the CPU's result wanted to the bit.
+void require_matmul_parity(const Shape& a_shape, const Shape& b_shape, std::uint64_t seed, bool exact_sums = false) {
+  const auto operand = [&](const Shape& sizes, bool transposed, std::uint64_t s) {
+    const Tensor x = input(sizes, DType::f32, transposed ? Layout::transposed : Layout::contiguous, s);
+    return exact_sums ? round_to_eighths(x) : x;
+  };
+  const auto require = exact_sums ? require_same_bits : require_parity;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      const Tensor a = input(a_shape, DType::f32, ta ? Layout::transposed : Layout::contiguous, seed);
-      const Tensor b = input(b_shape, DType::f32, tb ? Layout::transposed : Layout::contiguous, seed + 1);
-      require_parity(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
-                     fmt::format("matmul {} {} @ {} {}", shape_str(a_shape), ta ? "(transposed)" : "",
-                                 shape_str(b_shape), tb ? "(transposed)" : ""));
+      const Tensor a = operand(a_shape, ta, seed), b = operand(b_shape, tb, seed + 1);
+      require(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
+              fmt::format("matmul {} {} @ {} {}", shape_str(a_shape), ta ? "(transposed)" : "", shape_str(b_shape),
+                          tb ? "(transposed)" : ""));
     }
 }
 
@@ -476,15 +485,7 @@ TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches th
   SKIP_WITHOUT_CUDA();
   const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
   for_each_kernel_set(cuda::KernelOp::matmul, [&] {
-    for (const MatmulCase& c : cases)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          const Tensor a = round_to_eighths(input(c.a, DType::f32, ta ? Layout::transposed : Layout::contiguous, 36));
-          const Tensor b = round_to_eighths(input(c.b, DType::f32, tb ? Layout::transposed : Layout::contiguous, 37));
-          require_same_bits(kernels::matmul(on_gpu(a), on_gpu(b)), kernels::matmul(a, b),
-                            fmt::format("matmul {} {} @ {} {}", shape_str(c.a), ta ? "(transposed)" : "",
-                                        shape_str(c.b), tb ? "(transposed)" : ""));
-        }
+    for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36, /*exact_sums=*/true);
     require_op_parity(
         "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
         {round_to_eighths(input({4, 512, 70}, DType::f32, Layout::contiguous, 38)),
@@ -770,11 +771,6 @@ TEST_CASE("cuda: embedding matches the CPU, repeated ids scatter-adding", "[cuda
 TEST_CASE("cuda: the embedding backward is the CPU's to the bit, and deterministic", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   std::mt19937 rng(5);
-  const auto same_bytes = [](const Tensor& gpu, const Tensor& cpu) {
-    const Tensor back = on_cpu(gpu);
-    return back.sizes() == cpu.sizes() &&
-           std::memcmp(back.raw_data(), cpu.raw_data(), cpu.numel() * dtype_size(cpu.dtype())) == 0;
-  };
   struct Case {
     std::int64_t count, rows, channels;
     bool spread;  // over every row, or piled on the first 3
@@ -798,8 +794,8 @@ TEST_CASE("cuda: the embedding backward is the CPU's to the bit, and determinist
       const Tensor expected = kernels::embedding_backward(dy, id_cpu, c.rows);
       INFO(c.count << " ids into " << c.rows << " rows of " << c.channels << ", "
                    << (c.spread ? "spread" : "on 3 rows") << ", " << dtype_name(dtype));
-      REQUIRE(same_bytes(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));
-      REQUIRE(same_bytes(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));  // again
+      REQUIRE(same_bits(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));
+      REQUIRE(same_bits(kernels::embedding_backward(on_gpu(dy), on_gpu(id_cpu), c.rows), expected));  // again
     }
   // No ids at all: a zero table.
   const Tensor none = kernels::embedding_backward(on_gpu(zeros({0, 4})), on_gpu(ids_tensor({}, {0})), 3);
