@@ -107,50 +107,73 @@ struct TileSourceOf {
 };
 using TileSource = TileSourceOf<float>;
 
-// Where load i of this thread lies in a tile whose rows run fastest in memory: {kk, rr}, the
-// first of its W rows. float32: load v = threadIdx.x + i * Threads, consecutive threads on
-// consecutive rows of one k (the SGEMMs' stores rely on it). bfloat16: a thread's loads come in
-// pairs, the same W rows at k = 2w and 2w + 1 (w = its pair's index modulo BK / 2), so that it
-// can store them as W words of two k each (cuda/matmul_bf16.cu); a half-warp covers the tile's
-// BK values of k for one group of rows, 16 neighbouring 32-byte pieces of 16 rows of memory.
+// Where load i of this thread lies in its tile: {kk, rr}, the first of its kPerLoad elements
+// (consecutive k where k runs fastest in memory, else consecutive rows). Consecutive threads
+// take consecutive loads of one row (k fastest) or of one k, so a warp reads whole runs of
+// memory; the stores into shared memory (each kernel set's own) read the same places from here.
 struct TileLoadAt {
   int kk, rr;
 };
 template <int Rows, int BK, int Threads, typename E>
-__device__ __forceinline__ TileLoadAt transposed_load_at(int i) {
+__device__ __forceinline__ TileLoadAt load_at(int i, bool k_fastest) {
   constexpr int W = kPerLoad<E>;
-  if constexpr (std::is_same_v<E, std::uint16_t>) {
-    static_assert(kStagedLoads<Rows, BK, Threads, E> % 2 == 0 && Rows * BK / W == Threads * kStagedLoads<Rows, BK, Threads, E>,
-                  "a bfloat16 tile is whole pairs of loads, the same number for every thread");
-    const int pair = threadIdx.x + (i / 2) * Threads;
-    return {2 * (pair % (BK / 2)) + i % 2, pair / (BK / 2) * W};
-  } else {
-    const int v = threadIdx.x + i * Threads;
-    return {v / (Rows / W), (v % (Rows / W)) * W};
-  }
+  const int v = threadIdx.x + i * Threads;
+  if (k_fastest) return {(v % (BK / W)) * W, v / (BK / W)};
+  return {v / (Rows / W), (v % (Rows / W)) * W};
 }
 
-// This thread's share of the tile at (r0, k0), zero outside the matrix.
+// Whether this thread has a load i in a tile: the last may be partly unused
+// where the tile's loads are not a whole number per thread.
 template <int Rows, int BK, int Threads, typename E>
-__device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads, E>, E>& s,
-                                           const TileSourceOf<E>& x, std::int64_t r0, std::int64_t k0) {
-  constexpr int W = kPerLoad<E>;
+__device__ __forceinline__ bool has_load(int i) {
+  constexpr int kLoads = Rows * BK / kPerLoad<E>;
+  return kLoads % Threads == 0 || static_cast<int>(threadIdx.x) + i * Threads < kLoads;
+}
+
+// This thread's share of the operand's tiles of one job, zero outside the
+// matrix. Where each of its loads lies from a tile's first element is the same
+// for every tile of the job, so it is worked out once; a tile wholly inside a
+// matrix that allows 16-byte loads (most of them, in a large product) is then
+// one address and a load each, without a bound to check: one branch a tile,
+// where each load's checks and 64-bit index products had cost several
+// instructions in the products' main loop.
+template <int Rows, int BK, int Threads, typename E>
+struct TileFetcher {
+  static constexpr int kLoads = kStagedLoads<Rows, BK, Threads, E>, W = kPerLoad<E>;
   static_assert(Rows % W == 0 && BK % W == 0, "a load is W consecutive rows or k");
+  TileSourceOf<E> x;
+  std::int64_t row_step, k_step;  // X(r, k) = data[r * row_step + k * k_step]
+  std::int64_t offset[kLoads];    // load i's first element from the tile's
+
+  __device__ __forceinline__ explicit TileFetcher(const TileSourceOf<E>& source)
+      : x(source), row_step(source.k_fastest ? source.ld : 1), k_step(source.k_fastest ? 1 : source.ld) {
 #pragma unroll
-  for (int i = 0; i < kStagedLoads<Rows, BK, Threads, E>; ++i) {
-    const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * BK / W) break;
-    if (x.k_fastest) {  // X(r, k) = data[r * ld + k]: W consecutive k
-      const int rr = v / (BK / W), kk = (v % (BK / W)) * W;
-      const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load16(x.data, gr * x.ld + gk, gr < x.rows ? in_range<W>(gk, x.k) : 0, x.vec);
-    } else {  // X(r, k) = data[k * ld + r]: W consecutive rows
-      const auto [kk, rr] = transposed_load_at<Rows, BK, Threads, E>(i);
-      const std::int64_t gr = r0 + rr, gk = k0 + kk;
-      s.v[i] = load16(x.data, gk * x.ld + gr, gk < x.k ? in_range<W>(gr, x.rows) : 0, x.vec);
+    for (int i = 0; i < kLoads; ++i) {
+      const auto [kk, rr] = load_at<Rows, BK, Threads, E>(i, x.k_fastest);
+      offset[i] = rr * row_step + kk * k_step;
     }
   }
-}
+
+  // The tile at (r0, k0) into s.
+  __device__ __forceinline__ void fetch(Staged<kLoads, E>& s, std::int64_t r0, std::int64_t k0) const {
+    const E* tile = x.data + r0 * row_step + k0 * k_step;
+    if (x.vec && r0 + Rows <= x.rows && k0 + BK <= x.k) {
+#pragma unroll
+      for (int i = 0; i < kLoads; ++i)
+        if (has_load<Rows, BK, Threads, E>(i)) s.v[i] = *reinterpret_cast<const Load16<E>*>(tile + offset[i]);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      if (!has_load<Rows, BK, Threads, E>(i)) break;
+      const auto [kk, rr] = load_at<Rows, BK, Threads, E>(i, x.k_fastest);
+      const std::int64_t gr = r0 + rr, gk = k0 + kk;
+      const std::int64_t valid = x.k_fastest ? (gr < x.rows ? in_range<W>(gk, x.k) : 0)
+                                             : (gk < x.k ? in_range<W>(gr, x.rows) : 0);
+      s.v[i] = load16(tile, offset[i], valid, x.vec);
+    }
+  }
+};
 
 // The loop both kernel sets run. For each of the block's jobs (a batch, and a
 // slice of K when SplitK) the A and B tiles along K are double buffered: each
@@ -159,9 +182,12 @@ __device__ __forceinline__ void fetch_tile(Staged<kStagedLoads<Rows, BK, Threads
 // store(buf ^ 1, a, a_k_fastest, b, b_k_fastest) then puts them in the other
 // (the pair at k0 = 0 goes into buffer 0 first). finish(acc, job) writes the
 // job's results (job = z * splits + slice). acc is an Acc, zeroed for each job.
+// a_k_fastest and b_k_fastest are !g.a.transposed and g.b.transposed, which a
+// kernel made for one pair of layouts passes as constants.
 template <int BM, int BN, int BK, int Threads, bool SplitK, typename Acc, typename Args, typename Store,
           typename Compute, typename Finish>
-__device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute compute, Finish finish) {
+__device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute compute, Finish finish,
+                                          bool a_k_fastest, bool b_k_fastest) {
   using E = std::remove_const_t<std::remove_pointer_t<decltype(tile_elements(g.a.data))>>;
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
   const std::int64_t splits = SplitK ? g.splits : 1;
@@ -171,27 +197,28 @@ __device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute co
     const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
     std::int64_t offset[2];
     offsets_at(g.batch, z, offset);
-    const TileSourceOf<E> a_source{tile_elements(g.a.data) + offset[0], g.a.ld, g.m, g.k, !g.a.transposed, g.a_vec};
-    const TileSourceOf<E> b_source{tile_elements(g.b.data) + offset[1], g.b.ld, g.n, g.k, g.b.transposed,
-                                   g.b_vec};  // B seen as B^T
+    const TileFetcher<BM, BK, Threads, E> a_source(
+        {tile_elements(g.a.data) + offset[0], g.a.ld, g.m, g.k, a_k_fastest, g.a_vec});
+    const TileFetcher<BN, BK, Threads, E> b_source(
+        {tile_elements(g.b.data) + offset[1], g.b.ld, g.n, g.k, b_k_fastest, g.b_vec});  // B seen as B^T
     Acc acc{};
 
     Staged<kStagedLoads<BM, BK, Threads, E>, E> a_next;
     Staged<kStagedLoads<BN, BK, Threads, E>, E> b_next;
-    fetch_tile<BM, BK, Threads>(a_next, a_source, m0, k_begin);
-    fetch_tile<BN, BK, Threads>(b_next, b_source, n0, k_begin);
-    store(0, a_next, a_source.k_fastest, b_next, b_source.k_fastest);
+    a_source.fetch(a_next, m0, k_begin);
+    b_source.fetch(b_next, n0, k_begin);
+    store(0, a_next, a_source.x.k_fastest, b_next, b_source.x.k_fastest);
     __syncthreads();
     int buf = 0;
     for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
       const bool more = k0 + BK < k_end;
       if (more) {  // in flight while the products below run
-        fetch_tile<BM, BK, Threads>(a_next, a_source, m0, k0 + BK);
-        fetch_tile<BN, BK, Threads>(b_next, b_source, n0, k0 + BK);
+        a_source.fetch(a_next, m0, k0 + BK);
+        b_source.fetch(b_next, n0, k0 + BK);
       }
       compute(acc, buf);
       // The other buffer was last read in the previous step, which the barrier below it closed.
-      if (more) store(buf ^ 1, a_next, a_source.k_fastest, b_next, b_source.k_fastest);
+      if (more) store(buf ^ 1, a_next, a_source.x.k_fastest, b_next, b_source.x.k_fastest);
       __syncthreads();  // the next tile is stored, and everyone is done reading this one
       buf ^= 1;
     }

@@ -35,23 +35,21 @@ namespace {
 
 using namespace gemm_detail;
 
-// Tile[kk][r] = X(r0 + r, k0 + kk): the tile K-major, as fetch_tile fetched it.
+// Tile[kk][r] = X(r0 + r, k0 + kk): the tile K-major, as TileFetcher fetched it.
 template <int Rows, int BK, int Threads>
 __device__ __forceinline__ void store_tile(float (&tile)[BK][Rows], const Staged<kStagedLoads<Rows, BK, Threads>>& s,
                                            bool k_fastest) {
 #pragma unroll
   for (int i = 0; i < kStagedLoads<Rows, BK, Threads>; ++i) {
-    const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * BK / 4) break;
+    if (!has_load<Rows, BK, Threads, float>(i)) break;
+    const auto [kk, rr] = load_at<Rows, BK, Threads, float>(i, k_fastest);
     const float4 x = s.v[i];
     if (k_fastest) {
-      const int rr = v / (BK / 4), kk = (v % (BK / 4)) * 4;
       tile[kk + 0][rr] = x.x;
       tile[kk + 1][rr] = x.y;
       tile[kk + 2][rr] = x.z;
       tile[kk + 3][rr] = x.w;
     } else {
-      const int kk = v / (Rows / 4), rr = (v % (Rows / 4)) * 4;
       *reinterpret_cast<float4*>(&tile[kk][rr]) = x;
     }
   }
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
       }
     }
   };
-  gemm_jobs<BM, BN, BK, kBlockThreads, SplitK, Acc>(g, store, compute, finish);
+  gemm_jobs<BM, BN, BK, kBlockThreads, SplitK, Acc>(g, store, compute, finish, !g.a.transposed, g.b.transposed);
 }
 
 template <int BM, int BN, int BK, int TM, int TN, bool SplitK>

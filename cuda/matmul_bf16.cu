@@ -5,24 +5,25 @@
 // A block computes a BM x BN tile of C with warps of WM x WN each: WM / 16
 // fragments of A (16 rows) against WN / 8 of B (8 columns) per step of 16
 // along K. A and B^T stream through shared memory in tiles of kBK = 32 along
-// K, each row of a tile its k values side by side, so a lane's fragment
-// register (two consecutive k of one row, mma_bf16.cuh) is one aligned 32-bit
-// read; the rows are padded to 40 values (80 bytes, 20 banks), so the eight
-// rows a warp reads at once start on eight different groups of four banks.
+// K, each tile stored as its operand lies in memory: rows of k where k runs
+// fastest (A row-major, B transposed), rows of the operand's rows where those
+// do. Either way a fetch is eight neighbouring values, one 16-byte load and
+// one 16-byte store, and each fragment comes from ldmatrix (load_matrices),
+// plain or transposing: one instruction for an A fragment or two B fragments,
+// where 32-bit reads took four, and no value is moved one at a time.
 // The tiles are double buffered in the SGEMMs' job loop (gemm_jobs,
 // cuda/gemm_common.cuh): each thread fetches its share of the next pair into
-// registers (8 values, 16 bytes, at a time) while the warps compute on this one.
-//
-// Operands come in either layout: where a row's k values lie side by side in
-// memory (A row-major, B transposed) a fetch is eight k of one row, stored as
-// one 16-byte write; otherwise eight rows of one k, stored value by value.
+// registers while the warps compute on this one.
 //
 // Split-K as the SGEMMs: when even 64 x 64 tiles leave most SMs idle (a
 // Linear's weight gradient, K = batch x tokens), slices of K go to their own
 // blocks, whose float32 partial products a second kernel adds in slice order,
 // adding the bias and rounding once. Not here yet: a measured choice of tile
-// sizes, ldmatrix, cp.async. On an H200 (2026-12-04) the 4096 product ran at
-// 15% of cuBLAS's bfloat16 GEMM (docs/cuda.md).
+// sizes, cp.async. On an H200 (2026-12-04) the 4096 product ran at 15% of
+// cuBLAS's bfloat16 GEMM (docs/cuda.md), before ldmatrix and the bound-free
+// loads of whole tiles (gemm_common.cuh's TileFetcher); the SASS of its main
+// loop then had 32 HMMA among about 750 instructions.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/buffer.h"
@@ -34,65 +35,87 @@ namespace {
 
 using namespace gemm_detail;
 
-constexpr int kBK = 32;              // K per shared-memory tile: two mma steps
-constexpr int kRowStride = kBK + 8;  // values per tile row, padded (see above)
-constexpr int kChunk = kPerLoad<std::uint16_t>;  // values per fetch: 8, 16 bytes
+constexpr int kBK = 32;  // K per shared-memory tile: two mma steps
+// Values of padding after each stored row of a tile: rows 16 bytes further
+// apart than a multiple of 128 put the eight 16-byte rows an ldmatrix reads at
+// once (and a quarter-warp's stores) on eight different groups of four banks.
+constexpr int kPad = 8;
 
 template <int Rows, int Threads>
 using Fetched = Staged<kStagedLoads<Rows, kBK, Threads, std::uint16_t>, std::uint16_t>;
 
-// tile[r * kRowStride + kk] = X(r0 + r, k0 + kk), from fetch_tile's share.
-//
-// Where k runs fastest in memory a load is 8 k of one row, stored as it is. Where the rows do,
-// a thread's loads are pairs (gemm_common.cuh's transposed_load_at): 8 rows at k = 2w and at
-// 2w + 1, stored as 8 words of two k, one a row. A half-warp's 16 threads write the 16 words of
-// one row each time; the other half's rows lie 8 further on, 8 * 20 words (0 mod 32 banks) away,
-// so it writes its 8 rows from the fifth on, 80 words (16 banks) from the first half's: all 32
-// banks, where one value at a time had 16 threads on one bank (the first GPU window: this
-// operand layout ran the 4096 product at 10% of cuBLAS's bfloat16 GEMM, 15% with this).
+// Where element (r, kk) of a Rows x kBK tile is stored: at r * row + kk * k.
+struct TileSteps {
+  int row, k;
+};
+template <int Rows>
+__device__ __forceinline__ TileSteps tile_steps(bool k_fastest) {
+  return k_fastest ? TileSteps{kBK + kPad, 1} : TileSteps{1, Rows + kPad};
+}
+template <int Rows>
+constexpr int kTileValues = std::max(Rows * (kBK + kPad), kBK * (Rows + kPad));
+
+// This thread's share of a tile (TileFetcher's), each load as one 16-byte store.
 template <int Rows, int Threads>
 __device__ __forceinline__ void store(std::uint16_t* tile, const Fetched<Rows, Threads>& f, bool k_fastest) {
-  constexpr int kLoads = kStagedLoads<Rows, kBK, Threads, std::uint16_t>;
-  if (k_fastest) {
+  const TileSteps at = tile_steps<Rows>(k_fastest);
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      const int v = threadIdx.x + i * Threads;
-      const int rr = v / (kBK / kChunk), kk = (v % (kBK / kChunk)) * kChunk;
-      *reinterpret_cast<uint4*>(tile + rr * kRowStride + kk) = f.v[i];
-    }
-    return;
-  }
-  const bool second_half = threadIdx.x % kWarp >= kWarp / 2;
-#pragma unroll
-  for (int i = 0; i < kLoads; i += 2) {
-    const auto [kk, rr] = transposed_load_at<Rows, kBK, Threads, std::uint16_t>(i);
-#pragma unroll
-    for (int t = 0; t < kChunk; ++t) {
-      const int s = (t + kChunk / 2) % kChunk;  // the second half's row at step t
-      const std::uint32_t word = second_half ? bf16_pair(bf16_at(f.v[i], s), bf16_at(f.v[i + 1], s))
-                                             : bf16_pair(bf16_at(f.v[i], t), bf16_at(f.v[i + 1], t));
-      const int row = rr + (second_half ? s : t);
-      *reinterpret_cast<std::uint32_t*>(tile + row * kRowStride + kk) = word;
-    }
+  for (int i = 0; i < kStagedLoads<Rows, kBK, Threads, std::uint16_t>; ++i) {
+    if (!has_load<Rows, kBK, Threads, std::uint16_t>(i)) break;
+    const auto [kk, rr] = load_at<Rows, kBK, Threads, std::uint16_t>(i, k_fastest);
+    *reinterpret_cast<uint4*>(tile + rr * at.row + kk * at.k) = f.v[i];
   }
 }
 
+// The row this lane gives load_matrices for each 16 x 16 block of a tile
+// (mma_bf16.cuh): A's fragment, or B's two, with k along the stored rows or
+// across them.
+__device__ __forceinline__ int a_fragment_row(TileSteps at, bool k_fastest) {
+  return k_fastest ? quarters_down_row(at.row) : quarters_across_row(at.k);
+}
+__device__ __forceinline__ int b_fragments_row(TileSteps at, bool k_fastest) {
+  return k_fastest ? quarters_across_row(at.row) : quarters_down_row(at.k);
+}
+
+__device__ __forceinline__ void load_fragments(std::uint32_t (&r)[4], const std::uint16_t* row, bool k_fastest) {
+  if (k_fastest)
+    load_matrices<false>(r, row);
+  else
+    load_matrices<true>(r, row);
+}
+
 // SplitK: the job writes its float32 partial product to g.partial; otherwise
-// C rounded to bfloat16, with the bias.
-template <int BM, int BN, int WM, int WN, bool SplitK>
-__global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) gemm_bf16_kernel(Bf16GemmArgs g) {
+// C rounded to bfloat16, with the bias. A kernel for each pair of operand
+// layouts (ATransposed, BTransposed: g's own), so that its
+// stores and fragment loads are fixed instructions, not both of each with a
+// predicate choosing.
+//
+// Two blocks of the 128 x 128 kernel fit an SM (at most 128 registers a
+// thread; ptxas, sm_90: 124 to 128, no spill in three of the four layouts and
+// one 8-byte reload a tile in the fourth, where one block alone used up to
+// 174): while one block waits at its barrier or on its loads, the other's
+// products keep the tensor cores busy. Unmeasured on a GPU yet.
+template <int BM, int BN, int WM, int WN, bool SplitK, bool ATransposed, bool BTransposed>
+__global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp, BM == 128 ? 2 : 1) gemm_bf16_kernel(Bf16GemmArgs g) {
   constexpr int kWarpsN = BN / WN, kBlockThreads = kWarp * (BM / WM) * kWarpsN;
   constexpr int FM = WM / 16, FN = WN / 8;  // a warp's A and B fragments per mma step
+  static_assert(FN % 2 == 0, "B's fragments are loaded in pairs");
   // Two of each tile: the warps compute on one while the next is stored into the other.
-  __shared__ __align__(16) std::uint16_t a_tiles[2][BM * kRowStride];
-  __shared__ __align__(16) std::uint16_t b_tiles[2][BN * kRowStride];  // B^T: row n holds B(k0.., n)
+  __shared__ __align__(16) std::uint16_t a_tiles[2][kTileValues<BM>];
+  __shared__ __align__(16) std::uint16_t b_tiles[2][kTileValues<BN>];  // B^T: row n holds B(k0.., n)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int warp_m = warp / kWarpsN, warp_n = warp % kWarpsN;
   const int g_lane = lane / 4, t_lane = lane % 4;
   const std::int64_t m0 = std::int64_t(blockIdx.y) * BM, n0 = std::int64_t(blockIdx.x) * BN;
   using Acc = float[FM][FN][4];  // mma_bf16.cuh's C fragments of the warp's 16 x 8 tiles
+  // As gemm_jobs reads the operands: A's rows are M, B^T's are N.
+  constexpr bool a_k_fastest = !ATransposed, b_k_fastest = BTransposed;
+  const TileSteps a_at = tile_steps<BM>(a_k_fastest), b_at = tile_steps<BN>(b_k_fastest);
+  // This warp's part of each tile, and this lane's row within each block it loads.
+  const int a_first = warp_m * WM * a_at.row + a_fragment_row(a_at, a_k_fastest);
+  const int b_first = warp_n * WN * b_at.row + b_fragments_row(b_at, b_k_fastest);
 
-  const auto store_tiles = [&](int buf, const auto& a, bool a_k_fastest, const auto& b, bool b_k_fastest) {
+  const auto store_tiles = [&](int buf, const auto& a, bool /*a_k_fastest*/, const auto& b, bool /*b_k_fastest*/) {
     store<BM, kBlockThreads>(a_tiles[buf], a, a_k_fastest);
     store<BN, kBlockThreads>(b_tiles[buf], b, b_k_fastest);
   };
@@ -101,14 +124,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) gemm_bf16_kerne
     for (int step = 0; step < kBK / 16; ++step) {
       std::uint32_t b_frag[FN][2];
 #pragma unroll
-      for (int j = 0; j < FN; ++j)
-        load_b_fragment(b_frag[j], b_tiles[buf] + (warp_n * WN + j * 8) * kRowStride, kRowStride, step * 16, g_lane,
-                        t_lane);
+      for (int j = 0; j < FN; j += 2) {
+        std::uint32_t r[4];
+        load_fragments(r, b_tiles[buf] + b_first + j * 8 * b_at.row + step * 16 * b_at.k, b_k_fastest);
+        b_frag[j][0] = r[0], b_frag[j][1] = r[1], b_frag[j + 1][0] = r[2], b_frag[j + 1][1] = r[3];
+      }
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
         std::uint32_t a_frag[4];
-        load_a_fragment(a_frag, a_tiles[buf] + (warp_m * WM + i * 16) * kRowStride, kRowStride, step * 16, g_lane,
-                        t_lane);
+        load_fragments(a_frag, a_tiles[buf] + a_first + i * 16 * a_at.row + step * 16 * a_at.k, a_k_fastest);
 #pragma unroll
         for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], a_frag, b_frag[j]);
       }
@@ -137,12 +161,16 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) gemm_bf16_kerne
           }
       }
   };
-  gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store_tiles, compute, finish);
+  gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store_tiles, compute, finish, a_k_fastest, b_k_fastest);
 }
 
 template <int BM, int BN, int WM, int WN, bool SplitK>
 void launch_gemm_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
-  launch(gemm_bf16_kernel<BM, BN, WM, WN, SplitK>, gemm_grid(g, BM, BN), kWarp * (BM / WM) * (BN / WN), 0, stream, g);
+  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_kernel<BM, BN, WM, WN, SplitK, true, true>
+                                                       : gemm_bf16_kernel<BM, BN, WM, WN, SplitK, true, false>)
+                                     : (g.b.transposed ? gemm_bf16_kernel<BM, BN, WM, WN, SplitK, false, true>
+                                                       : gemm_bf16_kernel<BM, BN, WM, WN, SplitK, false, false>);
+  launch(kernel, gemm_grid(g, BM, BN), kWarp * (BM / WM) * (BN / WN), 0, stream, g);
   CUDA_CHECK_LAUNCH();
 }
 

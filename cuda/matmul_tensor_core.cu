@@ -64,22 +64,20 @@ __device__ __forceinline__ int b_slot(int k, int n) {
 }
 constexpr int kBSmallOffset = 2;
 
-// Stores this thread's share of a tile (fetch_tile's: element (r, kk) is
+// Stores this thread's share of a tile (TileFetcher's: element (r, kk) is
 // X(r0 + r, k0 + kk)) split in big and small TF32 parts at slot(r, kk).
 template <int Rows, int Threads, typename Slot>
 __device__ __forceinline__ void store_split(float* tile, const Staged<kStagedLoads<Rows, kBK, Threads>>& s,
                                             bool k_fastest, int small_offset, Slot slot) {
 #pragma unroll
   for (int i = 0; i < kStagedLoads<Rows, kBK, Threads>; ++i) {
-    const int v = threadIdx.x + i * Threads;
-    if (v >= Rows * kBK / 4) break;
+    if (!has_load<Rows, kBK, Threads, float>(i)) break;
+    const auto [kk0, r0] = load_at<Rows, kBK, Threads, float>(i, k_fastest);
     float x[4];
     unpack4(s.v[i], x);
 #pragma unroll
     for (int t = 0; t < 4; ++t) {  // four consecutive k, or four consecutive rows
-      const int r = k_fastest ? v / (kBK / 4) : (v % (Rows / 4)) * 4 + t;
-      const int kk = k_fastest ? (v % (kBK / 4)) * 4 + t : v / (Rows / 4);
-      const int at = slot(r, kk);
+      const int at = k_fastest ? slot(r0, kk0 + t) : slot(r0 + t, kk0);
       tile[at] = bits_float(tf32_big(x[t]));
       tile[at + small_offset] = bits_float(tf32_small(x[t]));
     }
@@ -152,7 +150,7 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
         }
       }
   };
-  gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store, compute, finish);
+  gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store, compute, finish, !g.a.transposed, g.b.transposed);
 }
 
 template <int BM, int BN, int WM, int WN, bool SplitK>

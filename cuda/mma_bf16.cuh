@@ -54,6 +54,56 @@ __device__ __forceinline__ void load_b_fragment(std::uint32_t (&b)[2], const std
   b[0] = pair_at(column), b[1] = pair_at(column + 8);
 }
 
+// Four 8 x 8 matrices of 16-bit values from shared memory in one instruction
+// (ldmatrix.sync.aligned.m8n8.x4, sm_75 and newer), where 32-bit reads take
+// four. Lanes 8i to 8i + 7 give the addresses of matrix i's rows 0 to 7 (16
+// bytes each, aligned to 16); lane (g, t) gets in r[i] row g's values 2t and
+// 2t + 1, the lower in the low half, which is the fragments' layout above for
+// a tile stored with k running fastest. With Trans (.trans) it gets column g's
+// values in rows 2t and 2t + 1, the matrix transposed: the same fragments from
+// a tile stored with k running slowest, as a row-major B or a transposed A lie.
+template <bool Trans>
+__device__ __forceinline__ void load_matrices(std::uint32_t (&r)[4], const std::uint16_t* row) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) ::emu::device_fault("ldmatrix: a row address not aligned to 16 bytes");
+  const std::uint16_t* rows[kWarp];
+  ::emu::warp_all_gather(kFullMask, row, rows);
+  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
+  for (int i = 0; i < 4; ++i) {
+    const std::uint16_t* const* matrix = rows + 8 * i;
+    r[i] = Trans ? bf16_pair(matrix[2 * t][g], matrix[2 * t + 1][g]) : pair_at(matrix[g] + 2 * t);
+  }
+#else
+  const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+#endif
+}
+
+// The row this lane gives load_matrices for a 16 x 16 block of a tile whose
+// stored rows are `pitch` values apart, as an offset from the block's first
+// value. Matrix q = lane / 8 is one quarter of the block, and the lane gives
+// its row lane % 8. Quarters down first (q: rows 8 (q % 2), columns 8 (q / 2)):
+//   plain, an A fragment from A's rows (k along them);
+//   transposing, two B fragments (columns n, n + 8) from B's rows (columns along them).
+// Quarters across first (q: rows 8 (q / 2), columns 8 (q % 2)):
+//   plain, two B fragments from B^T's rows (k along them);
+//   transposing, an A fragment from A^T's rows (A's rows along them).
+__device__ __forceinline__ int quarters_down_row(int pitch) {
+  const int q = threadIdx.x % kWarp / 8;
+  return (q % 2 * 8 + threadIdx.x % 8) * pitch + q / 2 * 8;
+}
+__device__ __forceinline__ int quarters_across_row(int pitch) {
+  const int q = threadIdx.x % kWarp / 8;
+  return (q / 2 * 8 + threadIdx.x % 8) * pitch + q % 2 * 8;
+}
+
 // c += A B for one 16 x 8 x 16 tile on bfloat16 operands. Every lane of the warp calls it together.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)

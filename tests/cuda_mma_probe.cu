@@ -41,6 +41,17 @@ __global__ void warp_product_bf16_kernel(const float* A, const float* B, float* 
   for (int r = 0; r < 4; ++r) C[(g + 8 * (r / 2)) * 8 + 2 * t + r % 2] = c[r];
 }
 
+template <bool Transposed>
+__global__ void load_matrices_kernel(std::uint32_t* out) {
+  __shared__ __align__(16) std::uint16_t rows[32 * 8];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int c = 0; c < 8; ++c) rows[lane * 8 + c] = static_cast<std::uint16_t>(lane * 8 + c);
+  __syncthreads();
+  std::uint32_t r[4];
+  cuda::load_matrices<Transposed>(r, rows + (13 * lane) % 32 * 8);
+  for (int i = 0; i < 4; ++i) out[4 * lane + i] = r[i];
+}
+
 // x in new device memory, copied on the default stream: the probes need
 // nothing of attograd's own streams or allocator.
 float* device_copy(const std::vector<float>& x) {
@@ -61,6 +72,21 @@ std::vector<float> warp_product_bf16_on_gpu(const std::vector<float>& a, const s
   CUDA_CHECK(cudaDeviceSynchronize());
   for (float* p : {da, db, dc}) CUDA_CHECK(cudaFree(p));
   return c;
+}
+
+std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed) {
+  std::uint32_t* d = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), 128 * sizeof(std::uint32_t)));
+  if (transposed)
+    cuda::launch(load_matrices_kernel<true>, 1, cuda::kWarp, 0, nullptr, d);
+  else
+    cuda::launch(load_matrices_kernel<false>, 1, cuda::kWarp, 0, nullptr, d);
+  CUDA_CHECK_LAUNCH();
+  std::vector<std::uint32_t> got(128);
+  CUDA_CHECK(cudaMemcpyAsync(got.data(), d, 128 * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaFree(d));
+  return got;
 }
 
 WarpProduct warp_product_on_gpu(const std::vector<float>& a, const std::vector<float>& b) {

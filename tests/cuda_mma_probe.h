@@ -2,6 +2,7 @@
 // The tensor-core products of cuda/mma.cuh and cuda/mma_bf16.cuh on known operands, run on the GPU (or
 // the emulator) by tests/cuda_mma_probe.cu; checked in test_cuda.cpp. Built only
 // with CUDA (ATTOGRAD_WITH_CUDA).
+#include <cstdint>
 #include <vector>
 
 namespace attograd::test {
@@ -18,5 +19,11 @@ WarpProduct warp_product_on_gpu(const std::vector<float>& a, const std::vector<f
 // warp's mma.sync.m16n8k16 .bf16 (cuda/mma_bf16.cuh), its fragments loaded and
 // stored as that file lays them out; C = A B, 16 x 8, row major.
 std::vector<float> warp_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& b);
+
+// One warp's load_matrices (ldmatrix .x4, cuda/mma_bf16.cuh) from a 32 x 8
+// shared-memory array holding the value r * 8 + c at row r, column c, lane l
+// giving the address of row (13 l) mod 32; plain, or transposing with
+// `transposed`. What each lane got: lane l's four registers at 4 l to 4 l + 3.
+std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed);
 
 }  // namespace attograd::test

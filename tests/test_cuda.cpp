@@ -517,6 +517,31 @@ TEST_CASE("cuda: the bfloat16 tensor-core product follows cuda/mma_bf16.cuh's fr
 #endif
 }
 
+// The bfloat16 product reads its fragments with ldmatrix (load_matrices), as
+// the PTX ISA describes it: lanes 8i to 8i + 7 give the rows of matrix i; lane
+// l gets, in register i, values 2(l % 4) and 2(l % 4) + 1 of matrix i's row
+// l / 4, or with .trans those of its column l / 4. Every value here is
+// distinct and the lanes' rows are permuted, so a value from the wrong row,
+// column, lane or half shows.
+TEST_CASE("cuda: ldmatrix, plain and transposing, gives each lane the values the PTX ISA says", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  for (bool transposed : {false, true}) {
+    const std::vector<std::uint32_t> got = test::load_matrices_on_gpu(transposed);
+    // Value c of the row that lane `giver` pointed at: row (13 giver) mod 32 holds r * 8 + c.
+    const auto value = [](int giver, int c) { return static_cast<std::uint32_t>((13 * giver) % 32 * 8 + c); };
+    for (int lane = 0; lane < 32; ++lane)
+      for (int i = 0; i < 4; ++i) {
+        const int g = lane / 4, t = lane % 4;
+        const std::uint32_t lo = transposed ? value(8 * i + 2 * t, g) : value(8 * i + g, 2 * t);
+        const std::uint32_t hi = transposed ? value(8 * i + 2 * t + 1, g) : value(8 * i + g, 2 * t + 1);
+        INFO((transposed ? "transposing" : "plain") << ", lane " << lane << ", register " << i);
+        REQUIRE(got[static_cast<std::size_t>(4 * lane + i)] == (lo | hi << 16));
+      }
+  }
+#endif
+}
+
 namespace {
 
 // A bfloat16 operand of `sizes`, normal values rounded, laid out row-major or
@@ -560,15 +585,17 @@ void require_bf16_products_in_every_layout(const std::vector<MatmulCase>& cases,
 // bfloat16 kernels are: the sums' order on the tensor cores is theirs.
 // Partial tiles on every edge, K below, at and past the 32 of a tile, both
 // tile sizes (264 batches of one 128 x 128 tile fill the emulated H100's 132
-// SMs twice), broadcast batches, K = 0, offset operands that cannot take
-// 16-byte loads, and a bias added before the one rounding.
+// SMs twice; 2304 x 2304 from K = 40 has 128 x 128 tiles wholly inside, whose
+// first 32 of K take TileFetcher's loads without bounds), broadcast batches,
+// K = 0, offset operands that cannot take 16-byte loads, and a bias added
+// before the one rounding.
 TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd sizes, transposes, batches, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   const std::vector<MatmulCase> cases{
       {{1, 1}, {1, 1}},         {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},        {{64, 64}, {64, 64}},
       {{37, 70}, {70, 45}},     {{127, 129}, {129, 131}},   {{300, 200}, {200, 150}}, {{2, 3, 5, 7}, {3, 7, 11}},
-      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},      {{264, 20, 33}, {33, 40}}};
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},      {{264, 20, 33}, {33, 40}}, {{2304, 40}, {40, 2304}}};
   require_bf16_products_in_every_layout(cases, 50);
   const Tensor wide = bf16_operand({33, 20}, false, 52);
   const Tensor a = make_view(wide, {33, 17}, wide.strides(), 1);  // 2 bytes past a 16-byte boundary

@@ -435,6 +435,12 @@ int lane() {
   require_kernel("a shuffle");
   return runner.lane();
 }
+void device_fault(const char* what) {
+  require_kernel(what);
+  const uint3 t = runner.current().where.thread, b = runner.current().where.block;
+  std::fprintf(stderr, "emulated CUDA: block (%u,%u,%u), thread (%u,%u,%u): %s\n", b.x, b.y, b.z, t.x, t.y, t.z, what);
+  std::abort();
+}
 
 void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
               const std::function<void()>& body) {

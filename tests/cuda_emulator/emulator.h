@@ -66,6 +66,10 @@ void warp_all_gather(unsigned mask, const T& mine, T (&all)[32]) {
   all_gather(mask, &mine, sizeof(T), all);
 }
 
+// Stops the process with a line naming the block, the thread and `what`: a
+// device-side misuse that a GPU would fault on or answer with garbage.
+[[noreturn]] void device_fault(const char* what);
+
 template <typename T>
 T shuffle(unsigned mask, T value, int source_lane) {
   static_assert(sizeof(T) <= sizeof(std::uint64_t) && std::is_trivially_copyable_v<T>);
