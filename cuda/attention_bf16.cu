@@ -11,15 +11,14 @@
 // and dS (dQ, dK) are rounded to bfloat16 as the A operands of their
 // products; the outputs accumulate in float32 and round once as stored.
 //
-// One fragment layout serves every product. A tile in shared memory holds
-// rows of bfloat16 values with k (the summed index) running along the row:
-// the A operand's 16 rows (a warp's queries, or keys) and B^T's rows (B's
-// columns). For Q K^T that is K as it lies in memory; for P V, dS K and the
-// like B^T is V^T or K^T, so those tiles are stored transposed as they are
-// loaded. A register of either fragment is then two neighbouring k of one row,
-// one aligned 32-bit read. Rows are padded by 8 values (16 bytes): a pitch of
-// 20, 36 or 68 words puts the 8 rows g that a warp reads at once on 8
-// different groups of 4 banks, and the 4 lanes t of a row on its group's 4.
+// Every tile in shared memory holds rows of Q, K, V or dO as they lie in
+// memory, and the fragments come from ldmatrix (load_matrices, mma_bf16.cuh):
+// plain where the summed index runs along the rows (Q K^T's A and B^T, a
+// warp's queries and the tile's keys), transposing where it runs down them
+// (P V's B is V's rows, dS K's is K's), so each of Q, K, V and dO is loaded
+// once, and no tile is stored transposed. Rows are padded by 8 values (16
+// bytes): a pitch of 20, 36 or 68 words puts the 8 rows of 16 bytes that an
+// ldmatrix reads at once on 8 different groups of 4 banks.
 //
 // A warp's scores stay in its mma accumulators (cuda/attention_warp_scores.cuh),
 // and the C layout of m16n8k16 is its A layout: accumulator blocks 2kb and
@@ -29,8 +28,9 @@
 //
 // Tiles move 16 bytes a thread where every row is 16-byte aligned and D is a
 // multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. Not
-// here yet: double-buffered tiles (cp.async), ldmatrix. On an H200 (2026-12-04):
-// 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and XXL (docs/cuda.md).
+// here yet: double-buffered tiles (cp.async). On an H200 (2026-12-04), before
+// ldmatrix and with the transposed tiles stored two values at a time: 0.22x
+// and 0.13x of PyTorch's bfloat16 SDPA at XL and XXL (docs/cuda.md).
 #include <algorithm>
 #include <cstdint>
 
@@ -83,31 +83,6 @@ __device__ __forceinline__ void load_tile_rows(std::uint16_t* tile, const Bf16Ro
   }
 }
 
-// tile[d][r] = x[t0 + r][d]: the same rows transposed, two rows a thread, so
-// each store is a 32-bit pair; with `vec` 8 values of each row a thread (16
-// bytes each), else one, neighbouring threads on neighbouring d so that reads coalesce.
-template <int Rows, int DMax>
-__device__ __forceinline__ void load_tile_columns(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b,
-                                                  std::int64_t h, std::int64_t t0, std::int64_t T, std::int64_t D,
-                                                  bool vec) {
-  const auto store_pair = [&](int d, int r, std::uint16_t lo, std::uint16_t hi) {
-    *reinterpret_cast<std::uint32_t*>(tile + d * kPitch<Rows> + r) = bf16_pair(lo, hi);
-  };
-  if (vec) {
-    for (int e = threadIdx.x; e < Rows / 2 * DMax / 8; e += kBlockThreads) {
-      const int d = 8 * (e % (DMax / 8)), r = 2 * (e / (DMax / 8));
-      const uint4 lo = eight_values(x, b, h, t0 + r, T, d, D), hi = eight_values(x, b, h, t0 + r + 1, T, d, D);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) store_pair(d + i, r, bf16_at(lo, i), bf16_at(hi, i));
-    }
-    return;
-  }
-  for (int e = threadIdx.x; e < Rows / 2 * DMax; e += kBlockThreads) {
-    const int d = e % DMax, r = 2 * (e / DMax);
-    store_pair(d, r, element_bits(x, b, h, t0 + r, T, d, D), element_bits(x, b, h, t0 + r + 1, T, d, D));
-  }
-}
-
 // lo and hi rounded to bfloat16 in one register, lo in the low half.
 __device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
@@ -119,30 +94,43 @@ __device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
 #endif
 }
 
+// acc[n] += A B[.., 8n, 8n + 8) and acc[n + 1] += A B[.., 8n + 8, 8n + 16),
+// B's two fragments as one load_matrices gives them (b).
+template <int N>
+__device__ __forceinline__ void times_fragment_pair(float (&acc)[N][4], int n, const std::uint32_t (&a)[4],
+                                                    const std::uint32_t (&b)[4]) {
+  const std::uint32_t left[2] = {b[0], b[1]}, right[2] = {b[2], b[3]};
+  mma_bf16(acc[n], a, left);
+  mma_bf16(acc[n + 1], a, right);
+}
+
 // acc (16 x 8N) += A B: A the warp's 16 rows at `a` (pitch PA), B^T's 8N rows
 // at `bt` (pitch PB), K values of k along both.
 template <int N, int K, int PA, int PB>
-__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const std::uint16_t* a, const std::uint16_t* bt,
-                                                int g, int t) {
+__device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const std::uint16_t* a, const std::uint16_t* bt) {
+  static_assert(N % 2 == 0, "B's fragments come in pairs");
+  const std::uint16_t *a_row = a + quarters_down_row(PA), *b_row = bt + quarters_across_row(PB);
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += 16) {
     std::uint32_t af[4];
-    load_a_fragment(af, a, PA, k0, g, t);
+    load_matrices<false>(af, a_row + k0);
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      std::uint32_t bf[2];
-      load_b_fragment(bf, bt + 8 * n * PB, PB, k0, g, t);
-      mma_bf16(acc[n], af, bf);
+    for (int n = 0; n < N; n += 2) {
+      std::uint32_t bf[4];
+      load_matrices<false>(bf, b_row + 8 * n * PB + k0);
+      times_fragment_pair(acc, n, af, bf);
     }
   }
 }
 
 // acc (16 x 8N) += S B: S (16 x 8NC) the warp's accumulator values, rounded
-// to bfloat16 where they are as A fragments (see the top of the file), B^T's
-// 8N rows at `bt` (pitch PB), 8NC values of k each.
+// to bfloat16 where they are as A fragments (see the top of the file), B's
+// 8NC rows (k) of 8N values at `b` (pitch PB), read transposing.
 template <int N, int NC, int PB>
-__device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const float (&s)[NC][4], const std::uint16_t* bt,
-                                                  int g, int t) {
+__device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const float (&s)[NC][4],
+                                                  const std::uint16_t* b) {
+  static_assert(N % 2 == 0, "B's fragments come in pairs");
+  const std::uint16_t* b_row = b + quarters_down_row(PB);
 #pragma unroll
   for (int kb = 0; kb < NC / 2; ++kb) {
     const float(&left)[4] = s[2 * kb];
@@ -150,10 +138,10 @@ __device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const floa
     const std::uint32_t af[4] = {round_pair(left[0], left[1]), round_pair(left[2], left[3]),
                                  round_pair(right[0], right[1]), round_pair(right[2], right[3])};
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      std::uint32_t bf[2];
-      load_b_fragment(bf, bt + 8 * n * PB, PB, 16 * kb, g, t);
-      mma_bf16(acc[n], af, bf);
+    for (int n = 0; n < N; n += 2) {
+      std::uint32_t bf[4];
+      load_matrices<true>(bf, b_row + 16 * kb * PB + 8 * n);
+      times_fragment_pair(acc, n, af, bf);
     }
   }
 }
@@ -188,7 +176,7 @@ __device__ __forceinline__ void store_bf16_rows(const Bf16AttentionOutput& out, 
 
 template <int DMax>
 constexpr std::size_t forward_smem() {
-  return tile_bytes<kBlockRows, DMax>() + tile_bytes<kForwardTile, DMax>() + tile_bytes<DMax, kForwardTile>();
+  return tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kForwardTile, DMax>();
 }
 
 template <int DMax>
@@ -197,7 +185,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int PD = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
   std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
   std::uint16_t* ks = qs + kBlockRows * PD;                     // (64, PD): a key tile
-  std::uint16_t* vt = ks + kForwardTile * PD;                   // (DMax, kPitch<64>): its values, transposed
+  std::uint16_t* vs = ks + kForwardTile * PD;                   // (64, PD): its values
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -213,17 +201,17 @@ __global__ void __launch_bounds__(kBlockThreads)
     for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile) {
       __syncthreads();  // everyone is done with the previous tile
       load_tile_rows<kForwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
-      load_tile_columns<kForwardTile, DMax>(vt, x.v, b, h, j0, p.Tk, p.D, x.vec);
+      load_tile_rows<kForwardTile, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
       __syncthreads();
 
       float s[NC][4] = {};  // q_i . k_j, then times scale
-      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks, g, t);
+      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
 #pragma unroll
       for (int n = 0; n < NC; ++n)
 #pragma unroll
         for (int r = 0; r < 4; ++r) s[n][r] *= p.scale;
       online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
-      scores_times_rows<ND, NC, kPitch<kForwardTile>>(o, s, vt, g, t);  // o_i += sum_j p_ij v_j
+      scores_times_rows<ND, NC, PD>(o, s, vs);  // o_i += sum_j p_ij v_j
     }
 
     float inv[2];
@@ -236,8 +224,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <int DMax>
 constexpr std::size_t dq_smem() {
-  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() +
-         tile_bytes<DMax, kBackwardTile>();
+  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>();
 }
 
 // A block owns queries [i0, i0 + 64) of one (b, h) and sweeps the key tiles:
@@ -249,9 +236,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int PD = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
   std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
   std::uint16_t* dos = qs + kBlockRows * PD;                    // (64, PD): their output gradients
-  std::uint16_t* ks = dos + kBlockRows * PD;                    // (32, PD): a key tile (for s)
+  std::uint16_t* ks = dos + kBlockRows * PD;                    // (32, PD): a key tile (for s and dq)
   std::uint16_t* vs = ks + kBackwardTile * PD;                  // (32, PD): its values (for dP)
-  std::uint16_t* kt = vs + kBackwardTile * PD;                  // (DMax, kPitch<32>): the keys transposed (for dq)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -268,14 +254,13 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       load_tile_rows<kBackwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
       load_tile_rows<kBackwardTile, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
-      load_tile_columns<kBackwardTile, DMax>(kt, x.k, b, h, j0, p.Tk, p.D, x.vec);
       __syncthreads();
 
       float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j
-      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks, g, t);
-      rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs, g, t);
+      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
+      rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs);
       scores_to_ds<NC>(s, dpv, p, b, h, w0, j0, g, t, terms, p.scale);
-      scores_times_rows<ND, NC, kPitch<kBackwardTile>>(dq_acc, s, kt, g, t);
+      scores_times_rows<ND, NC, PD>(dq_acc, s, ks);
     }
     store_bf16_rows<DMax>(dq, b, h, dq_acc, w0, p.Tq, p.D, g, t, {1.0f, 1.0f}, x.vec);
   }
@@ -283,8 +268,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 template <int DMax>
 constexpr std::size_t dkdv_smem() {
-  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() +
-         2 * tile_bytes<DMax, kBackwardTile>() + sizeof(float) * 2 * kBackwardTile;
+  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() + sizeof(float) * 2 * kBackwardTile;
 }
 
 // A block owns keys [j0, j0 + 64) of one (b, h) and sweeps the query tiles:
@@ -295,14 +279,12 @@ template <int DMax>
 __global__ void __launch_bounds__(kBlockThreads)
     attention_dkdv_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16Rows dout, const float* lse,
                                const float* delta, Bf16AttentionOutput dk, Bf16AttentionOutput dv) {
-  constexpr int PD = kPitch<DMax>, PT = kPitch<kBackwardTile>, NC = kBackwardTile / 8, ND = DMax / 8;
+  constexpr int PD = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
   std::uint16_t* ks = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's keys
   std::uint16_t* vs = ks + kBlockRows * PD;                     // (64, PD): and values
-  std::uint16_t* qs = vs + kBlockRows * PD;                     // (32, PD): a query tile (for s)
-  std::uint16_t* dos = qs + kBackwardTile * PD;                 // (32, PD): its output gradients (for dP)
-  std::uint16_t* qt = dos + kBackwardTile * PD;                 // (DMax, PT): the queries transposed (for dk)
-  std::uint16_t* dot = qt + DMax * PT;                          // (DMax, PT): the gradients transposed (for dv)
-  float* lse_s = reinterpret_cast<float*>(dot + DMax * PT);     // (32)
+  std::uint16_t* qs = vs + kBlockRows * PD;                     // (32, PD): a query tile (for s and dk)
+  std::uint16_t* dos = qs + kBackwardTile * PD;                 // (32, PD): its output gradients (for dP and dv)
+  float* lse_s = reinterpret_cast<float*>(dos + kBackwardTile * PD);  // (32)
   float* delta_s = lse_s + kBackwardTile;                       // (32)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = j0 + warp * kWarpRows;
@@ -320,17 +302,15 @@ __global__ void __launch_bounds__(kBlockThreads)
       __syncthreads();
       load_tile_rows<kBackwardTile, DMax>(qs, x.q, b, h, q0, p.Tq, p.D, x.vec);
       load_tile_rows<kBackwardTile, DMax>(dos, dout, b, h, q0, p.Tq, p.D, x.vec);
-      load_tile_columns<kBackwardTile, DMax>(qt, x.q, b, h, q0, p.Tq, p.D, x.vec);
-      load_tile_columns<kBackwardTile, DMax>(dot, dout, b, h, q0, p.Tq, p.D, x.vec);
       load_query_terms(lse_s, delta_s, p, lse, delta, bh, q0, kBackwardTile);
       __syncthreads();
 
       float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
-      rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs, g, t);
-      rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos, g, t);
+      rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs);
+      rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos);
       transposed_pair_grads<NC>(s, dpv, p, b, h, q0, w0, g, t, lse_s, delta_s);
-      scores_times_rows<ND, NC, PT>(dv_acc, s, dot, g, t);
-      scores_times_rows<ND, NC, PT>(dk_acc, dpv, qt, g, t);
+      scores_times_rows<ND, NC, PD>(dv_acc, s, dos);
+      scores_times_rows<ND, NC, PD>(dk_acc, dpv, qs);
     }
     store_bf16_rows<DMax>(dk, b, h, dk_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
     store_bf16_rows<DMax>(dv, b, h, dv_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
