@@ -27,13 +27,17 @@
 // the next product's operand where they are, rounded two at a time.
 //
 // Tiles move 16 bytes a thread where every row is 16-byte aligned and D is a
-// multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. Not
-// here yet: double-buffered tiles (cp.async). On an H200 (2026-12-04), before
-// ldmatrix and with the transposed tiles stored two values at a time: 0.22x
-// and 0.13x of PyTorch's bfloat16 SDPA at XL and XXL (docs/cuda.md).
+// multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. The
+// forward's key and value tiles are double buffered: with 16-byte loads the
+// next pair is copied by cp.async (cuda/async_copy.cuh) while the warps work
+// on this one. Not here yet: the same in the backward kernels. On an H200
+// (2026-12-04), before ldmatrix and cp.async, with the transposed tiles stored
+// two values at a time: 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and
+// XXL (docs/cuda.md).
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/attention_warp_scores.cuh"
 #include "cuda/buffer.h"
 #include "cuda/mma_bf16.cuh"
@@ -83,6 +87,22 @@ __device__ __forceinline__ void load_tile_rows(std::uint16_t* tile, const Bf16Ro
   }
 }
 
+// load_tile_rows's tile through cp.async where `vec`, which the caller commits
+// and waits for: the forward's next keys and values, copied while it
+// computes on these. Where rows are zero (past T or D) the copy reads nothing
+// and fills zeros; its source is then row t0 (t0 < T), an address that exists.
+template <int Rows, int DMax>
+__device__ __forceinline__ void copy_tile_rows_async(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b,
+                                                     std::int64_t h, std::int64_t t0, std::int64_t T, std::int64_t D,
+                                                     bool vec) {
+  if (!vec) return load_tile_rows<Rows, DMax>(tile, x, b, h, t0, T, D, vec);
+  for (int e = threadIdx.x; e < Rows * DMax / 8; e += kBlockThreads) {
+    const int r = e / (DMax / 8), d = 8 * (e % (DMax / 8));
+    const bool inside = t0 + r < T && d < D;
+    copy_async16(tile + r * kPitch<DMax> + d, inside ? x.row(b, h, t0 + r) + d : x.row(b, h, t0), inside);
+  }
+}
+
 // lo and hi rounded to bfloat16 in one register, lo in the low half.
 __device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
 #if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
@@ -94,14 +114,13 @@ __device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
 #endif
 }
 
-// acc[n] += A B[.., 8n, 8n + 8) and acc[n + 1] += A B[.., 8n + 8, 8n + 16),
-// B's two fragments as one load_matrices gives them (b).
-template <int N>
-__device__ __forceinline__ void times_fragment_pair(float (&acc)[N][4], int n, const std::uint32_t (&a)[4],
+// left += A B_left and right += A B_right: B's two fragments of 8 columns as
+// one load_matrices gives them (b).
+__device__ __forceinline__ void times_fragment_pair(float (&left)[4], float (&right)[4], const std::uint32_t (&a)[4],
                                                     const std::uint32_t (&b)[4]) {
-  const std::uint32_t left[2] = {b[0], b[1]}, right[2] = {b[2], b[3]};
-  mma_bf16(acc[n], a, left);
-  mma_bf16(acc[n + 1], a, right);
+  const std::uint32_t b_left[2] = {b[0], b[1]}, b_right[2] = {b[2], b[3]};
+  mma_bf16(left, a, b_left);
+  mma_bf16(right, a, b_right);
 }
 
 // acc (16 x 8N) += A B: A the warp's 16 rows at `a` (pitch PA), B^T's 8N rows
@@ -118,7 +137,7 @@ __device__ __forceinline__ void rows_times_rows(float (&acc)[N][4], const std::u
     for (int n = 0; n < N; n += 2) {
       std::uint32_t bf[4];
       load_matrices<false>(bf, b_row + 8 * n * PB + k0);
-      times_fragment_pair(acc, n, af, bf);
+      times_fragment_pair(acc[n], acc[n + 1], af, bf);
     }
   }
 }
@@ -141,7 +160,7 @@ __device__ __forceinline__ void scores_times_rows(float (&acc)[N][4], const floa
     for (int n = 0; n < N; n += 2) {
       std::uint32_t bf[4];
       load_matrices<true>(bf, b_row + 16 * kb * PB + 8 * n);
-      times_fragment_pair(acc, n, af, bf);
+      times_fragment_pair(acc[n], acc[n + 1], af, bf);
     }
   }
 }
@@ -174,9 +193,11 @@ __device__ __forceinline__ void store_bf16_rows(const Bf16AttentionOutput& out, 
 
 // ---- forward -----------------------------------------------------------------------------------
 
+// The queries, and two buffers of a key tile and its values: the warps
+// compute on one while the next is copied into the other.
 template <int DMax>
 constexpr std::size_t forward_smem() {
-  return tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kForwardTile, DMax>();
+  return tile_bytes<kBlockRows, DMax>() + 2 * 2 * tile_bytes<kForwardTile, DMax>();
 }
 
 template <int DMax>
@@ -184,8 +205,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
   constexpr int PD = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
   std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
-  std::uint16_t* ks = qs + kBlockRows * PD;                     // (64, PD): a key tile
-  std::uint16_t* vs = ks + kForwardTile * PD;                   // (64, PD): its values
+  std::uint16_t* kv = qs + kBlockRows * PD;  // buffer i: (64, PD) keys at kv + i * kBuffer, then their values
+  constexpr int kBuffer = 2 * kForwardTile * PD;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -198,11 +219,25 @@ __global__ void __launch_bounds__(kBlockThreads)
 
     // Causal: keys past the block's last query are hidden from every row.
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile) {
-      __syncthreads();  // everyone is done with the previous tile
-      load_tile_rows<kForwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
-      load_tile_rows<kForwardTile, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
+    const auto copy_keys = [&](int buf, std::int64_t j0) {  // and values, into buffer buf
+      copy_tile_rows_async<kForwardTile, DMax>(kv + buf * kBuffer, x.k, b, h, j0, p.Tk, p.D, x.vec);
+      copy_tile_rows_async<kForwardTile, DMax>(kv + buf * kBuffer + kForwardTile * PD, x.v, b, h, j0, p.Tk, p.D,
+                                               x.vec);
+      commit_async_copies();
+    };
+    if (key_end > 0) copy_keys(0, 0);  // buffer 0 was last read before the barrier above
+    int buf = 0;
+    for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile, buf ^= 1) {
+      // The next tile into the other buffer, whose last reader (the previous tile) the barrier at the
+      // end of the loop closed; then this one's copies are waited for, and everyone's by the barrier.
+      if (j0 + kForwardTile < key_end) {
+        copy_keys(buf ^ 1, j0 + kForwardTile);
+        wait_async_copies<1>();
+      } else {
+        wait_async_copies<0>();
+      }
       __syncthreads();
+      const std::uint16_t *ks = kv + buf * kBuffer, *vs = ks + kForwardTile * PD;
 
       float s[NC][4] = {};  // q_i . k_j, then times scale
       rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
@@ -212,6 +247,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int r = 0; r < 4; ++r) s[n][r] *= p.scale;
       online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
       scores_times_rows<ND, NC, PD>(o, s, vs);  // o_i += sum_j p_ij v_j
+      __syncthreads();  // everyone is done with this buffer before the next tile's copies go into it
     }
 
     float inv[2];

@@ -203,8 +203,8 @@ __device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute co
         {tile_elements(g.b.data) + offset[1], g.b.ld, g.n, g.k, b_k_fastest, g.b_vec});  // B seen as B^T
     Acc acc{};
 
-    Staged<kStagedLoads<BM, BK, Threads, E>, E> a_next;
-    Staged<kStagedLoads<BN, BK, Threads, E>, E> b_next;
+    // Zeroed: a thread with no load in a tile (has_load) stores nothing, but g++ cannot tell.
+    Staged<kStagedLoads<BM, BK, Threads, E>, E> a_next{}, b_next{};
     a_source.fetch(a_next, m0, k_begin);
     b_source.fetch(b_next, n0, k_begin);
     store(0, a_next, a_source.x.k_fastest, b_next, b_source.x.k_fastest);

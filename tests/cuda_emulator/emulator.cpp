@@ -9,6 +9,7 @@
 #include <ucontext.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -139,9 +140,18 @@ struct Warp {
   LaneValues values[2] = {};  // by generation parity: a round's values stay until all lanes read them
 };
 
+// A cp.async copy, made when its thread waits for its group.
+struct AsyncCopy {
+  void* destination;
+  const void* source;
+  std::size_t bytes, source_bytes;  // the rest of `bytes` past source_bytes is zero
+};
+
 // One CUDA thread of the block being run.
 struct Thread {
   ThreadCoordinates where;
+  std::vector<std::vector<AsyncCopy>> async_groups;  // committed, oldest first
+  std::vector<AsyncCopy> async_open;                // since the last commit
   const std::uint64_t* watched = nullptr;  // waiting until this generation moves past `waited`
   std::uint64_t waited = 0;
   const char* waits_at = nullptr;
@@ -194,6 +204,7 @@ class BlockRunner {
            const std::function<void()>& body);
 
   const Thread& current() const { return *running_->thread; }
+  Thread& current() { return *running_->thread; }
   void* dynamic_shared() { return shared_; }
   void syncthreads() { arrive(block_barrier_, thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
@@ -434,6 +445,36 @@ void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
 int lane() {
   require_kernel("a shuffle");
   return runner.lane();
+}
+namespace {
+void make_copy(const AsyncCopy& c) {
+  std::memcpy(c.destination, c.source, c.source_bytes);
+  std::memset(static_cast<std::byte*>(c.destination) + c.source_bytes, 0, c.bytes - c.source_bytes);
+}
+}  // namespace
+
+void async_copy(void* destination, const void* source, std::size_t bytes, std::size_t source_bytes) {
+  require_kernel("cp.async");
+  if (source_bytes > bytes) device_fault("cp.async: a source size past the copy's");
+  const AsyncCopy copy{destination, source, bytes, source_bytes};
+  if (reversed())
+    make_copy(copy);  // at once: a copy into memory other warps still read shows
+  else
+    runner.current().async_open.push_back(copy);  // when waited for: reading it sooner shows
+}
+void async_commit() {
+  require_kernel("cp.async.commit_group");
+  Thread& t = runner.current();
+  t.async_groups.push_back(std::move(t.async_open));
+  t.async_open.clear();
+}
+void async_wait(int pending) {
+  require_kernel("cp.async.wait_group");
+  Thread& t = runner.current();
+  const std::size_t done = t.async_groups.size() - std::min(t.async_groups.size(), static_cast<std::size_t>(pending));
+  for (std::size_t g = 0; g < done; ++g)
+    for (const AsyncCopy& c : t.async_groups[g]) make_copy(c);
+  t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done));
 }
 void device_fault(const char* what) {
   require_kernel(what);

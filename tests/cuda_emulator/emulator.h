@@ -66,6 +66,20 @@ void warp_all_gather(unsigned mask, const T& mine, T (&all)[32]) {
   all_gather(mask, &mine, sizeof(T), all);
 }
 
+// cp.async (sm_80 and newer): copies of `bytes` into shared memory, the first
+// source_bytes from `source` and the rest zero, which a GPU makes in the
+// background, any time between the copy and the wait for its group
+// (cp.async.wait_group: every group but the newest `pending` committed ones).
+// Here the two ends of that time, one for each thread order: first warp ahead,
+// a copy is made when its thread waits for it, so a kernel that reads the
+// destination sooner (or lets another thread read it before a barrier that
+// follows the wait) reads stale values; last warp ahead
+// (ATTOGRAD_EMULATED_ORDER=reverse), at once, so a copy into a buffer that
+// other warps have not finished reading (a missing barrier) overwrites it.
+void async_copy(void* destination, const void* source, std::size_t bytes, std::size_t source_bytes);
+void async_commit();
+void async_wait(int pending);
+
 // Stops the process with a line naming the block, the thread and `what`: a
 // device-side misuse that a GPU would fault on or answer with garbage.
 [[noreturn]] void device_fault(const char* what);

@@ -5,9 +5,12 @@
 // expects the emulator's line on stderr (tests/CMakeLists.txt).
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/device_utils.cuh"
 #include "cuda/mma.cuh"
 
@@ -55,6 +58,29 @@ __global__ void shuffles_kernel(int* xor_sum, int* scan, int* broadcast) {
   }
   scan[id] = s;
   broadcast[id] = __shfl_sync(0xffffffffu, id, 3, 16);  // lane 3 of each 16-lane segment
+}
+
+// Each of 32 threads copies 16 bytes (4 words) of `in` into its slot of shared memory with
+// cp.async, in two groups (slots 0 to 15, then 16 to 31; odd threads zero-fill instead), and
+// records its slot before any wait, after waiting for all but the newest group, and after waiting
+// for all: at = 4 * (32 * stage + thread).
+__global__ void async_copy_kernel(const unsigned* in, unsigned* at) {
+  __shared__ __align__(16) unsigned slots[32 * 4];
+  const int t = static_cast<int>(threadIdx.x);
+  for (int w = 0; w < 4; ++w) slots[4 * t + w] = 0xaaaaaaaau;
+  const auto record = [&](int stage) {
+    for (int w = 0; w < 4; ++w) at[4 * (32 * stage + t) + w] = slots[4 * t + w];
+  };
+  const auto copy = [&] { attograd::cuda::copy_async16(slots + 4 * t, in + 4 * t, t % 2 == 0); };
+  if (t < 16) copy();
+  attograd::cuda::commit_async_copies();
+  if (t >= 16) copy();
+  attograd::cuda::commit_async_copies();
+  record(0);
+  attograd::cuda::wait_async_copies<1>();
+  record(1);
+  attograd::cuda::wait_async_copies<0>();
+  record(2);
 }
 
 __global__ void read_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
@@ -125,6 +151,29 @@ TEST_CASE("emulator: TF32 operands and the big/small split of cuda/mma.cuh", "[e
   // inf and NaN have no small part: their big part carries them.
   CHECK(tf32_small(-INFINITY) == 0u);
   CHECK(tf32_small(NAN) == 0u);
+}
+
+// cp.async lands at one end of its time or the other (emulator.h): when waited for with the first
+// warp ahead, so reading sooner shows; at once with the last warp ahead.
+TEST_CASE("emulator: cp.async copies land when waited for (first warp ahead) or at once (last)", "[emulator]") {
+  const char* order = std::getenv("ATTOGRAD_EMULATED_ORDER");
+  const bool at_once = order && std::strcmp(order, "reverse") == 0;
+  std::vector<unsigned> host(32 * 4);
+  std::iota(host.begin(), host.end(), 1u);
+  DeviceArray<unsigned> in(host.size()), at(3 * host.size());
+  REQUIRE(cudaMemcpyAsync(in.p, host.data(), host.size() * sizeof(unsigned), cudaMemcpyHostToDevice) == cudaSuccess);
+  launch(async_copy_kernel, 1, 32, 0, nullptr, in.p, at.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<unsigned> seen = at.read();
+  for (int stage = 0; stage < 3; ++stage)
+    for (int t = 0; t < 32; ++t) {
+      const bool landed = at_once || stage == 2 || (stage == 1 && t < 16);  // wait<1> leaves the second group
+      for (int w = 0; w < 4; ++w) {
+        INFO("stage " << stage << ", thread " << t << ", word " << w);
+        const unsigned copied = t % 2 == 0 ? host[static_cast<std::size_t>(4 * t + w)] : 0u;
+        CHECK(seen[static_cast<std::size_t>(4 * (32 * stage + t) + w)] == (landed ? copied : 0xaaaaaaaau));
+      }
+    }
 }
 
 TEST_CASE("emulator: __syncthreads orders shared memory within each block", "[emulator]") {
