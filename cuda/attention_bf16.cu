@@ -28,9 +28,9 @@
 //
 // Tiles move 16 bytes a thread where every row is 16-byte aligned and D is a
 // multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. The
-// forward's key and value tiles are double buffered: with 16-byte loads the
-// next pair is copied by cp.async (cuda/async_copy.cuh) while the warps work
-// on this one. Not here yet: the same in the backward kernels. On an H200
+// tiles that stream (keys and values, or queries and their dO) are double
+// buffered (stream_tile_pairs): with 16-byte loads the next pair is copied by
+// cp.async (cuda/async_copy.cuh) while the warps work on this one. On an H200
 // (2026-12-04), before ldmatrix and cp.async, with the transposed tiles stored
 // two values at a time: 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and
 // XXL (docs/cuda.md).
@@ -100,6 +100,40 @@ __device__ __forceinline__ void copy_tile_rows_async(std::uint16_t* tile, const 
     const int r = e / (DMax / 8), d = 8 * (e % (DMax / 8));
     const bool inside = t0 + r < T && d < D;
     copy_async16(tile + r * kPitch<DMax> + d, inside ? x.row(b, h, t0 + r) + d : x.row(b, h, t0), inside);
+  }
+}
+
+// Rows [begin, end) of x and y (of (b, h); T rows each), Rows at a time, through
+// two buffers in shared memory: buffer i's x tile at buffers + 2 i kTile, its y
+// tile after it. While body(x_tile, y_tile, t0, buf) computes on one buffer,
+// the next pair is copied into the other (cp.async where `vec`), and
+// also(buf, t0) stores what else that tile needs into buffer buf's own place.
+// The caller's last reads of buffer 0 must lie before a barrier.
+template <int Rows, int DMax, typename Also, typename Body>
+__device__ __forceinline__ void stream_tile_pairs(std::uint16_t* buffers, const Bf16Rows& x, const Bf16Rows& y,
+                                                  std::int64_t b, std::int64_t h, std::int64_t begin, std::int64_t end,
+                                                  std::int64_t T, std::int64_t D, bool vec, Also also, Body body) {
+  constexpr int kTile = Rows * kPitch<DMax>;
+  const auto copy = [&](int buf, std::int64_t t0) {
+    copy_tile_rows_async<Rows, DMax>(buffers + 2 * buf * kTile, x, b, h, t0, T, D, vec);
+    copy_tile_rows_async<Rows, DMax>(buffers + 2 * buf * kTile + kTile, y, b, h, t0, T, D, vec);
+    also(buf, t0);
+    commit_async_copies();
+  };
+  if (begin < end) copy(0, begin);
+  int buf = 0;
+  for (std::int64_t t0 = begin; t0 < end; t0 += Rows, buf ^= 1) {
+    // The next pair into the other buffer, whose last reader (the previous pair) the barrier at
+    // the end of the loop closed; then this pair's copies are waited for, and everyone's by the barrier.
+    if (t0 + Rows < end) {
+      copy(buf ^ 1, t0 + Rows);
+      wait_async_copies<1>();
+    } else {
+      wait_async_copies<0>();
+    }
+    __syncthreads();
+    body(buffers + 2 * buf * kTile, buffers + 2 * buf * kTile + kTile, t0, buf);
+    __syncthreads();  // everyone is done with this buffer before the next pair's copies go into it
   }
 }
 
@@ -205,8 +239,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     attention_forward_bf16_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
   constexpr int PD = kPitch<DMax>, NC = kForwardTile / 8, ND = DMax / 8;
   std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
-  std::uint16_t* kv = qs + kBlockRows * PD;  // buffer i: (64, PD) keys at kv + i * kBuffer, then their values
-  constexpr int kBuffer = 2 * kForwardTile * PD;
+  std::uint16_t* kv = qs + kBlockRows * PD;                     // two buffers of (64, PD) keys, then their values
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -219,36 +252,18 @@ __global__ void __launch_bounds__(kBlockThreads)
 
     // Causal: keys past the block's last query are hidden from every row.
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
-    const auto copy_keys = [&](int buf, std::int64_t j0) {  // and values, into buffer buf
-      copy_tile_rows_async<kForwardTile, DMax>(kv + buf * kBuffer, x.k, b, h, j0, p.Tk, p.D, x.vec);
-      copy_tile_rows_async<kForwardTile, DMax>(kv + buf * kBuffer + kForwardTile * PD, x.v, b, h, j0, p.Tk, p.D,
-                                               x.vec);
-      commit_async_copies();
-    };
-    if (key_end > 0) copy_keys(0, 0);  // buffer 0 was last read before the barrier above
-    int buf = 0;
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += kForwardTile, buf ^= 1) {
-      // The next tile into the other buffer, whose last reader (the previous tile) the barrier at the
-      // end of the loop closed; then this one's copies are waited for, and everyone's by the barrier.
-      if (j0 + kForwardTile < key_end) {
-        copy_keys(buf ^ 1, j0 + kForwardTile);
-        wait_async_copies<1>();
-      } else {
-        wait_async_copies<0>();
-      }
-      __syncthreads();
-      const std::uint16_t *ks = kv + buf * kBuffer, *vs = ks + kForwardTile * PD;
-
-      float s[NC][4] = {};  // q_i . k_j, then times scale
-      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
+    stream_tile_pairs<kForwardTile, DMax>(
+        kv, x.k, x.v, b, h, 0, key_end, p.Tk, p.D, x.vec, [](int, std::int64_t) {},
+        [&](const std::uint16_t* ks, const std::uint16_t* vs, std::int64_t j0, int) {
+          float s[NC][4] = {};  // q_i . k_j, then times scale
+          rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
 #pragma unroll
-      for (int n = 0; n < NC; ++n)
+          for (int n = 0; n < NC; ++n)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) s[n][r] *= p.scale;
-      online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
-      scores_times_rows<ND, NC, PD>(o, s, vs);  // o_i += sum_j p_ij v_j
-      __syncthreads();  // everyone is done with this buffer before the next tile's copies go into it
-    }
+            for (int r = 0; r < 4; ++r) s[n][r] *= p.scale;
+          online_softmax_tile<NC, ND>(s, o, run, p, b, h, w0, j0, g, t);
+          scores_times_rows<ND, NC, PD>(o, s, vs);  // o_i += sum_j p_ij v_j
+        });
 
     float inv[2];
     finish_softmax(run, p, bh, w0, g, t, lse, inv);
@@ -258,9 +273,10 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 // ---- backward (attention_common.cuh's formulas, pair_grads) ------------------------------------
 
+// The block's queries and their dO, and two buffers of a key tile and its values.
 template <int DMax>
 constexpr std::size_t dq_smem() {
-  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>();
+  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * 2 * tile_bytes<kBackwardTile, DMax>();
 }
 
 // A block owns queries [i0, i0 + 64) of one (b, h) and sweeps the key tiles:
@@ -272,8 +288,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int PD = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
   std::uint16_t* qs = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's queries
   std::uint16_t* dos = qs + kBlockRows * PD;                    // (64, PD): their output gradients
-  std::uint16_t* ks = dos + kBlockRows * PD;                    // (32, PD): a key tile (for s and dq)
-  std::uint16_t* vs = ks + kBackwardTile * PD;                  // (32, PD): its values (for dP)
+  std::uint16_t* kv = dos + kBlockRows * PD;  // two buffers of (32, PD) keys (for s and dq), then values (for dP)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = i0 + warp * kWarpRows;
 
@@ -286,25 +301,24 @@ __global__ void __launch_bounds__(kBlockThreads)
     float dq_acc[ND][4] = {};
 
     const std::int64_t key_end = p.causal ? min(p.Tk, i0 + kBlockRows) : p.Tk;
-    for (std::int64_t j0 = 0; j0 < key_end; j0 += kBackwardTile) {
-      __syncthreads();
-      load_tile_rows<kBackwardTile, DMax>(ks, x.k, b, h, j0, p.Tk, p.D, x.vec);
-      load_tile_rows<kBackwardTile, DMax>(vs, x.v, b, h, j0, p.Tk, p.D, x.vec);
-      __syncthreads();
-
-      float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j
-      rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
-      rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs);
-      scores_to_ds<NC>(s, dpv, p, b, h, w0, j0, g, t, terms, p.scale);
-      scores_times_rows<ND, NC, PD>(dq_acc, s, ks);
-    }
+    stream_tile_pairs<kBackwardTile, DMax>(
+        kv, x.k, x.v, b, h, 0, key_end, p.Tk, p.D, x.vec, [](int, std::int64_t) {},
+        [&](const std::uint16_t* ks, const std::uint16_t* vs, std::int64_t j0, int) {
+          float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j
+          rows_times_rows<NC, DMax, PD, PD>(s, qs + warp * kWarpRows * PD, ks);
+          rows_times_rows<NC, DMax, PD, PD>(dpv, dos + warp * kWarpRows * PD, vs);
+          scores_to_ds<NC>(s, dpv, p, b, h, w0, j0, g, t, terms, p.scale);
+          scores_times_rows<ND, NC, PD>(dq_acc, s, ks);
+        });
     store_bf16_rows<DMax>(dq, b, h, dq_acc, w0, p.Tq, p.D, g, t, {1.0f, 1.0f}, x.vec);
   }
 }
 
+// The block's keys and values, and two buffers of a query tile, its dO and their lse and delta.
 template <int DMax>
 constexpr std::size_t dkdv_smem() {
-  return 2 * tile_bytes<kBlockRows, DMax>() + 2 * tile_bytes<kBackwardTile, DMax>() + sizeof(float) * 2 * kBackwardTile;
+  return 2 * tile_bytes<kBlockRows, DMax>() +
+         2 * (2 * tile_bytes<kBackwardTile, DMax>() + sizeof(float) * 2 * kBackwardTile);
 }
 
 // A block owns keys [j0, j0 + 64) of one (b, h) and sweeps the query tiles:
@@ -318,10 +332,8 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int PD = kPitch<DMax>, NC = kBackwardTile / 8, ND = DMax / 8;
   std::uint16_t* ks = dynamic_shared_memory<std::uint16_t>();  // (64, PD): the block's keys
   std::uint16_t* vs = ks + kBlockRows * PD;                     // (64, PD): and values
-  std::uint16_t* qs = vs + kBlockRows * PD;                     // (32, PD): a query tile (for s and dk)
-  std::uint16_t* dos = qs + kBackwardTile * PD;                 // (32, PD): its output gradients (for dP and dv)
-  float* lse_s = reinterpret_cast<float*>(dos + kBackwardTile * PD);  // (32)
-  float* delta_s = lse_s + kBackwardTile;                       // (32)
+  std::uint16_t* qd = vs + kBlockRows * PD;  // two buffers of (32, PD) queries (for s and dk), then their dO (dP, dv)
+  float* terms = reinterpret_cast<float*>(qd + 2 * 2 * kBackwardTile * PD);  // buffer i's lse at 64 i, delta after
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const std::int64_t j0 = std::int64_t(blockIdx.x) * kBlockRows, w0 = j0 + warp * kWarpRows;
 
@@ -334,20 +346,21 @@ __global__ void __launch_bounds__(kBlockThreads)
 
     // Causal: queries before j0 see none of these keys.
     const std::int64_t q_begin = p.causal ? j0 / kBackwardTile * kBackwardTile : 0;
-    for (std::int64_t q0 = q_begin; q0 < p.Tq; q0 += kBackwardTile) {
-      __syncthreads();
-      load_tile_rows<kBackwardTile, DMax>(qs, x.q, b, h, q0, p.Tq, p.D, x.vec);
-      load_tile_rows<kBackwardTile, DMax>(dos, dout, b, h, q0, p.Tq, p.D, x.vec);
-      load_query_terms(lse_s, delta_s, p, lse, delta, bh, q0, kBackwardTile);
-      __syncthreads();
-
-      float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
-      rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs);
-      rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos);
-      transposed_pair_grads<NC>(s, dpv, p, b, h, q0, w0, g, t, lse_s, delta_s);
-      scores_times_rows<ND, NC, PD>(dv_acc, s, dos);
-      scores_times_rows<ND, NC, PD>(dk_acc, dpv, qs);
-    }
+    stream_tile_pairs<kBackwardTile, DMax>(
+        qd, x.q, dout, b, h, q_begin, p.Tq, p.Tq, p.D, x.vec,
+        [&](int buf, std::int64_t q0) {
+          float* lse_s = terms + 2 * kBackwardTile * buf;
+          load_query_terms(lse_s, lse_s + kBackwardTile, p, lse, delta, bh, q0, kBackwardTile);
+        },
+        [&](const std::uint16_t* qs, const std::uint16_t* dos, std::int64_t q0, int buf) {
+          const float* lse_s = terms + 2 * kBackwardTile * buf;
+          float s[NC][4] = {}, dpv[NC][4] = {};  // q_i . k_j and do_i . v_j, by key (row) and query (column)
+          rows_times_rows<NC, DMax, PD, PD>(s, ks + warp * kWarpRows * PD, qs);
+          rows_times_rows<NC, DMax, PD, PD>(dpv, vs + warp * kWarpRows * PD, dos);
+          transposed_pair_grads<NC>(s, dpv, p, b, h, q0, w0, g, t, lse_s, lse_s + kBackwardTile);
+          scores_times_rows<ND, NC, PD>(dv_acc, s, dos);
+          scores_times_rows<ND, NC, PD>(dk_acc, dpv, qs);
+        });
     store_bf16_rows<DMax>(dk, b, h, dk_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
     store_bf16_rows<DMax>(dv, b, h, dv_acc, w0, p.Tk, p.D, g, t, {1.0f, 1.0f}, x.vec);
   }

@@ -65,7 +65,8 @@ __device__ __forceinline__ void load_b_fragment(std::uint32_t (&b)[2], const std
 template <bool Trans>
 __device__ __forceinline__ void load_matrices(std::uint32_t (&r)[4], const std::uint16_t* row) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0) ::emu::device_fault("ldmatrix: a row address not aligned to 16 bytes");
+  if (reinterpret_cast<std::uintptr_t>(row) % 16 != 0)
+    ::emu::device_fault("ldmatrix: a row address not aligned to 16 bytes");
   const std::uint16_t* rows[kWarp];
   ::emu::warp_all_gather(kFullMask, row, rows);
   const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
