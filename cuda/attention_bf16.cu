@@ -88,9 +88,10 @@ __device__ __forceinline__ void load_tile_rows(std::uint16_t* tile, const Bf16Ro
 }
 
 // load_tile_rows's tile through cp.async where `vec`, which the caller commits
-// and waits for: the forward's next keys and values, copied while it
-// computes on these. Where rows are zero (past T or D) the copy reads nothing
-// and fills zeros; its source is then row t0 (t0 < T), an address that exists.
+// and waits for (stream_tile_pairs: the next pair of tiles, copied while the
+// warps compute on this one). Where values are zero (past T or D) the copy
+// reads nothing and fills zeros; its source is then row t0 (t0 < T), an
+// address that exists.
 template <int Rows, int DMax>
 __device__ __forceinline__ void copy_tile_rows_async(std::uint16_t* tile, const Bf16Rows& x, std::int64_t b,
                                                      std::int64_t h, std::int64_t t0, std::int64_t T, std::int64_t D,

@@ -36,9 +36,10 @@ namespace {
 using namespace gemm_detail;
 
 constexpr int kBK = 32;  // K per shared-memory tile: two mma steps
-// Values of padding after each stored row of a tile: rows 16 bytes further
-// apart than a multiple of 128 put the eight 16-byte rows an ldmatrix reads at
-// once (and a quarter-warp's stores) on eight different groups of four banks.
+// Values of padding after each stored row of a tile: rows 80 bytes apart (40
+// values of k) or 16 more than a multiple of 128 (Rows + 8 values) put the
+// eight 16-byte rows an ldmatrix reads at once on eight different groups of
+// four banks.
 constexpr int kPad = 8;
 
 template <int Rows, int Threads>
@@ -86,9 +87,8 @@ __device__ __forceinline__ void load_fragments(std::uint32_t (&r)[4], const std:
 
 // SplitK: the job writes its float32 partial product to g.partial; otherwise
 // C rounded to bfloat16, with the bias. A kernel for each pair of operand
-// layouts (ATransposed, BTransposed: g's own), so that its
-// stores and fragment loads are fixed instructions, not both of each with a
-// predicate choosing.
+// layouts (ATransposed, BTransposed: g's own), so that its stores and fragment
+// loads are fixed instructions, not both of each with a predicate choosing.
 //
 // Two blocks of the 128 x 128 kernel fit an SM (at most 128 registers a
 // thread; ptxas, sm_90: 124 to 128, no spill in three of the four layouts and
