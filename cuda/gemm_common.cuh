@@ -105,7 +105,6 @@ struct TileSourceOf {
   std::int64_t ld, rows, k;
   bool k_fastest, vec;
 };
-using TileSource = TileSourceOf<float>;
 
 // Where load i of this thread lies in its tile: {kk, rr}, the first of its kPerLoad elements
 // (consecutive k where k runs fastest in memory, else consecutive rows). Consecutive threads
@@ -207,7 +206,7 @@ __device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute co
     Staged<kStagedLoads<BM, BK, Threads, E>, E> a_next{}, b_next{};
     a_source.fetch(a_next, m0, k_begin);
     b_source.fetch(b_next, n0, k_begin);
-    store(0, a_next, a_source.x.k_fastest, b_next, b_source.x.k_fastest);
+    store(0, a_next, a_k_fastest, b_next, b_k_fastest);
     __syncthreads();
     int buf = 0;
     for (std::int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
@@ -218,7 +217,7 @@ __device__ __forceinline__ void gemm_jobs(const Args& g, Store store, Compute co
       }
       compute(acc, buf);
       // The other buffer was last read in the previous step, which the barrier below it closed.
-      if (more) store(buf ^ 1, a_next, a_source.x.k_fastest, b_next, b_source.x.k_fastest);
+      if (more) store(buf ^ 1, a_next, a_k_fastest, b_next, b_k_fastest);
       __syncthreads();  // the next tile is stored, and everyone is done reading this one
       buf ^= 1;
     }

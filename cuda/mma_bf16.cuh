@@ -12,9 +12,9 @@
 //                           a[2] = A[g][2t+8, 2t+9]     a[3] = A[g + 8][2t+8, 2t+9]
 //   B (16 x 8, K x N):      b[0] = B[2t, 2t+1][g]       b[1] = B[2t+8, 2t+9][g]
 //   C (16 x 8, float32):    c[0] = C[g][2t]   c[1] = C[g][2t + 1]   c[2] = C[g + 8][2t]   c[3] = C[g + 8][2t + 1]
-// (C is m16n8k8's layout, cuda/mma.cuh, whose emulated_mma models both.) So a tile kept in shared memory with
-// k running fastest, A as it is and B as B^T, gives each register as one
-// aligned 32-bit read. In the emulated build (tests/cuda_emulator) the product
+// (C is m16n8k8's layout, cuda/mma.cuh, whose emulated_mma models both.) load_matrices
+// below reads A's and B's registers from tiles stored with k along their rows
+// or down them. In the emulated build (tests/cuda_emulator) the product
 // is computed on the CPU from the whole warp's fragments, which the lanes
 // exchange, reading them back through this layout.
 #include <cstdint>
@@ -29,29 +29,9 @@ __device__ __forceinline__ std::uint32_t bf16_pair(std::uint16_t lo, std::uint16
   return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
 }
 
-// Value i (0 to 7) of eight bfloat16 values in a 16-byte load, the low half of each word first.
-__device__ __forceinline__ std::uint16_t bf16_at(const uint4& v, int i) {
-  const std::uint32_t word = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-  return static_cast<std::uint16_t>(i % 2 ? word >> 16 : word);
-}
-
 // Two neighbouring bfloat16 values (aligned to 4 bytes) as one register.
 __device__ __forceinline__ std::uint32_t pair_at(const std::uint16_t* p) {
   return *reinterpret_cast<const std::uint32_t*>(p);
-}
-
-// The fragments of the layout above from tiles whose rows hold k side by
-// side, `pitch` values apart, with k from k0: A's 16 rows from `rows`, and B's
-// 8 columns from `columns` (rows of B^T). Each register is one 32-bit read.
-__device__ __forceinline__ void load_a_fragment(std::uint32_t (&a)[4], const std::uint16_t* rows, int pitch, int k0,
-                                                int g, int t) {
-  const std::uint16_t *top = rows + g * pitch + k0 + 2 * t, *bottom = top + 8 * pitch;
-  a[0] = pair_at(top), a[1] = pair_at(bottom), a[2] = pair_at(top + 8), a[3] = pair_at(bottom + 8);
-}
-__device__ __forceinline__ void load_b_fragment(std::uint32_t (&b)[2], const std::uint16_t* columns, int pitch, int k0,
-                                                int g, int t) {
-  const std::uint16_t* column = columns + g * pitch + k0 + 2 * t;
-  b[0] = pair_at(column), b[1] = pair_at(column + 8);
 }
 
 // Four 8 x 8 matrices of 16-bit values from shared memory in one instruction
