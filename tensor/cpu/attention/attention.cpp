@@ -74,6 +74,11 @@ namespace attograd::cpu::attention_detail {
 // ---- entry points per instruction set ---------------------------------------------------
 // One forward and one backward per instruction set, each compiled for its
 // target with the tiles of isa.h; everything they call is forced inline.
+// A build without the run-time choice (AG_ATTENTION_ISA_DISPATCH: clang's, or
+// not x86-64) runs the baseline alone, so it compiles no other: the wider
+// tiles, compiled for the baseline target, take 4 registers a vector, and
+// allocating registers for their always-inlined backward grows faster than
+// its size (most of the sanitizer build's time, when it was compiled).
 #define AG_ATTENTION_ENTRY_POINTS(isa, target, Tile)                                                  \
   template <typename T>                                                                               \
   target void forward_tasks_##isa(const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) { \
@@ -83,21 +88,31 @@ namespace attograd::cpu::attention_detail {
   target void backward_heads_##isa(const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {   \
     backward_heads<T, Tile>(P, io, heads);                                                            \
   }
+#if AG_ATTENTION_ISA_DISPATCH
 AG_ATTENTION_ENTRY_POINTS(avx512, AG_TARGET_AVX512, TileAvx512)
 AG_ATTENTION_ENTRY_POINTS(avx2, AG_TARGET_AVX2, TileAvx2)
+#endif
 AG_ATTENTION_ENTRY_POINTS(baseline, /* the build's own target */, TileBaseline)
 #undef AG_ATTENTION_ENTRY_POINTS
 
 template <typename T>
-void forward_tasks_any(Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
+void forward_tasks_any([[maybe_unused]] Isa isa, const Problem<T>& P, const ForwardOutputs<T>& O, TaskQueue& tasks) {
+#if AG_ATTENTION_ISA_DISPATCH
   (isa == Isa::avx512 ? forward_tasks_avx512<T> : isa == Isa::avx2 ? forward_tasks_avx2<T> : forward_tasks_baseline<T>)(
       P, O, tasks);
+#else
+  forward_tasks_baseline<T>(P, O, tasks);  // cpu_isa() is baseline here
+#endif
 }
 
 template <typename T>
-void backward_heads_any(Isa isa, const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
+void backward_heads_any([[maybe_unused]] Isa isa, const Problem<T>& P, const BackwardIo<T>& io, TaskQueue& heads) {
+#if AG_ATTENTION_ISA_DISPATCH
   (isa == Isa::avx512 ? backward_heads_avx512<T> : isa == Isa::avx2 ? backward_heads_avx2<T> : backward_heads_baseline<T>)(
       P, io, heads);
+#else
+  backward_heads_baseline<T>(P, io, heads);
+#endif
 }
 
 }  // namespace attograd::cpu::attention_detail
