@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "build_paths.h"
 #include "program_helpers.h"
 #include "train/output/safetensors.h"
 
@@ -33,7 +34,7 @@ using namespace std::chrono_literals;
 class Child {
  public:
   Child(const std::vector<std::string>& args, const fs::path& log_dir, const std::vector<std::string>& extra_env = {},
-        const std::string& program = ATTOGRAD_BINARY)
+        const std::string& program = kAttogradBinary)
       : out_((log_dir / ("child" + std::to_string(counter_) + ".out")).string()),
         err_((log_dir / ("child" + std::to_string(counter_) + ".err")).string()) {
     ++counter_;
@@ -127,7 +128,7 @@ class Child {
 
  private:
   static inline int counter_ = 0;
-  std::string program_ = std::string(ATTOGRAD_BINARY);
+  std::string program_ = std::string(kAttogradBinary);
   pid_t pid_ = -1;
   std::string out_, err_;
 };

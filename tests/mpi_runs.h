@@ -65,7 +65,7 @@ inline std::unique_ptr<Child> start(int n, const std::vector<std::string>& args,
   if (n == 1) return std::make_unique<Child>(args, tmp.path, env);
   std::vector<std::string> mpi = {"-np", std::to_string(n)};
   mpi.insert(mpi.end(), mpirun_options.begin(), mpirun_options.end());
-  mpi.push_back(ATTOGRAD_BINARY);
+  mpi.push_back(kAttogradBinary);
   mpi.insert(mpi.end(), args.begin(), args.end());
   return std::make_unique<Child>(mpi, tmp.path, env, "mpirun");
 }
@@ -173,7 +173,7 @@ inline std::map<int, pid_t> ranks_running(const std::string& out_dir) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const std::string cmdline = file_text("/proc/" + name + "/cmdline");
-    if (cmdline.rfind(ATTOGRAD_BINARY, 0) != 0 || cmdline.find(out_dir) == std::string::npos) continue;
+    if (cmdline.rfind(kAttogradBinary, 0) != 0 || cmdline.find(out_dir) == std::string::npos) continue;
     const pid_t pid = std::stoi(name);
     if (const int r = rank_of(pid); r >= 0) ranks[r] = pid;
   }

@@ -49,7 +49,7 @@ class Hosts {
 
   // `mpirun -np n attograd args` on host 1, one process a host.
   std::unique_ptr<Child> start(int n, const std::vector<std::string>& args) const {
-    std::vector<std::string> mpi = {"-np", std::to_string(n), ATTOGRAD_BINARY};
+    std::vector<std::string> mpi = {"-np", std::to_string(n), kAttogradBinary};
     mpi.insert(mpi.end(), args.begin(), args.end());
     return std::make_unique<Child>(mpi, tmp_.path, mpi_env(), dir_ + "/mpirun");
   }
@@ -59,7 +59,7 @@ class Hosts {
   std::vector<pid_t> processes() const {
     std::vector<pid_t> pids;
     for (int k = 1; k <= n_; ++k) {
-      Child list({"pids", dir_, std::to_string(k)}, tmp_.path, {}, kScript);
+      Child list({"pids", dir_, std::to_string(k)}, tmp_.path, {}, kHostsScript);
       list.exit_code(30s);
       std::istringstream in(list.out());
       for (pid_t pid; in >> pid;) pids.push_back(pid);
@@ -68,7 +68,7 @@ class Hosts {
   }
   // The launcher's daemon on `host`.
   pid_t daemon_on(int host) const {
-    Child list({"pids", dir_, std::to_string(host)}, tmp_.path, {}, kScript);
+    Child list({"pids", dir_, std::to_string(host)}, tmp_.path, {}, kHostsScript);
     list.exit_code(30s);
     std::istringstream in(list.out());
     for (pid_t pid; in >> pid;)
@@ -77,10 +77,9 @@ class Hosts {
   }
 
  private:
-  static constexpr const char* kScript = ATTOGRAD_HOSTS_SCRIPT;
   // Runs the script; returns "" on success, else what it printed.
   std::string script(const std::vector<std::string>& args) const {
-    Child c(args, tmp_.path, {}, kScript);
+    Child c(args, tmp_.path, {}, kHostsScript);
     const int code = c.exit_code(60s);
     return code == 0 ? "" : c.err() + c.out() + " (exit " + std::to_string(code) + ")";
   }

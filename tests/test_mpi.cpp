@@ -598,9 +598,9 @@ TEST_CASE("under mpirun: differing flags and a batch that does not split are ref
   TempDir tmp;
   // MPMD: rank 0 and rank 1 started with different learning rates.
   const std::vector<std::string> a = default_run(tmp / "lr", {"--lr", "0.005"});
-  std::vector<std::string> mpmd = {"-np", "1", ATTOGRAD_BINARY};
+  std::vector<std::string> mpmd = {"-np", "1", kAttogradBinary};
   mpmd.insert(mpmd.end(), a.begin(), a.end());
-  mpmd.insert(mpmd.end(), {":", "-np", "1", ATTOGRAD_BINARY});
+  mpmd.insert(mpmd.end(), {":", "-np", "1", kAttogradBinary});
   const std::vector<std::string> b = default_run(tmp / "lr", {"--lr", "0.01"});
   mpmd.insert(mpmd.end(), b.begin(), b.end());
   Child lr(mpmd, tmp.path, mpi_env(), "mpirun");

@@ -7,7 +7,7 @@
 // flags and malformed safetensors files; these extend them.)
 //
 // Interrupted runs are real processes: the built `attograd` binary (its path
-// comes from CMake as ATTOGRAD_BINARY) is started with posix_spawn, signalled
+// is build_paths.h's kAttogradBinary) is started with posix_spawn, signalled
 // and waited for.
 #include <fcntl.h>
 #include <signal.h>
@@ -694,7 +694,7 @@ TEST_CASE("a text run resumes from any directory, and only on the text it was tr
   const std::string ckpt = tmp / "run/ckpt.safetensors";
   // attograd started in `dir` (Child starts it in this process's directory).
   const auto in_dir = [&](const std::string& dir, std::vector<std::string> args) {
-    args.insert(args.begin(), {"-c", "cd \"$0\" && exec \"$@\"", dir, ATTOGRAD_BINARY});
+    args.insert(args.begin(), {"-c", "cd \"$0\" && exec \"$@\"", dir, kAttogradBinary});
     return std::make_unique<Child>(args, tmp.path, std::vector<std::string>{}, "/bin/sh");
   };
   const auto first = in_dir(tmp / "data", {"train", "--data", "book.txt", "--layers", "1", "--width", "16", "--heads",
@@ -788,7 +788,7 @@ TEST_CASE("under nohup SIGHUP stays ignored, before a stop signal and after it",
   TempDir tmp;
   std::vector<std::string> args = tiny_run(tmp / "a", 1000000);
   args.insert(args.end(), {"--eval-interval", "1000000"});
-  args.insert(args.begin(), ATTOGRAD_BINARY);
+  args.insert(args.begin(), kAttogradBinary);
   // Checkpoint writes pause halfway (a test-only hook): a signal can arrive while it saves.
   Child run(args, tmp.path, {"ATTOGRAD_TEST_WRITE_PAUSE_MS=1000"}, "nohup");
   REQUIRE(wait_until([&] { return lines(file_text(tmp / "a/metrics.jsonl")) >= 3; }));
@@ -895,7 +895,7 @@ TEST_CASE("a loss that becomes NaN or infinite stops the run naming the step, ke
 // ---- the fuzzers' inputs --------------------------------------------------------------------
 
 TEST_CASE("fuzz seed corpus and saved crashes run cleanly through their targets", "[reliability]") {
-  const fs::path root(ATTOGRAD_FUZZ_DIR);
+  const fs::path root(kFuzzDir);
   for (const auto& [name, target] : {std::pair{std::string("checkpoint"), &fuzz::checkpoint},
                                      std::pair{std::string("text"), &fuzz::text}}) {
     std::int64_t inputs = 0;

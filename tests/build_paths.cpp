@@ -1,0 +1,9 @@
+#include "build_paths.h"
+
+namespace attograd::test {
+
+const char* const kAttogradBinary = ATTOGRAD_BINARY;
+const char* const kFuzzDir = ATTOGRAD_FUZZ_DIR;
+const char* const kHostsScript = ATTOGRAD_HOSTS_SCRIPT;
+
+}  // namespace attograd::test
