@@ -106,10 +106,15 @@ void emulated_mma(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_
   WarpFragments all[kWarp];
   ::emu::warp_all_gather(kFullMask, WarpFragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
   const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
+  // This lane's two rows of A and two columns of B, read out of the fragments once.
+  double rows[2][K], cols[2][K];
+  for (int k = 0; k < K; ++k) {
+    rows[0][k] = a_at(all, g, k), rows[1][k] = a_at(all, g + 8, k);
+    cols[0][k] = b_at(all, k, 2 * t), cols[1][k] = b_at(all, k, 2 * t + 1);
+  }
   for (int r = 0; r < 4; ++r) {
-    const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
     double sum = c[r];
-    for (int k = 0; k < K; ++k) sum += static_cast<double>(a_at(all, row, k)) * b_at(all, k, col);
+    for (int k = 0; k < K; ++k) sum += rows[r / 2][k] * cols[r % 2][k];
     const float nearest = static_cast<float>(sum);
     c[r] = std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
   }
