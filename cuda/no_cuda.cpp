@@ -13,6 +13,7 @@ bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string no_device_reason() { return "this build has no CUDA backend (ATTOGRAD_CUDA=OFF)"; }
 std::string pci_bus_id(int) { no_cuda("pci_bus_id"); }
+int multiprocessor_count(int) { no_cuda("multiprocessor_count"); }
 void* device_malloc(std::size_t, int) { no_cuda("cuda malloc"); }
 void device_free(void*, std::size_t, int) {}
 void copy_host_to_device(void*, const void*, std::size_t, int) { no_cuda("to(cuda)"); }

@@ -59,6 +59,13 @@ std::string pci_bus_id(int device) {
   return id;
 }
 
+int multiprocessor_count(int device) {
+  check_device(device);
+  int count = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 cudaStream_t stream(int device) {
   check_device(device);
   static std::mutex mutex;

@@ -435,6 +435,18 @@ struct MatmulCase {
   Shape a, b;
 };
 
+// Twice the GPU's SMs: as many 128 x 128 tiles as take the products' 128 x 128
+// kernels (cuda/matmul.cu, cuda/matmul_bf16.cu); fewer take the 64 x 64 ones.
+std::int64_t big_kernel_tiles() { return 2 * static_cast<std::int64_t>(cuda::multiprocessor_count(0)); }
+
+// The side of the smallest square product of whole 128 x 128 tiles that takes
+// the 128 x 128 kernels: 2176 on an H100's 132 SMs, 512 on the emulator's 8.
+std::int64_t big_kernel_side() {
+  std::int64_t tiles = 1;
+  while (tiles * tiles < big_kernel_tiles()) ++tiles;
+  return 128 * tiles;
+}
+
 // a @ b on the GPU against the CPU, each operand contiguous and transposed in memory.
 // exact_sums: operands rounded by round_to_eighths, and the CPU's result wanted to the bit.
 void require_matmul_parity(const Shape& a_shape, const Shape& b_shape, std::uint64_t seed, bool exact_sums = false) {
@@ -456,10 +468,11 @@ void require_matmul_parity(const Shape& a_shape, const Shape& b_shape, std::uint
 
 TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batches", "[cuda]") {
   SKIP_WITHOUT_CUDA();
+  const std::int64_t side = big_kernel_side();
   const std::vector<MatmulCase> cases{
       {{1, 1}, {1, 1}},       {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},         {{64, 64}, {64, 64}},
       {{127, 129}, {129, 131}}, {{300, 200}, {200, 150}}, {{1, 300}, {300, 1}},      {{2, 3, 5, 7}, {3, 7, 11}},
-      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{2, 5, 7}, {7, 3}}, {{3, 0}, {0, 4}},          {{2304, 24}, {24, 2304}}};
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{2, 5, 7}, {7, 3}}, {{3, 0}, {0, 4}},          {{side, 24}, {24, side}}};
   for_each_kernel_set(cuda::KernelOp::matmul, [&] {
     for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 30);
     // Operands at odd offsets: no float4 loads possible.
@@ -483,12 +496,12 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
 // tests' to check.
 TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches the CPU", "[cuda]") {
   SKIP_WITHOUT_CUDA();
-  const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
+  const std::vector<MatmulCase> cases{{{70, 1000}, {1000, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
   for_each_kernel_set(cuda::KernelOp::matmul, [&] {
     for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 36, /*exact_sums=*/true);
     require_op_parity(
         "Linear-shaped matmul backward", [](const std::vector<Tensor>& in) { return matmul(in[0], in[1]); },
-        {round_to_eighths(input({4, 512, 70}, DType::f32, Layout::contiguous, 38)),
+        {round_to_eighths(input({4, 250, 70}, DType::f32, Layout::contiguous, 38)),
          round_to_eighths(input({70, 33}, DType::f32, Layout::contiguous, 39))},
         /*exact_sums=*/true);
   });
@@ -584,18 +597,19 @@ void require_bf16_products_in_every_layout(const std::vector<MatmulCase>& cases,
 // Against float64 within bfloat16's bound (tests/helpers.h), as the CPU's
 // bfloat16 kernels are: the sums' order on the tensor cores is theirs.
 // Partial tiles on every edge, K below, at and past the 32 of a tile, both
-// tile sizes (264 batches of one 128 x 128 tile fill the emulated H100's 132
-// SMs twice; 2304 x 2304 from K = 40 has 128 x 128 tiles wholly inside, whose
+// tile sizes (batches of one partial 128 x 128 tile, twice as many as the SMs;
+// big_kernel_side()'s square from K = 40 has 128 x 128 tiles wholly inside, whose
 // first 32 of K take TileFetcher's loads without bounds), broadcast batches,
 // K = 0, offset operands that cannot take 16-byte loads, and a bias added
 // before the one rounding.
 TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd sizes, transposes, batches, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
+  const std::int64_t side = big_kernel_side(), batches = big_kernel_tiles();
   const std::vector<MatmulCase> cases{
       {{1, 1}, {1, 1}},         {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},        {{64, 64}, {64, 64}},
       {{37, 70}, {70, 45}},     {{127, 129}, {129, 131}},   {{300, 200}, {200, 150}}, {{2, 3, 5, 7}, {3, 7, 11}},
-      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},      {{264, 20, 33}, {33, 40}}, {{2304, 40}, {40, 2304}}};
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},  {{batches, 20, 33}, {33, 40}}, {{side, 40}, {40, side}}};
   require_bf16_products_in_every_layout(cases, 50);
   const Tensor wide = bf16_operand({33, 20}, false, 52);
   const Tensor a = make_view(wide, {33, 17}, wide.strides(), 1);  // 2 bytes past a 16-byte boundary
@@ -610,7 +624,7 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
 TEST_CASE("cuda: bfloat16 matmul over a long K with few output tiles (split-K) is within bfloat16's bound",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
-  const std::vector<MatmulCase> cases{{{70, 2048}, {2048, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
+  const std::vector<MatmulCase> cases{{{70, 1000}, {1000, 100}}, {{7, 1001}, {1001, 5}}, {{3, 9, 1500}, {1500, 6}}};
   require_bf16_products_in_every_layout(cases, 55);
   const Tensor a = bf16_operand({40, 1300}, false, 57), b = bf16_operand({1300, 70}, true, 58);
   const Tensor bias = kernels::cast(input({70}, DType::f32, Layout::contiguous, 59), DType::bf16);
