@@ -18,6 +18,21 @@
 
 namespace attograd::test {
 
+// Whether this build runs under AddressSanitizer (the asan-ubsan preset),
+// where a training step takes some twenty times as long as optimised: whole
+// runs there are shorter (mpi_runs.h's kRunSteps), checking the same properties.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // A fresh empty directory under the system temp dir, removed at scope exit.
 struct TempDir {
   std::filesystem::path path;

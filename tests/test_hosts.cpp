@@ -331,11 +331,11 @@ TEST_CASE("three hosts follow the one-process run, and their checkpoint resumes 
   check_follows(one, read_metrics(tmp / "three/metrics.jsonl"), rtol);
 
   // Stopped at step 50 on three hosts, finished on two.
-  auto first = hosts.start(3, default_run(tmp / "moved", {"--batch", "96", "--stop-at", "50"}));
+  auto first = hosts.start(3, default_run(tmp / "moved", {"--batch", "96", "--stop-at", kHalfway}));
   require_ok(*first);
   auto rest = hosts.start(2, {"train", "--resume", tmp / "moved/ckpt.safetensors", "--threads", "1", "--quiet"});
   require_ok(*rest);
-  CHECK(train::output::load_checkpoint(tmp / "moved/ckpt.safetensors").info.step == 100);
+  CHECK(train::output::load_checkpoint(tmp / "moved/ckpt.safetensors").info.step == kRunSteps);
   check_follows(one, read_metrics(tmp / "moved/metrics.jsonl"), rtol);
 }
 
@@ -402,8 +402,12 @@ TEST_CASE("a link back within the timeout loses nothing: the run ends as the one
   TempDir tmp;
   Hosts hosts(tmp, 2);
   SKIP_WITHOUT_HOSTS(hosts);
-  const std::vector<std::string> exact = {"--steps", "400", "--eval-interval", "100", "--fixed-split", "2",
-                                          "--comm-timeout", "15"};
+  // Long enough that the run is still going when the link comes back: the cut
+  // comes at step 50 or soon after, and steps under the sanitizers take some
+  // twenty times as long.
+  const int steps = kSanitized ? 100 : 400;
+  const std::vector<std::string> exact = {"--steps",      std::to_string(steps), "--eval-interval",
+                                          std::to_string(steps / 4), "--fixed-split", "2", "--comm-timeout", "15"};
   run_ok(1, default_run(tmp / "one", exact), tmp);
   const std::string dir = tmp / "two";
   auto run = hosts.start(2, default_run(dir, exact));
@@ -412,6 +416,6 @@ TEST_CASE("a link back within the timeout loses nothing: the run ends as the one
   std::this_thread::sleep_for(2s);
   hosts.plug(2);
   require_ok(*run);
-  CHECK(read_metrics(dir + "/metrics.jsonl").losses.size() == 400);
+  CHECK(read_metrics(dir + "/metrics.jsonl").losses.size() == static_cast<std::size_t>(steps));
   require_same_run(tmp / "one", dir);
 }

@@ -323,7 +323,7 @@ TEST_CASE("mpirun -np 2 and -np 4 follow the one-process run step for step, shar
   TempDir tmp;
   run_ok(1, default_run(tmp / "one"), tmp);
   const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
-  REQUIRE(one.losses.size() == 100);
+  REQUIRE(one.losses.size() == kRunSteps);
   REQUIRE(one.accuracy > 0);
   for (const auto& [n, extra] : std::vector<std::pair<int, std::vector<std::string>>>{
            {2, {}}, {4, {}}, {2, {"--shard-optimizer"}}, {4, {"--shard-optimizer", "--grad-accum", "2"}}}) {
@@ -345,7 +345,7 @@ TEST_CASE("mpirun -np 2 --device cuda follows the one-process GPU run, naming ho
   TempDir tmp;
   run_ok(1, default_run(tmp / "one", {"--device", "cuda"}), tmp);
   const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
-  REQUIRE(one.losses.size() == 100);
+  REQUIRE(one.losses.size() == kRunSteps);
   const auto two = start(2, default_run(tmp / "two", {"--device", "cuda"}), tmp);
   INFO("stdout: " << two->out() << "\nstderr: " << two->err());
   REQUIRE(two->exit_code(300s) == 0);
@@ -367,8 +367,8 @@ TEST_CASE("a checkpoint moves between process counts: 2 -> 1 and 1 -> 4 continue
   for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 4}}) {
     const std::string dir = tmp / fmt::format("from{}to{}", before, after);
     INFO(dir);
-    run_ok(before, default_run(dir, {"--stop-at", "50"}), tmp);
-    REQUIRE(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == 50);
+    run_ok(before, default_run(dir, {"--stop-at", kHalfway}), tmp);
+    REQUIRE(train::output::load_checkpoint(dir + "/ckpt.safetensors").info.step == kRunSteps / 2);
     run_ok(after, {"train", "--resume", dir + "/ckpt.safetensors", "--threads", "1", "--quiet"}, tmp);
     check_follows(straight, read_metrics(dir + "/metrics.jsonl"));
   }
@@ -394,7 +394,7 @@ TEST_CASE("exactly: a sharded optimizer gives the unsharded run's bits, and 2 ->
   require_same_checkpoint(tmp / "sharded/ckpt.safetensors", tmp / "halves/ckpt.safetensors");
 }
 
-// --fixed-split 4 (train/distributed/fixed_split.h), the default task's 100 steps: 1, 2 and
+// --fixed-split 4 (train/distributed/fixed_split.h), the default run (kRunSteps): 1, 2 and
 // 4 processes make the same run, every loss, the exact match and every bit of
 // the checkpoint (weights, optimizer state, dropout stream), with dropout on and
 // with ZeRO-1; a checkpoint written at one count continues at another bit for
@@ -415,7 +415,7 @@ TEST_CASE("a fixed split: 1, 2 and 4 processes give the same bits, dropout and Z
   run_ok(1, fixed("one"), tmp);
   run_ok(4, fixed("four_sharded", {"--shard-optimizer"}), tmp);
   const Metrics one = read_metrics(tmp / "one/metrics.jsonl");
-  REQUIRE(one.losses.size() == 100);
+  REQUIRE(one.losses.size() == kRunSteps);
   REQUIRE(one.accuracy > 0);
   for (const std::string run : {"two", "four_sharded"}) {
     INFO(run);
@@ -424,7 +424,7 @@ TEST_CASE("a fixed split: 1, 2 and 4 processes give the same bits, dropout and Z
   for (const auto& [before, after] : std::vector<std::pair<int, int>>{{2, 1}, {1, 4}}) {
     const std::string name = fmt::format("from{}to{}", before, after);
     INFO(name);
-    run_ok(before, fixed(name, {"--stop-at", "50"}), tmp);
+    run_ok(before, fixed(name, {"--stop-at", kHalfway}), tmp);
     run_ok(after,
            {"train", "--resume", tmp / (name + "/ckpt.safetensors"), "--threads", "1", "--quiet", "--fixed-split", "4"},
            tmp);
@@ -448,7 +448,7 @@ TEST_CASE("bfloat16 under mpirun: a fixed split gives the one-process run's bits
   REQUIRE(sharded->exit_code(300s) == 0);
   CHECK_THAT(sharded->out(), Catch::Contains("bfloat16 (") && Catch::Contains("(sharded, ZeRO-1)"));
   const Metrics m = read_metrics(tmp / "sharded/metrics.jsonl");
-  REQUIRE(m.losses.size() == 100);
+  REQUIRE(m.losses.size() == kRunSteps);
   CHECK(m.losses.back() < 0.5 * m.losses.front());
 }
 
