@@ -132,8 +132,10 @@ struct Barrier {
   unsigned mask = 0;  // warps: the lanes taking part in this round
 };
 
-// What each lane of a warp published in one round of an exchange.
-using LaneValues = std::array<std::array<std::byte, kMaxExchangeBytes>, kWarp>;
+// What each lane of a warp published in one round of an exchange, lane after
+// lane at the round's size (every lane of a round publishes as many bytes), so
+// that all_gather hands them over in one copy.
+using LaneValues = std::array<std::byte, kWarp * kMaxExchangeBytes>;
 
 struct Warp {
   Barrier barrier;
@@ -384,20 +386,20 @@ const LaneValues& BlockRunner::publish(unsigned mask, const void* mine, std::siz
   else if (warp.barrier.mask != mask)
     fail("whose mask differs from the other lanes'");
   const int parity = static_cast<int>(warp.barrier.generation & 1u);
-  std::memcpy(warp.values[parity][lane].data(), mine, bytes);
+  std::memcpy(warp.values[parity].data() + static_cast<std::size_t>(lane) * bytes, mine, bytes);
   arrive(warp.barrier, warp.waiters.data(), std::popcount(mask), "a shuffle");
   return warp.values[parity];
 }
 
 std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
   const LaneValues& values = publish(mask, &bits, sizeof bits, source);
-  if (source >= 0) std::memcpy(&bits, values[source].data(), sizeof bits);
+  if (source >= 0) std::memcpy(&bits, values.data() + static_cast<std::size_t>(source) * sizeof bits, sizeof bits);
   return bits;
 }
 
 void BlockRunner::all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
   const LaneValues& values = publish(mask, mine, bytes, -1);
-  for (int l = 0; l < kWarp; ++l) std::memcpy(static_cast<std::byte*>(all) + l * bytes, values[l].data(), bytes);
+  std::memcpy(all, values.data(), kWarp * bytes);
 }
 
 void BlockRunner::stuck() {
