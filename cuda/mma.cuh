@@ -87,50 +87,84 @@ __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
 }
 
 #if defined(ATTOGRAD_CUDA_EMULATION)
-// The emulated mma.sync of shape m16n8kK: the warp's fragments (four A and two
-// B registers a lane) gathered from every lane, then this lane's four C values
-// (the C layout above, the same for every K) each plus its sum over k of
-// A[row][k] B[k][col], which a_at(all, row, k) and b_at(all, k, col) read back
-// from the lanes that hold them. The products of TF32 or bfloat16 numbers are
-// exact in double; the tensor core's sum order is its own. The sum is rounded
-// toward zero, not to nearest: the tensor cores truncate their float32 sums
-// (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor
-// cores", 2021, for V100 to A100; on Hopper the [cuda] probe "the tensor cores'
-// float32 sums round toward zero" checks it). The hardware truncates each term as
-// it aligns them too, which can lose a little more than this one rounding.
-struct WarpFragments {
-  std::uint32_t a[4], b[2];
-};
+// The emulated mma.sync of shape m16n8kK, for the whole warp at once: each
+// lane's four C values (the C layout above, the same for every K), each plus
+// its sum over k of A[row][k] B[k][col], which a_at(a, row, k) and b_at(b, k,
+// col) read back from the lanes' A and B registers. The products of TF32 or
+// bfloat16 numbers are exact in double; the tensor core's sum order is its own.
+// The sum is rounded toward zero, not to nearest: the tensor cores truncate
+// their float32 sums (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior
+// of NVIDIA tensor cores", 2021, for V100 to A100; on Hopper the [cuda] probe
+// "the tensor cores' float32 sums round toward zero" checks it). The hardware
+// truncates each term as it aligns them too, which can lose a little more
+// than this one rounding.
+using WarpA = std::uint32_t[kWarp][4];
+using WarpB = std::uint32_t[kWarp][2];
+using WarpC = float[kWarp][4];
 template <int K, typename AAt, typename BAt>
-void emulated_mma(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2], AAt a_at, BAt b_at) {
-  WarpFragments all[kWarp];
-  ::emu::warp_all_gather(kFullMask, WarpFragments{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all);
-  const int g = ::emu::lane() / 4, t = ::emu::lane() % 4;
-  // This lane's two rows of A and two columns of B, read out of the fragments once.
-  double rows[2][K], cols[2][K];
+void emulated_mma(WarpC& c, const WarpA& a, const WarpB& b, AAt a_at, BAt b_at) {
+  double a_values[16][K], b_values[K][8];
   for (int k = 0; k < K; ++k) {
-    rows[0][k] = a_at(all, g, k), rows[1][k] = a_at(all, g + 8, k);
-    cols[0][k] = b_at(all, k, 2 * t), cols[1][k] = b_at(all, k, 2 * t + 1);
+    for (int row = 0; row < 16; ++row) a_values[row][k] = a_at(a, row, k);
+    for (int col = 0; col < 8; ++col) b_values[k][col] = b_at(b, k, col);
   }
-  for (int r = 0; r < 4; ++r) {
-    double sum = c[r];
-    for (int k = 0; k < K; ++k) sum += rows[r / 2][k] * cols[r % 2][k];
-    const float nearest = static_cast<float>(sum);
-    c[r] = std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
-  }
+  for (int lane = 0; lane < kWarp; ++lane)
+    for (int r = 0; r < 4; ++r) {
+      const int row = lane / 4 + r / 2 * 8, col = lane % 4 * 2 + r % 2;
+      double sum = c[lane][r];
+      for (int k = 0; k < K; ++k) sum += a_values[row][k] * b_values[k][col];
+      const float nearest = static_cast<float>(sum);
+      c[lane][r] = std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
+    }
+}
+
+// A[row][k] and B[k][col] of m16n8k8 .tf32 from the lanes that hold them (the layout above), truncated.
+inline void emulated_mma_tf32(WarpC& c, const WarpA& a, const WarpB& b) {
+  emulated_mma<8>(
+      c, a, b, [](const WarpA& all, int row, int k) { return tf32_operand_value(all[row % 8 * 4 + k % 4][row / 8 + 2 * (k / 4)]); },
+      [](const WarpB& all, int k, int col) { return tf32_operand_value(all[col * 4 + k % 4][k / 4]); });
+}
+
+// What a lane hands its warp for a product, and gets back.
+template <int Products>
+struct MmaOperands {
+  std::uint32_t a[Products][4], b[Products][2];
+  float c[4];
+};
+struct MmaResult {
+  float c[4];
+};
+
+// The warp's products of `Products` (A, B) pairs, made one after the other
+// into C, once for the warp: `product(c, a, b)` makes one.
+template <int Products, typename Product>
+void emulated_mma_sequence(float (&c)[4], const MmaOperands<Products>& mine, Product) {
+  const MmaResult result = ::emu::warp_combine<MmaResult>(
+      kFullMask, mine, [](const MmaOperands<Products> (&all)[kWarp], MmaResult (&each)[kWarp]) {
+        WarpA a;
+        WarpB b;
+        WarpC sums;
+        for (int lane = 0; lane < kWarp; ++lane)
+          for (int r = 0; r < 4; ++r) sums[lane][r] = all[lane].c[r];
+        for (int p = 0; p < Products; ++p) {
+          for (int lane = 0; lane < kWarp; ++lane) {
+            for (int r = 0; r < 4; ++r) a[lane][r] = all[lane].a[p][r];
+            for (int r = 0; r < 2; ++r) b[lane][r] = all[lane].b[p][r];
+          }
+          Product{}(sums, a, b);
+        }
+        for (int lane = 0; lane < kWarp; ++lane)
+          for (int r = 0; r < 4; ++r) each[lane].c[r] = sums[lane][r];
+      });
+  for (int r = 0; r < 4; ++r) c[r] = result.c[r];
 }
 #endif
 
 // c += A B for one 16 x 8 x 8 tile, on TF32 operands. Every lane of the warp calls it together.
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  // A[row][k] and B[k][col] from the lanes that hold them (the layout above), truncated.
-  emulated_mma<8>(
-      c, a, b,
-      [](const WarpFragments* all, int row, int k) {
-        return tf32_operand_value(all[row % 8 * 4 + k % 4].a[row / 8 + 2 * (k / 4)]);
-      },
-      [](const WarpFragments* all, int k, int col) { return tf32_operand_value(all[col * 4 + k % 4].b[k / 4]); });
+  emulated_mma_sequence(c, MmaOperands<1>{{{a[0], a[1], a[2], a[3]}}, {{b[0], b[1]}}, {c[0], c[1], c[2], c[3]}},
+                        [](WarpC& sums, const WarpA& wa, const WarpB& wb) { emulated_mma_tf32(sums, wa, wb); });
 #else
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -142,9 +176,19 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)
 // c += A B in float32 accuracy (3xTF32): the small products first, so they are
 // not lost against the big one.
 __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const SplitFragment<4>& a, const SplitFragment<2>& b) {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  // The same three products, the warp's operands exchanged once.
+  const MmaOperands<3> operands{{{a.small[0], a.small[1], a.small[2], a.small[3]},
+                                 {a.big[0], a.big[1], a.big[2], a.big[3]},
+                                 {a.big[0], a.big[1], a.big[2], a.big[3]}},
+                                {{b.big[0], b.big[1]}, {b.small[0], b.small[1]}, {b.big[0], b.big[1]}},
+                                {c[0], c[1], c[2], c[3]}};
+  emulated_mma_sequence(c, operands, [](WarpC& sums, const WarpA& wa, const WarpB& wb) { emulated_mma_tf32(sums, wa, wb); });
+#else
   mma_tf32(c, a.small, b.big);
   mma_tf32(c, a.big, b.small);
   mma_tf32(c, a.big, b.big);
+#endif
 }
 
 }  // namespace attograd::cuda

@@ -85,18 +85,26 @@ __device__ __forceinline__ int quarters_across_row(int pitch) {
   return (q / 2 * 8 + threadIdx.x % 8) * pitch + q % 2 * 8;
 }
 
+#if defined(ATTOGRAD_CUDA_EMULATION)
+// The bfloat16 in half `k % 2` of a register, widened exactly.
+inline float bf16_half_value(std::uint32_t pair, int k) { return bits_float((k % 2 ? pair >> 16 : pair & 0xffffu) << 16); }
+#endif
+
 // c += A B for one 16 x 8 x 16 tile on bfloat16 operands. Every lane of the warp calls it together.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
-  // The bfloat16 in half `k % 2` of a register, widened exactly.
-  const auto value = [](std::uint32_t pair, int k) { return bits_float((k % 2 ? pair >> 16 : pair & 0xffffu) << 16); };
-  // A[row][k] and B[k][col] from the lanes that hold them (the layout above).
-  emulated_mma<16>(
-      c, a, b,
-      [&](const WarpFragments* all, int row, int k) {
-        return value(all[row % 8 * 4 + k % 8 / 2].a[row / 8 + 2 * (k / 8)], k);
-      },
-      [&](const WarpFragments* all, int k, int col) { return value(all[col * 4 + k % 8 / 2].b[k / 8], k); });
+  emulated_mma_sequence(c, MmaOperands<1>{{{a[0], a[1], a[2], a[3]}}, {{b[0], b[1]}}, {c[0], c[1], c[2], c[3]}},
+                        [](WarpC& sums, const WarpA& wa, const WarpB& wb) {
+                          // A[row][k] and B[k][col] from the lanes that hold them (the layout above).
+                          emulated_mma<16>(
+                              sums, wa, wb,
+                              [](const WarpA& all, int row, int k) {
+                                return bf16_half_value(all[row % 8 * 4 + k % 8 / 2][row / 8 + 2 * (k / 8)], k);
+                              },
+                              [](const WarpB& all, int k, int col) {
+                                return bf16_half_value(all[col * 4 + k % 8 / 2][k / 8], k);
+                              });
+                        });
 #else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"

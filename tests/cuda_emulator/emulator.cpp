@@ -141,6 +141,10 @@ struct Warp {
   Barrier barrier;
   std::array<std::uint16_t, kWarp> waiters;  // the workers of the lanes waiting in this round
   LaneValues values[2] = {};  // by generation parity: a round's values stay until all lanes read them
+  // A combining round's results, by parity as its values, and the round they
+  // were made for plus one (0: none this block), so only its first lane on makes them.
+  LaneValues results[2] = {};
+  std::uint64_t combined[2] = {};
 };
 
 // A cp.async copy, made when its thread waits for its group.
@@ -210,6 +214,8 @@ class BlockRunner {
   void syncthreads() { arrive(block_barrier_, block_waiters_.data(), thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
   void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
+  void combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
+               CombineLanes combine_lanes);
   int lane() const { return linear(current().where.thread) % kWarp; }
 
  private:
@@ -221,7 +227,10 @@ class BlockRunner {
     word = runs ? word | std::uint64_t{1} << worker % 64 : word & ~(std::uint64_t{1} << worker % 64);
   }
   Worker* first_runnable();
-  const LaneValues& publish(unsigned mask, const void* mine, std::size_t bytes, int source);
+  Warp& current_warp() { return warps_[static_cast<std::size_t>(linear(current().where.thread) / kWarp)]; }
+  std::byte* join_round(Warp& warp, unsigned mask, std::size_t bytes, int source);
+  const LaneValues& wait_round(Warp& warp, unsigned mask);
+  [[noreturn]] void shuffle_fault(unsigned mask, const char* what) const;
   void switch_to(Worker& worker);
   void switch_out(Worker& worker);
   [[noreturn]] void stuck();
@@ -247,7 +256,10 @@ class BlockRunner {
   std::size_t scheduler_stack_size_ = 0;
 };
 
-thread_local BlockRunner runner;
+// The host thread's runner while it runs a grid. A pointer, set at each launch:
+// a thread_local object with a constructor costs a call that checks it is
+// made at every use, and kernels use it at every shuffle.
+thread_local BlockRunner* runner = nullptr;
 thread_local bool in_kernel = false;
 
 void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_index, std::size_t dynamic_smem,
@@ -260,7 +272,7 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   // so the warps' 4 KiB of values need no clearing for each of a grid's many blocks.
   const auto warps = static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp);
   if (warps_.size() < warps) warps_.resize(warps);
-  for (std::size_t w = 0; w < warps; ++w) warps_[w].barrier = Barrier{};
+  for (std::size_t w = 0; w < warps; ++w) warps_[w].barrier = Barrier{}, warps_[w].combined[0] = warps_[w].combined[1] = 0;
   threads_.assign(static_cast<std::size_t>(thread_count_), Thread{});
   for (int t = 0; t < thread_count_; ++t) {
     const unsigned ut = static_cast<unsigned>(t);
@@ -321,7 +333,7 @@ void BlockRunner::switch_to(Worker& worker) {
 }
 
 void BlockRunner::worker_main() {
-  BlockRunner& r = runner;
+  BlockRunner& r = *runner;
 #if defined(EMU_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_, &r.scheduler_stack_size_);
 #endif
@@ -368,38 +380,61 @@ void BlockRunner::arrive(Barrier& barrier, std::uint16_t* waiters, int expected,
   t.waits_at = nullptr;
 }
 
-// One round of lane exchange: this lane publishes `bytes` of `mine` and waits
-// for the other lanes of `mask`; then the round's values are every lane's.
-const LaneValues& BlockRunner::publish(unsigned mask, const void* mine, std::size_t bytes, int source) {
-  const int me = linear(current().where.thread), lane = me % kWarp;
-  Warp& warp = warps_[static_cast<std::size_t>(me / kWarp)];
-  const auto fail = [&](const char* what) {
-    const uint3 t = current().where.thread, b = current().where.block;
-    std::fprintf(stderr, "emulated CUDA: kernel %p, block (%u,%u,%u), thread (%u,%u,%u): a shuffle %s (mask %#x)\n",
-                 kernel_, b.x, b.y, b.z, t.x, t.y, t.z, what, mask);
-    std::abort();
-  };
-  if (!(mask >> lane & 1u)) fail("by a lane outside its own mask");
-  if (source >= 0 && !(mask >> source & 1u)) fail("reads a lane outside the mask");
+// A round of lane exchange in two steps, so that no caller's value needs an
+// address (which AddressSanitizer gives a frame of its own, at each call): the
+// lane joins the warp's round (the mask checked) and writes its `bytes` where
+// join_round says, then waits for the other lanes of `mask`, after which the
+// round's values are every lane's.
+std::byte* BlockRunner::join_round(Warp& warp, unsigned mask, std::size_t bytes, int source) {
+  const int lane = this->lane();
+  if (!(mask >> lane & 1u)) shuffle_fault(mask, "by a lane outside its own mask");
+  if (source >= 0 && !(mask >> source & 1u)) shuffle_fault(mask, "reads a lane outside the mask");
   if (warp.barrier.arrived == 0)
     warp.barrier.mask = mask;
   else if (warp.barrier.mask != mask)
-    fail("whose mask differs from the other lanes'");
-  const int parity = static_cast<int>(warp.barrier.generation & 1u);
-  std::memcpy(warp.values[parity].data() + static_cast<std::size_t>(lane) * bytes, mine, bytes);
+    shuffle_fault(mask, "whose mask differs from the other lanes'");
+  return warp.values[warp.barrier.generation & 1u].data() + static_cast<std::size_t>(lane) * bytes;
+}
+
+const LaneValues& BlockRunner::wait_round(Warp& warp, unsigned mask) {
+  const LaneValues& values = warp.values[warp.barrier.generation & 1u];
   arrive(warp.barrier, warp.waiters.data(), std::popcount(mask), "a shuffle");
-  return warp.values[parity];
+  return values;
+}
+
+void BlockRunner::shuffle_fault(unsigned mask, const char* what) const {
+  const uint3 t = current().where.thread, b = current().where.block;
+  std::fprintf(stderr, "emulated CUDA: kernel %p, block (%u,%u,%u), thread (%u,%u,%u): a shuffle %s (mask %#x)\n",
+               kernel_, b.x, b.y, b.z, t.x, t.y, t.z, what, mask);
+  std::abort();
 }
 
 std::uint64_t BlockRunner::exchange(unsigned mask, std::uint64_t bits, int source) {
-  const LaneValues& values = publish(mask, &bits, sizeof bits, source);
+  Warp& warp = current_warp();
+  std::memcpy(join_round(warp, mask, sizeof bits, source), &bits, sizeof bits);
+  const LaneValues& values = wait_round(warp, mask);
   if (source >= 0) std::memcpy(&bits, values.data() + static_cast<std::size_t>(source) * sizeof bits, sizeof bits);
   return bits;
 }
 
 void BlockRunner::all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
-  const LaneValues& values = publish(mask, mine, bytes, -1);
-  std::memcpy(all, values.data(), kWarp * bytes);
+  Warp& warp = current_warp();
+  std::memcpy(join_round(warp, mask, bytes, -1), mine, bytes);
+  std::memcpy(all, wait_round(warp, mask).data(), kWarp * bytes);
+}
+
+void BlockRunner::combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
+                          CombineLanes combine_lanes) {
+  Warp& warp = current_warp();
+  const std::uint64_t round = warp.barrier.generation;
+  std::memcpy(join_round(warp, mask, bytes, -1), mine, bytes);
+  const LaneValues& values = wait_round(warp, mask);
+  LaneValues& results = warp.results[round & 1u];
+  if (warp.combined[round & 1u] != round + 1) {
+    combine_lanes(values.data(), results.data());
+    warp.combined[round & 1u] = round + 1;
+  }
+  std::memcpy(result, results.data() + static_cast<std::size_t>(lane()) * result_bytes, result_bytes);
 }
 
 void BlockRunner::stuck() {
@@ -429,32 +464,43 @@ void require_kernel(const char* what) {
 
 const ThreadCoordinates& coordinates() {
   require_kernel("threadIdx, blockIdx, blockDim or gridDim read");
-  return runner.current().where;
+  return runner->current().where;
 }
 void syncthreads() {
   require_kernel("__syncthreads");
-  runner.syncthreads();
+  runner->syncthreads();
 }
 void* dynamic_shared_memory() {
   require_kernel("dynamic shared memory asked for");
-  return runner.dynamic_shared();
+  return runner->dynamic_shared();
 }
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane) {
   require_kernel("a shuffle");
-  return runner.exchange(mask, bits, source_lane);
+  return runner->exchange(mask, bits, source_lane);
 }
+namespace {
+void require_exchange_bytes(std::size_t bytes) {
+  if (bytes <= kMaxExchangeBytes) return;
+  std::fprintf(stderr, "emulated CUDA: a warp's exchange of %zu bytes a lane, more than %zu\n", bytes,
+               kMaxExchangeBytes);
+  std::abort();
+}
+}  // namespace
 void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all) {
   require_kernel("a warp's exchange");
-  if (bytes > kMaxExchangeBytes) {
-    std::fprintf(stderr, "emulated CUDA: a warp's exchange of %zu bytes a lane, more than %zu\n", bytes,
-                 kMaxExchangeBytes);
-    std::abort();
-  }
-  runner.all_gather(mask, mine, bytes, all);
+  require_exchange_bytes(bytes);
+  runner->all_gather(mask, mine, bytes, all);
+}
+void combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
+             CombineLanes combine_lanes) {
+  require_kernel("a warp's exchange");
+  require_exchange_bytes(bytes);
+  require_exchange_bytes(result_bytes);
+  runner->combine(mask, mine, bytes, result, result_bytes, combine_lanes);
 }
 int lane() {
   require_kernel("a shuffle");
-  return runner.lane();
+  return runner->lane();
 }
 namespace {
 void make_copy(const AsyncCopy& c) {
@@ -470,17 +516,17 @@ void async_copy(void* destination, const void* source, std::size_t bytes, std::s
   if (reversed())
     make_copy(copy);  // at once: a copy into memory other warps still read shows
   else
-    runner.current().async_open.push_back(copy);  // when waited for: reading it sooner shows
+    runner->current().async_open.push_back(copy);  // when waited for: reading it sooner shows
 }
 void async_commit() {
   require_kernel("cp.async.commit_group");
-  Thread& t = runner.current();
+  Thread& t = runner->current();
   t.async_groups.push_back(std::move(t.async_open));
   t.async_open.clear();
 }
 void async_wait(int pending) {
   require_kernel("cp.async.wait_group");
-  Thread& t = runner.current();
+  Thread& t = runner->current();
   const std::size_t done = t.async_groups.size() - std::min(t.async_groups.size(), static_cast<std::size_t>(pending));
   for (std::size_t g = 0; g < done; ++g)
     for (const AsyncCopy& c : t.async_groups[g]) make_copy(c);
@@ -488,7 +534,7 @@ void async_wait(int pending) {
 }
 void device_fault(const char* what) {
   require_kernel(what);
-  const uint3 t = runner.current().where.thread, b = runner.current().where.block;
+  const uint3 t = runner->current().where.thread, b = runner->current().where.block;
   std::fprintf(stderr, "emulated CUDA: block (%u,%u,%u), thread (%u,%u,%u): %s\n", b.x, b.y, b.z, t.x, t.y, t.z, what);
   std::abort();
 }
@@ -501,10 +547,12 @@ void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_sme
     std::fprintf(stderr, "emulated CUDA: a kernel launched from inside a kernel\n");
     std::abort();
   }
+  static thread_local BlockRunner host_thread_runner;
+  runner = &host_thread_runner;
   in_kernel = true;
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) runner.run(kernel, grid, block, {x, y, z}, dynamic_smem, body);
+      for (unsigned x = 0; x < grid.x; ++x) runner->run(kernel, grid, block, {x, y, z}, dynamic_smem, body);
   in_kernel = false;
 }
 

@@ -58,12 +58,36 @@ int lane();
 // `all` (32 x bytes; lanes outside the mask leave theirs unspecified): one
 // round, where 32 shuffles would take 32. What the emulated tensor-core
 // product (cuda/mma.cuh) needs: each lane's result reads the whole warp's operands.
-constexpr std::size_t kMaxExchangeBytes = 64;
+constexpr std::size_t kMaxExchangeBytes = 128;
 void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
 template <typename T>
 void warp_all_gather(unsigned mask, const T& mine, T (&all)[32]) {
   static_assert(sizeof(T) <= kMaxExchangeBytes && std::is_trivially_copyable_v<T>);
   all_gather(mask, &mine, sizeof(T), all);
+}
+
+// Every lane in `mask` publishes `mine`; once all have, `combine` runs once, on
+// the last lane in, over every lane's value (those of lanes outside the mask
+// unspecified) and writes every lane's result; each lane returns its own. What
+// the emulated tensor-core product needs: the warp's product made once, where
+// each lane gathering every operand made it 32 times over.
+using CombineLanes = void (*)(const void* values, void* results);
+void combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
+             CombineLanes combine_lanes);
+template <typename Out, typename In, typename Combine>  // Combine: void(const In (&)[32], Out (&)[32]), no state
+Out warp_combine(unsigned mask, const In& mine, Combine) {
+  static_assert(sizeof(In) <= kMaxExchangeBytes && std::is_trivially_copyable_v<In>);
+  static_assert(sizeof(Out) <= kMaxExchangeBytes && std::is_trivially_copyable_v<Out>);
+  static_assert(std::is_empty_v<Combine> && std::is_default_constructible_v<Combine>);
+  Out out;
+  combine(mask, &mine, sizeof(In), &out, sizeof(Out), [](const void* values, void* results) {
+    In all[32];
+    Out each[32]{};
+    std::memcpy(all, values, sizeof all);
+    Combine{}(all, each);
+    std::memcpy(results, each, sizeof each);
+  });
+  return out;
 }
 
 // cp.async (sm_80 and newer): copies of `bytes` into shared memory, the first
