@@ -85,6 +85,7 @@ inline Metrics read_metrics(const std::string& path) {
   Metrics m;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // no newline yet: a running process is still writing this line
     const auto j = nlohmann::json::parse(line);
     if (j.at("kind") == "train") m.losses.push_back(j.at("loss").get<double>());
     if (j.at("kind") == "eval" && j.contains("accuracy")) m.accuracy = j.at("accuracy").get<double>();
