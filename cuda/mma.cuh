@@ -118,12 +118,18 @@ void emulated_mma(WarpC& c, const WarpA& a, const WarpB& b, AAt a_at, BAt b_at) 
     }
 }
 
-// A[row][k] and B[k][col] of m16n8k8 .tf32 from the lanes that hold them (the layout above), truncated.
-inline void emulated_mma_tf32(WarpC& c, const WarpA& a, const WarpB& b) {
-  emulated_mma<8>(
-      c, a, b, [](const WarpA& all, int row, int k) { return tf32_operand_value(all[row % 8 * 4 + k % 4][row / 8 + 2 * (k / 4)]); },
-      [](const WarpB& all, int k, int col) { return tf32_operand_value(all[col * 4 + k % 4][k / 4]); });
-}
+// One m16n8k8 .tf32 product: A[row][k] and B[k][col] from the lanes that hold
+// them (the layout above), truncated.
+struct EmulatedTf32Product {
+  void operator()(WarpC& c, const WarpA& a, const WarpB& b) const {
+    emulated_mma<8>(
+        c, a, b,
+        [](const WarpA& all, int row, int k) {
+          return tf32_operand_value(all[row % 8 * 4 + k % 4][row / 8 + 2 * (k / 4)]);
+        },
+        [](const WarpB& all, int k, int col) { return tf32_operand_value(all[col * 4 + k % 4][k / 4]); });
+  }
+};
 
 // What a lane hands its warp for a product, and gets back.
 template <int Products>
@@ -164,7 +170,7 @@ void emulated_mma_sequence(float (&c)[4], const MmaOperands<Products>& mine, Pro
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
   emulated_mma_sequence(c, MmaOperands<1>{{{a[0], a[1], a[2], a[3]}}, {{b[0], b[1]}}, {c[0], c[1], c[2], c[3]}},
-                        [](WarpC& sums, const WarpA& wa, const WarpB& wb) { emulated_mma_tf32(sums, wa, wb); });
+                        EmulatedTf32Product{});
 #else
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
@@ -183,7 +189,7 @@ __device__ __forceinline__ void mma_3xtf32(float (&c)[4], const SplitFragment<4>
                                  {a.big[0], a.big[1], a.big[2], a.big[3]}},
                                 {{b.big[0], b.big[1]}, {b.small[0], b.small[1]}, {b.big[0], b.big[1]}},
                                 {c[0], c[1], c[2], c[3]}};
-  emulated_mma_sequence(c, operands, [](WarpC& sums, const WarpA& wa, const WarpB& wb) { emulated_mma_tf32(sums, wa, wb); });
+  emulated_mma_sequence(c, operands, EmulatedTf32Product{});
 #else
   mma_tf32(c, a.small, b.big);
   mma_tf32(c, a.big, b.small);

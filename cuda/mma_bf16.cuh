@@ -87,7 +87,9 @@ __device__ __forceinline__ int quarters_across_row(int pitch) {
 
 #if defined(ATTOGRAD_CUDA_EMULATION)
 // The bfloat16 in half `k % 2` of a register, widened exactly.
-inline float bf16_half_value(std::uint32_t pair, int k) { return bits_float((k % 2 ? pair >> 16 : pair & 0xffffu) << 16); }
+inline float bf16_half_value(std::uint32_t pair, int k) {
+  return bits_float((k % 2 ? pair >> 16 : pair & 0xffffu) << 16);
+}
 #endif
 
 // c += A B for one 16 x 8 x 16 tile on bfloat16 operands. Every lane of the warp calls it together.

@@ -583,7 +583,8 @@ TEST_CASE("under mpirun with its output read (not a terminal), progress is plain
   TempDir tmp;
   // Rank 0 writes to the pseudo-terminal mpirun gives it whatever mpirun's own
   // output is; a log must still get lines, not carriage returns and ESC[K redraws.
-  std::vector<std::string> args = {"train", "--steps", "40", "--eval-interval", "20", "--threads", "1", "--out", tmp / "run"};
+  std::vector<std::string> args = {"train",     "--steps", "40", "--eval-interval", "20",
+                                   "--threads", "1",       "--out", tmp / "run"};
   if (kSanitized)
     for (const auto& [flag, value] : kSanitizedRunFlags) args.insert(args.end(), {flag, value});
   const auto child = start(2, args, tmp);

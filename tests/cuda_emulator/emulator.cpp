@@ -269,10 +269,13 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   started_ = finished_ = 0;
   block_barrier_ = Barrier{};
   // Only the barriers start afresh: every round writes a lane's values before any lane reads them,
-  // so the warps' 4 KiB of values need no clearing for each of a grid's many blocks.
+  // so the warps' values and results need no clearing for each of a grid's many blocks.
   const auto warps = static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp);
   if (warps_.size() < warps) warps_.resize(warps);
-  for (std::size_t w = 0; w < warps; ++w) warps_[w].barrier = Barrier{}, warps_[w].combined[0] = warps_[w].combined[1] = 0;
+  for (std::size_t w = 0; w < warps; ++w) {
+    warps_[w].barrier = Barrier{};
+    warps_[w].combined[0] = warps_[w].combined[1] = 0;
+  }
   threads_.assign(static_cast<std::size_t>(thread_count_), Thread{});
   for (int t = 0; t < thread_count_; ++t) {
     const unsigned ut = static_cast<unsigned>(t);

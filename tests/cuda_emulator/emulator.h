@@ -56,8 +56,8 @@ int lane();
 
 // Every lane in `mask` publishes `bytes` of `mine` and gets every lane's in
 // `all` (32 x bytes; lanes outside the mask leave theirs unspecified): one
-// round, where 32 shuffles would take 32. What the emulated tensor-core
-// product (cuda/mma.cuh) needs: each lane's result reads the whole warp's operands.
+// round, where 32 shuffles would take 32. What the emulated ldmatrix
+// (cuda/mma_bf16.cuh) needs: each lane's values come from the whole warp's row addresses.
 constexpr std::size_t kMaxExchangeBytes = 128;
 void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
 template <typename T>
