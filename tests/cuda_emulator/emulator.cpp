@@ -1,8 +1,9 @@
 // Runs a grid on the CPU: the blocks one after the other, each block's
 // threads on fibers that switch only at __syncthreads, a shuffle or a thread's
-// end. A barrier counts every thread of the block, as CUDA requires: a thread
-// that returns while others wait at __syncthreads leaves them waiting, and the
-// launch stops with a line saying so instead of hanging.
+// end, each straight to the next fiber that can go on. A barrier counts every
+// thread of the block, as CUDA requires: a thread that returns while others
+// wait at __syncthreads leaves them waiting, and the launch stops with a line
+// saying so instead of hanging.
 #include <sys/mman.h>
 #include <unistd.h>
 #if !defined(__x86_64__)
@@ -16,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <vector>
 
@@ -157,6 +159,7 @@ struct AsyncCopy {
 // One CUDA thread of the block being run.
 struct Thread {
   ThreadCoordinates where;
+  std::size_t index = 0;  // in the block, x fastest: its warp is index / 32, its lane index % 32
   std::vector<std::vector<AsyncCopy>> async_groups;  // committed, oldest first
   std::vector<AsyncCopy> async_open;                // since the last commit
   const char* waits_at = nullptr;
@@ -208,31 +211,36 @@ class BlockRunner {
   void run(const void* kernel, dim3 grid, dim3 block, uint3 block_index, std::size_t dynamic_smem,
            const std::function<void()>& body);
 
-  const Thread& current() const { return *running_->thread; }
-  Thread& current() { return *running_->thread; }
+  // The accessors a shuffle calls are inlined by force: under the sanitizers
+  // their checks cost clang's -O1 more than it inlines, and every lane of every
+  // round calls them.
+  [[gnu::always_inline]] const Thread& current() const { return *running_->thread; }
+  [[gnu::always_inline]] Thread& current() { return *running_->thread; }
   void* dynamic_shared() { return shared_; }
   void syncthreads() { arrive(block_barrier_, block_waiters_.data(), thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
   void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
   void combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
                CombineLanes combine_lanes);
-  int lane() const { return linear(current().where.thread) % kWarp; }
+  [[gnu::always_inline]] int lane() const { return static_cast<int>(current().index % kWarp); }
 
  private:
   static void worker_main();
-  int linear(uint3 t) const { return static_cast<int>(t.x + block_.x * (t.y + block_.y * t.z)); }
   void arrive(Barrier& barrier, std::uint16_t* waiters, int expected, const char* where);
-  void set_runnable(std::size_t worker, bool runs) {
+  [[gnu::always_inline]] void set_runnable(std::size_t worker, bool runs) {
     std::uint64_t& word = runnable_[worker / 64];
     word = runs ? word | std::uint64_t{1} << worker % 64 : word & ~(std::uint64_t{1} << worker % 64);
   }
   Worker* first_runnable();
-  Warp& current_warp() { return warps_[static_cast<std::size_t>(linear(current().where.thread) / kWarp)]; }
+  Worker* next_worker();
+  Worker* start_worker();
+  [[gnu::always_inline]] Warp& current_warp() { return warps_[current().index / kWarp]; }
   std::byte* join_round(Warp& warp, unsigned mask, std::size_t bytes, int source);
   const LaneValues& wait_round(Warp& warp, unsigned mask);
   [[noreturn]] void shuffle_fault(unsigned mask, const char* what) const;
   void switch_to(Worker& worker);
   void switch_out(Worker& worker);
+  void transfer(Worker& from, Worker& to);
   [[noreturn]] void stuck();
 
   std::vector<Thread> threads_;
@@ -241,7 +249,7 @@ class BlockRunner {
   std::size_t active_ = 0;  // the workers this block has used: workers_[0, active_)
   // Which workers can go on (not idle, not waiting in a round): the scheduler's
   // choice without a look at each worker, which took a quarter of the time.
-  std::array<std::uint64_t, kMaxThreads / 64> runnable_{};
+  std::uint64_t runnable_[kMaxThreads / 64] = {};
   std::array<std::uint16_t, kMaxThreads> block_waiters_;  // the workers waiting at __syncthreads
   std::vector<Warp> warps_;
   Barrier block_barrier_;
@@ -280,9 +288,10 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   for (int t = 0; t < thread_count_; ++t) {
     const unsigned ut = static_cast<unsigned>(t);
     threads_[ut].where = {{ut % block.x, ut / block.x % block.y, ut / (block.x * block.y)}, block_index, block, grid};
+    threads_[ut].index = ut;
   }
   active_ = 0;
-  runnable_ = {};
+  std::fill(std::begin(runnable_), std::end(runnable_), 0);
 
   // Dynamic shared memory: exactly the bytes asked for (so AddressSanitizer
   // sees an overrun), filled with NaN bytes as fresh shared memory is garbage;
@@ -293,21 +302,10 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
     std::memset(shared_, 0xff, dynamic_smem);
   }
 
-  // Always the first worker that can go on: a warp runs as far as it can (to
-  // a __syncthreads, or its end) before the next one starts, as far ahead of
-  // the others as a GPU's warps may get.
+  // The workers hand the block on among themselves (switch_out) and come back
+  // here when its last thread has returned.
   while (finished_ < thread_count_) {
-    Worker* next = first_runnable();
-    if (!next && started_ < thread_count_) {  // every worker in use waits: the next thread takes another
-      next = &workers_[active_];
-      if (stacks_.size() <= active_) {  // a fiber never started before
-        stacks_.push_back(std::make_unique<Stack>());
-        make_context(next->context, stacks_[active_]->bottom(), kStackBytes, &BlockRunner::worker_main);
-      }
-      set_runnable(active_, true);
-      ++active_;
-      next->idle = false, next->thread = nullptr;
-    }
+    Worker* next = next_worker();
     if (!next) stuck();
     switch_to(*next);
   }
@@ -317,11 +315,36 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
 }
 
 Worker* BlockRunner::first_runnable() {
-  for (std::size_t i = 0; i < runnable_.size(); ++i)
+  for (std::size_t i = 0; i < std::size(runnable_); ++i)
     if (runnable_[i] != 0) return &workers_[i * 64 + static_cast<std::size_t>(std::countr_zero(runnable_[i]))];
   return nullptr;
 }
 
+// Always the first worker that can go on: a warp runs as far as it can (to a
+// __syncthreads, or its end) before the next one starts, as far ahead of the
+// others as a GPU's warps may get. When every worker in use waits, the next
+// thread takes another; none when every thread has started.
+Worker* BlockRunner::next_worker() {
+  if (Worker* next = first_runnable()) return next;
+  return started_ < thread_count_ ? start_worker() : nullptr;
+}
+
+// Out of line: a fiber's first context takes the address of locals, which
+// AddressSanitizer's check of use after return would make every caller pay for
+// with a frame of its own.
+[[gnu::noinline]] Worker* BlockRunner::start_worker() {
+  Worker* next = &workers_[active_];
+  if (stacks_.size() <= active_) {  // a fiber never started before
+    stacks_.push_back(std::make_unique<Stack>());
+    make_context(next->context, stacks_[active_]->bottom(), kStackBytes, &BlockRunner::worker_main);
+  }
+  set_runnable(active_, true);
+  ++active_;
+  next->idle = false, next->thread = nullptr;
+  return next;
+}
+
+// From the scheduler (the host thread's own stack) into the block's workers.
 void BlockRunner::switch_to(Worker& worker) {
   running_ = &worker;
 #if defined(EMU_ASAN)
@@ -338,7 +361,12 @@ void BlockRunner::switch_to(Worker& worker) {
 void BlockRunner::worker_main() {
   BlockRunner& r = *runner;
 #if defined(EMU_ASAN)
-  __sanitizer_finish_switch_fiber(nullptr, &r.scheduler_stack_, &r.scheduler_stack_size_);
+  // A fiber's first start may come from another fiber; the host thread's stack
+  // is the one the very first came from.
+  const void* from_stack = nullptr;
+  std::size_t from_stack_size = 0;
+  __sanitizer_finish_switch_fiber(nullptr, &from_stack, &from_stack_size);
+  if (!r.scheduler_stack_) r.scheduler_stack_ = from_stack, r.scheduler_stack_size_ = from_stack_size;
 #endif
   Worker& w = *r.running_;
   for (;;) {  // one round per block it is used in
@@ -356,14 +384,31 @@ void BlockRunner::worker_main() {
   }
 }
 
-// Back to the scheduler, from a worker that waits or is idle.
+// From a worker that waits or is idle: straight to the next worker that can
+// go on (one switch, not two through the scheduler), or back to the scheduler
+// when the block's last thread has returned.
 void BlockRunner::switch_out(Worker& w) {
+  if (Worker* next = next_worker()) return transfer(w, *next);
+  if (finished_ < thread_count_) stuck();
+  running_ = nullptr;
 #if defined(EMU_ASAN)
   __sanitizer_start_switch_fiber(&w.fake_stack, scheduler_stack_, scheduler_stack_size_);
   switch_context(w.context, scheduler_);
   __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
 #else
   switch_context(w.context, scheduler_);
+#endif
+}
+
+void BlockRunner::transfer(Worker& from, Worker& to) {
+  running_ = &to;
+#if defined(EMU_ASAN)
+  __sanitizer_start_switch_fiber(&from.fake_stack, stacks_[static_cast<std::size_t>(&to - workers_.data())]->bottom(),
+                                 kStackBytes);
+  switch_context(from.context, to.context);
+  __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr);
+#else
+  switch_context(from.context, to.context);
 #endif
 }
 
