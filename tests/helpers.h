@@ -50,6 +50,11 @@ inline Tensor leaf(const Shape& sizes, std::uint64_t seed = 1) {
   return t;
 }
 
+// An int64 tensor of ids (or targets) from a braced list.
+inline Tensor ids_tensor(const std::vector<std::int64_t>& values, const Shape& sizes) {
+  return from_vector(values, sizes);
+}
+
 // A leaf with positive values in [0.5, 2), for log / sqrt / div / pow.
 inline Tensor positive_leaf(const Shape& sizes, std::uint64_t seed = 1) {
   Generator gen(seed);

@@ -184,8 +184,6 @@ std::string describe(const Shape& s, Layout l, DType t) {
   return shape_str(s) + " " + layout_name(l) + " " + std::string(dtype_name(t));
 }
 
-Tensor ids_tensor(const std::vector<std::int64_t>& values, const Shape& sizes) { return from_vector(values, sizes); }
-
 }  // namespace
 
 // ---- the runtime -------------------------------------------------------------------------------

@@ -16,8 +16,6 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-Tensor ids_tensor(const std::vector<std::int64_t>& values, const Shape& sizes) { return from_vector(values, sizes); }
-
 // A float leaf of `dtype` drawn like leaf(): float32 inputs for fused-vs-reference checks.
 Tensor leaf_as(const Shape& sizes, DType dtype, std::uint64_t seed) {
   Tensor t = kernels::cast(leaf(sizes, seed).detach(), dtype);

@@ -64,6 +64,8 @@ const char* blas_kernels_need(const std::string& core, const VectorIsa& cpu) {
   return nullptr;
 }
 
+std::string blas_kernels_in_use() { return openblas_get_corename(); }
+
 }  // namespace cpu
 
 namespace {

@@ -21,6 +21,8 @@ struct VectorIsa {
   bool avx2_fma = false, avx512 = false, avx512_bf16 = false;
 };
 VectorIsa this_cpu_vector_isa();
+// The kernel family OpenBLAS runs now (its openblas_get_corename()).
+std::string blas_kernels_in_use();
 const char* blas_kernels_instead_of(const std::string& picked, const VectorIsa& cpu);
 // The vector instructions OpenBLAS's kernel family `core` is written for
 // (SkylakeX: AVX-512; Haswell and Zen: AVX2 and FMA; none for a generic one).
