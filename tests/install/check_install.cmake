@@ -2,6 +2,10 @@
 # prefix, then configure, build and run tests/install/consumer against that
 # prefix alone, as a user's project outside the tree would.
 #   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCXX_COMPILER=... -DGENERATOR=... -P check_install.cmake
+# With -DCCACHE=path (and -DSOURCE_DIR, the tree WORK_DIR lies in) the consumer
+# compiles through ccache as the build does: each installed header is a file
+# of its own (tests/install/consumer), a minute of compiles, the same ones
+# in a fresh clone as in the build before it.
 foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR CXX_COMPILER GENERATOR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "check_install.cmake: -D${var}=... is required")
@@ -38,8 +42,14 @@ foreach(private include/attograd/tensor/cpu include/attograd/tensor/cuda include
 endforeach()
 run("the installed program" ${prefix}/bin/attograd --version)
 
+set(launcher)
+if(CCACHE)
+  set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${CCACHE})
+  set(ENV{CCACHE_BASEDIR} ${SOURCE_DIR})
+  set(ENV{CCACHE_NOHASHDIR} 1)
+endif()
 run("configuring the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} ${launcher})
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
 run("running the consumer" ${WORK_DIR}/build/consumer)
 file(REMOVE_RECURSE ${WORK_DIR})
