@@ -1,12 +1,12 @@
 # ctest case install_find_package: `cmake --install` the build into a temporary
-# prefix, then configure, build and run tests/install/consumer against that
-# prefix alone, as a user's project outside the tree would.
-#   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCXX_COMPILER=... -DGENERATOR=... -P check_install.cmake
-# With -DCCACHE=path (and -DSOURCE_DIR, the tree WORK_DIR lies in) the consumer
-# compiles through ccache as the build does: each installed header is a file
-# of its own (tests/install/consumer), a minute of compiles, the same ones
-# in a fresh clone as in the build before it.
-foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR CXX_COMPILER GENERATOR)
+# prefix, then configure, build and run tests/install/consumer (and README.md's
+# example) against that prefix alone, as a user's project outside the tree would.
+#   cmake -DBUILD_DIR=... -DCONSUMER_DIR=... -DWORK_DIR=... -DCXX_COMPILER=... -DGENERATOR=...
+#         -DSOURCE_DIR=<the project's root> [-DCCACHE=path] -P check_install.cmake
+# With CCACHE the consumer compiles through ccache as the build does, based at
+# SOURCE_DIR: each installed header is a file of its own, a minute of compiles,
+# the same ones in a fresh clone as in the build before it.
+foreach(var BUILD_DIR CONSUMER_DIR WORK_DIR CXX_COMPILER GENERATOR SOURCE_DIR)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "check_install.cmake: -D${var}=... is required")
   endif()
@@ -42,6 +42,30 @@ foreach(private include/attograd/tensor/cpu include/attograd/tensor/cuda include
 endforeach()
 run("the installed program" ${prefix}/bin/attograd --version)
 
+# The README's C++ example (the first block under "## The library"), made a
+# program: its #include and using lines first, the rest the body of main.
+# The consumer builds and runs it, so the example a newcomer copies compiles
+# against the installed headers alone and runs.
+file(READ ${SOURCE_DIR}/README.md readme)
+if(NOT readme MATCHES "\n## The library\n+```cpp\n([^`]*)```")
+  message(FATAL_ERROR "README.md: no ```cpp block right after \"## The library\"")
+endif()
+string(REPLACE ";" "<semicolon>" example "${CMAKE_MATCH_1}")  # a CMake list splits at ';'
+string(REPLACE "\n" ";" example_lines "${example}")
+set(example_head "// README.md's example under \"## The library\", written by tests/install/check_install.cmake.\n")
+set(example_body "")
+foreach(line IN LISTS example_lines)
+  if(line MATCHES "^(#include|using )")
+    string(APPEND example_head "${line}\n")
+  else()
+    string(APPEND example_body "  ${line}\n")
+  endif()
+endforeach()
+string(REPLACE "<semicolon>" ";" example_head "${example_head}")
+string(REPLACE "<semicolon>" ";" example_body "${example_body}")
+set(readme_example ${WORK_DIR}/readme_example.cpp)
+file(WRITE ${readme_example} "${example_head}\nint main() {\n${example_body}}\n")
+
 set(launcher)
 if(CCACHE)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${CCACHE})
@@ -49,7 +73,8 @@ if(CCACHE)
   set(ENV{CCACHE_NOHASHDIR} 1)
 endif()
 run("configuring the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} ${launcher})
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} -DREADME_EXAMPLE=${readme_example} ${launcher})
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
 run("running the consumer" ${WORK_DIR}/build/consumer)
+run("running README.md's example" ${WORK_DIR}/build/readme_example)
 file(REMOVE_RECURSE ${WORK_DIR})
