@@ -106,6 +106,20 @@ void make_context(Context& c, char* bottom, std::size_t bytes, void (*entry)()) 
 }
 #endif
 
+// A switch AddressSanitizer follows: it is told the stack switched to, and
+// `saved` keeps the leaving side's fake stack (its frames checked for use after
+// return) until that side is switched back to.
+void switch_fiber(Context& from, void** saved, Context& to, const void* to_bottom, std::size_t to_bytes) {
+#if defined(EMU_ASAN)
+  __sanitizer_start_switch_fiber(saved, to_bottom, to_bytes);
+  switch_context(from, to);
+  __sanitizer_finish_switch_fiber(*saved, nullptr, nullptr);
+#else
+  (void)saved, (void)to_bottom, (void)to_bytes;
+  switch_context(from, to);
+#endif
+}
+
 // Debug and sanitizer builds need deep stacks; kernels themselves need little.
 #if defined(EMU_ASAN)
 constexpr std::size_t kStackBytes = 512 * 1024;
@@ -238,9 +252,11 @@ class BlockRunner {
   std::byte* join_round(Warp& warp, unsigned mask, std::size_t bytes, int source);
   const LaneValues& wait_round(Warp& warp, unsigned mask);
   [[noreturn]] void shuffle_fault(unsigned mask, const char* what) const;
+  const void* stack_of(const Worker& worker) const {
+    return stacks_[static_cast<std::size_t>(&worker - workers_.data())]->bottom();
+  }
   void switch_to(Worker& worker);
   void switch_out(Worker& worker);
-  void transfer(Worker& from, Worker& to);
   [[noreturn]] void stuck();
 
   std::vector<Thread> threads_;
@@ -347,15 +363,8 @@ Worker* BlockRunner::next_worker() {
 // From the scheduler (the host thread's own stack) into the block's workers.
 void BlockRunner::switch_to(Worker& worker) {
   running_ = &worker;
-#if defined(EMU_ASAN)
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, stacks_[static_cast<std::size_t>(&worker - workers_.data())]->bottom(),
-                                 kStackBytes);
-  switch_context(scheduler_, worker.context);
-  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#else
-  switch_context(scheduler_, worker.context);
-#endif
+  switch_fiber(scheduler_, &fake, worker.context, stack_of(worker), kStackBytes);
 }
 
 void BlockRunner::worker_main() {
@@ -388,28 +397,13 @@ void BlockRunner::worker_main() {
 // go on (one switch, not two through the scheduler), or back to the scheduler
 // when the block's last thread has returned.
 void BlockRunner::switch_out(Worker& w) {
-  if (Worker* next = next_worker()) return transfer(w, *next);
+  if (Worker* next = next_worker()) {
+    running_ = next;
+    return switch_fiber(w.context, &w.fake_stack, next->context, stack_of(*next), kStackBytes);
+  }
   if (finished_ < thread_count_) stuck();
   running_ = nullptr;
-#if defined(EMU_ASAN)
-  __sanitizer_start_switch_fiber(&w.fake_stack, scheduler_stack_, scheduler_stack_size_);
-  switch_context(w.context, scheduler_);
-  __sanitizer_finish_switch_fiber(w.fake_stack, nullptr, nullptr);
-#else
-  switch_context(w.context, scheduler_);
-#endif
-}
-
-void BlockRunner::transfer(Worker& from, Worker& to) {
-  running_ = &to;
-#if defined(EMU_ASAN)
-  __sanitizer_start_switch_fiber(&from.fake_stack, stacks_[static_cast<std::size_t>(&to - workers_.data())]->bottom(),
-                                 kStackBytes);
-  switch_context(from.context, to.context);
-  __sanitizer_finish_switch_fiber(from.fake_stack, nullptr, nullptr);
-#else
-  switch_context(from.context, to.context);
-#endif
+  switch_fiber(w.context, &w.fake_stack, scheduler_, scheduler_stack_, scheduler_stack_size_);
 }
 
 void BlockRunner::arrive(Barrier& barrier, std::uint16_t* waiters, int expected, const char* where) {
