@@ -24,8 +24,8 @@ function(attograd_unity_group target name)
     cmake_path(RELATIVE_PATH absolute BASE_DIRECTORY ${PROJECT_SOURCE_DIR} OUTPUT_VARIABLE relative)
     string(APPEND content "#include \"${relative}\"\n")
   endforeach()
-  # The group's file takes its first source's extension and language: a .cu file
-  # is CUDA for nvcc, and C++ in the emulated build.
+  # The group's file takes its first source's extension, language and compile
+  # options: a .cu file is CUDA for nvcc, and C++ in the emulated build.
   list(GET ARGN 0 first)
   cmake_path(GET first EXTENSION LAST_ONLY extension)
   set(unity_file ${CMAKE_CURRENT_BINARY_DIR}/unity/${target}_${name}${extension})
@@ -33,6 +33,10 @@ function(attograd_unity_group target name)
   get_source_file_property(language ${first} LANGUAGE)
   if(language)
     set_source_files_properties(${unity_file} PROPERTIES LANGUAGE ${language})
+  endif()
+  get_source_file_property(options ${first} COMPILE_OPTIONS)
+  if(options)
+    set_source_files_properties(${unity_file} PROPERTIES COMPILE_OPTIONS "${options}")
   endif()
   set_source_files_properties(${ARGN} PROPERTIES HEADER_FILE_ONLY ON)
   target_sources(${target} PRIVATE ${unity_file})
