@@ -7,7 +7,7 @@
 // against each other:
 //  - composed: matmul, masked_fill, softmax, dropout, matmul, each a
 //    differentiable op (the reference, and what the fused path must equal);
-//  - fused: kernels::attention_forward / _backward (tensor/cpu/attention/),
+//  - fused: kernels::attention_forward / _backward (cpu/attention/),
 //    blocked with an online softmax. It needs no (Tq, Tk) matrix; within
 //    saved_probs_limit it keeps the probabilities for the backward, tile by
 //    tile, so that the backward need not recompute them.

@@ -1,7 +1,7 @@
 #pragma once
 // One fused attention problem as the kernels of every device read it: raw
 // pointers, sizes and strides, no tensors. tensor/attention_call.h builds it
-// once from checked tensors; the CPU kernels (tensor/cpu/attention/) and the
+// once from checked tensors; the CPU kernels (cpu/attention/) and the
 // CUDA kernels (cuda/attention*.cu) both take it, so the two agree on which
 // key a query sees and which weight dropout drops.
 //

@@ -20,7 +20,7 @@ struct Philox4 {
 constexpr std::uint32_t kPhiloxKeyStep0 = 0x9E3779B9u, kPhiloxKeyStep1 = 0xBB67AE85u;
 
 // One Philox4x32 round on the counter words c0..c3 with the round's key words
-// k0, k1. tensor/cpu/philox_block.h runs it on many counters at once.
+// k0, k1. cpu/philox_block.h runs it on many counters at once.
 AG_HOST_DEVICE inline void philox_round(std::uint32_t& c0, std::uint32_t& c1, std::uint32_t& c2, std::uint32_t& c3,
                                         std::uint32_t k0, std::uint32_t k1) {
   const std::uint64_t p0 = static_cast<std::uint64_t>(0xD2511F53u) * c0;

@@ -10,8 +10,8 @@
 
 #include "autograd/engine.h"
 #include "autograd/grad_mode.h"
-#include "tensor/cpu/attention/attention.h"
-#include "tensor/cpu/blas_setup.h"
+#include "cpu/attention/attention.h"
+#include "cpu/blas_setup.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
 

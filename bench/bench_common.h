@@ -22,7 +22,7 @@
 
 #include "autograd/attention.h"
 #include "autograd/ops.h"
-#include "tensor/parallel.h"
+#include "cpu/parallel.h"
 #include "tensor/tensor.h"
 
 namespace attograd::bench {

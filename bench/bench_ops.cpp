@@ -70,7 +70,7 @@ void matmul_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::i
   set_counters(state, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N));
 }
 
-// out = a @ b in bfloat16 (float32 sums), the kernel of tensor/cpu/matmul_bf16/
+// out = a @ b in bfloat16 (float32 sums), the kernel of cpu/matmul_bf16/
 // (its name in the JSON context, bf16_kernel), checked on its top-left corner
 // against float64 sums of the same bfloat16 operands: within bfloat16's
 // rounding of the result (2^-8) and K float32 additions of terms under 16.

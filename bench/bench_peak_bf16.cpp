@@ -4,7 +4,7 @@
 // on, the JSON context's "bf16_isa"). What fma_peak/* is for float32 (bench_peak.cpp).
 //
 // amx: each thread loops TDPBF16PS over the four (C, A, B) tile triples of the
-// library's AMX kernel (tensor/cpu/matmul_bf16/amx.h, the very instructions):
+// library's AMX kernel (cpu/matmul_bf16/amx.h, the very instructions):
 // four independent accumulators, operands already in tiles, no memory in the
 // loop. One instruction: 16 x 16 x 32 multiply-adds (on the Sapphire Rapids
 // class Xeon here, one every 16 cycles or so: 2.5 TFLOP/s a thread).
@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "tensor/cpu/matmul_bf16/amx.h"
-#include "tensor/cpu/matmul_bf16/isa.h"
+#include "cpu/matmul_bf16/amx.h"
+#include "cpu/matmul_bf16/isa.h"
 
 namespace attograd::bench {
 namespace {

@@ -35,7 +35,7 @@ On a shared machine, run it with OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers
 spin while waiting, and when other processes hold the cores a spinning worker
 burns the time slice its partner needs (here, on 2 cores at load ~4, torch at
 2 threads ran 5-60x slower than at 1 thread by default, and normally with
-PASSIVE). attograd's own pool always sleeps (tensor/parallel.cpp). The script
+PASSIVE). attograd's own pool always sleeps (cpu/parallel.cpp). The script
 warns when the load exceeds the cores and the policy is unset.
 
 Timing follows Google Benchmark: wall-clock mean over a run of at least

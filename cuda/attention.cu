@@ -4,7 +4,7 @@
 // (Tq, Tk) matrix ever exists in device memory unless the weights are asked
 // for. The forward saves one log-sum-exp per query row; the backward
 // recomputes the probabilities from it. The math, masking, dropout stream and
-// the all-hidden-row convention are tensor/cpu/attention/'s; read those files
+// the all-hidden-row convention are cpu/attention/'s; read those files
 // first, this one adds only the GPU's division of work:
 //
 //  - forward: a block of 4 warps owns 16 query rows of one (b, h), each warp 4

@@ -5,7 +5,7 @@
 // forward and 32 in the backward), with every product one mma.sync m16n8k16
 // on bfloat16 operands with float32 sums (cuda/mma_bf16.cuh). What is
 // rounded, and where, is the CPU's bfloat16 attention's
-// (tensor/cpu/attention/bf16_forward.h, bf16_backward.h): scores are float32
+// (cpu/attention/bf16_forward.h, bf16_backward.h): scores are float32
 // sums of exact products, scaled in float32; the softmax, its statistics and
 // the log-sum-exp are float32; P Z (the forward's P V, the backward's dV)
 // and dS (dQ, dK) are rounded to bfloat16 as the A operands of their

@@ -4,7 +4,7 @@
 // (base/attention_problem.h: rows, which keys a query sees, the dropout
 // factor of each weight): loading rows into shared memory, the gradients of
 // one (query, key) pair, and the launch plumbing. The math is
-// tensor/cpu/attention/'s. Included by those two files only.
+// cpu/attention/'s. Included by those two files only.
 #include <cstdint>
 #include <type_traits>
 

@@ -29,7 +29,7 @@ void for_each(const StridedLayout<N>& layout, const Body& body, cudaStream_t str
 // ---- the ops --------------------------------------------------------------------------
 
 // GELU's tanh form as x sigmoid(2u), u = k (x + c x^3), as on the CPU
-// (tensor/cpu/elementwise.cpp): 0.5 (1 + tanh(u)) = sigmoid(2u), without the
+// (cpu/elementwise.cpp): 0.5 (1 + tanh(u)) = sigmoid(2u), without the
 // cancellation of 1 + tanh(u) for very negative x.
 template <typename T>
 __device__ __forceinline__ T gelu_sigmoid(T x) {

@@ -143,14 +143,14 @@ void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::i
 
 // ---- dropout (cuda/dropout.cu) -------------------------------------------------------------
 // mask[i] = philox_uniform(seed, offset, i) < threshold ? 0 : keep, bit for bit
-// what tensor/cpu/random.cpp draws (base/philox.h).
+// what cpu/random.cpp draws (base/philox.h).
 template <typename T>
 void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_t seed, std::uint64_t offset,
                   cudaStream_t stream);
 
 // ---- AdamW (cuda/adamw.cu) -------------------------------------------------------------------
 // The scalars of one step, folded on the host in float64 exactly as
-// tensor/cpu/optimizer.cpp folds them.
+// cpu/optimizer.cpp folds them.
 struct AdamWScalars {
   float beta1, beta2;
   float one_minus_beta1, one_minus_beta2;
@@ -191,7 +191,7 @@ void attention_backward(const AttentionProblem& p, AttentionRows dout, Attention
 // and dropout; its own rows are unused): the products on the tensor cores with
 // float32 sums, the softmax's statistics and lse in float32, and the
 // probabilities and dS rounded to bfloat16 as the operands of their products,
-// as the CPU's bfloat16 attention computes it (tensor/cpu/attention/).
+// as the CPU's bfloat16 attention computes it (cpu/attention/).
 struct Bf16AttentionOperands {
   ::attograd::AttentionRows<const bfloat16> q, k, v;  // (B, H, T, D), rows contiguous
   // Every row of every operand and output (dout and the gradients in the

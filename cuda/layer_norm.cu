@@ -1,7 +1,7 @@
 // LayerNorm over the last dim of contiguous (rows, n) buffers. Under autocast
 // a float32 x gives a bfloat16 y (Y), rounded once as it is stored, and its
 // gradient dy comes bfloat16 (G), widened as it is read: the CPU's
-// tensor/cpu/layer_norm.cpp, without a float32 y or dy in memory.
+// cpu/layer_norm.cpp, without a float32 y or dy in memory.
 //
 // Forward and the dx part of backward are row kernels (a warp or a block per
 // row, cuda/device_utils.cuh). The mean and variance take two passes over the

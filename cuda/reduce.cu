@@ -138,7 +138,7 @@ void sum_columns(Out* out, const In* x, const ReduceLayout& layout, cudaStream_t
 
 // Whether (v2, i2) replaces the running best (v1, i1); index -1 means "none yet".
 // A NaN beats any number, then the larger value, then the smaller index: the
-// CPU's sequential scan (tensor/cpu/reduce.cpp) picks the same element.
+// CPU's sequential scan (cpu/reduce.cpp) picks the same element.
 template <typename T>
 __device__ __forceinline__ bool replaces(T v1, std::int64_t i1, T v2, std::int64_t i2) {
   if (i2 < 0) return false;

@@ -1,6 +1,6 @@
 #pragma once
 // The kernels every device implements, listed once. From this one list come
-// the declarations of the CPU side (namespace cpu, tensor/cpu/), of the CUDA
+// the declarations of the CPU side (namespace cpu, cpu/), of the CUDA
 // side (namespace gpu, the bridges in tensor/cuda/ over cuda/'s launchers) and
 // the no-GPU stubs of a build without CUDA (tensor/no_gpu/gpu_kernels.cpp), so
 // the devices cannot drift apart: a kernel has one signature, and a definition
@@ -15,7 +15,7 @@
 //
 // Adding a kernel: its public entry in tensor/kernels.h and its checks in
 // tensor/dispatch.cpp, one line here, then its CPU definition in
-// tensor/cpu/<family>.cpp and its CUDA bridge in tensor/cuda/<family>.cpp.
+// cpu/<family>.cpp and its CUDA bridge in tensor/cuda/<family>.cpp.
 #include <cstdint>
 #include <vector>
 
@@ -23,7 +23,7 @@
 #include "tensor/kernels.h"
 
 // X(name, result, (parameters)), one line a kernel, grouped by the file of
-// tensor/cpu/ (and tensor/cuda/) that implements it.
+// cpu/ (and tensor/cuda/) that implements it.
 #define AG_DEVICE_KERNELS(X)                                                                                        \
   /* elementwise.cpp: out has out_shape; a comparison's out_dtype is bool */                                      \
   X(unary, Tensor, (kernels::Unary op, const Tensor& x, double s))                                                 \

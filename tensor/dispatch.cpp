@@ -10,11 +10,11 @@
 
 #include "cuda/runtime.h"
 #include "tensor/attention_call.h"
-#include "tensor/cpu/attention/attention.h"
-#include "tensor/cpu/linear_heads.h"
-#include "tensor/cpu/matmul_bf16/isa.h"
-#include "tensor/cpu/matmul_f32/sgemm.h"
-#include "tensor/cpu/mlp_products.h"
+#include "cpu/attention/attention.h"
+#include "cpu/linear_heads.h"
+#include "cpu/matmul_bf16/isa.h"
+#include "cpu/matmul_f32/sgemm.h"
+#include "cpu/mlp_products.h"
 #include "tensor/dense_span.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernels.h"
@@ -569,7 +569,7 @@ namespace {
 // Whether a bfloat16 attention runs on bfloat16 kernels, else widened to
 // float32: it returns no weights, and runs on the GPU (cuda/attention_bf16.cu)
 // or on a CPU whose product kernel is AMX or AVX512_BF16, or a model of one
-// (tensor/cpu/attention/attention_bf16.cpp).
+// (cpu/attention/attention_bf16.cpp).
 bool bf16_attention_fused(const Tensor& q, bool return_weights) {
   return !return_weights && (q.device().is_cuda() || cpu::attention_bf16_runs_on(cpu::bf16_kernel()));
 }

@@ -70,7 +70,7 @@ bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim);
 // in); matmul_gelu_grad gives (g @ weight) * gelu'(pre), GELU's backward made
 // with the product that makes its incoming gradient, g (N, out), weight (out,
 // hidden). On the CPU in float32 the product's kernel applies GELU to C's rows
-// as it stores them (tensor/cpu/mlp_products.h); elsewhere matmul and the
+// as it stores them (cpu/mlp_products.h); elsewhere matmul and the
 // element-wise kernels. The same values either way, to the bit.
 struct LinearGelu {
   Tensor pre, out;  // (N, hidden)
@@ -129,7 +129,7 @@ Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint6
 // Concatenation along dim; all other dims must agree.
 Tensor cat(const std::vector<Tensor>& xs, int dim);
 
-// ---- attention (fused: tensor/cpu/attention/, cuda/attention.cu) ----------------------------------
+// ---- attention (fused: cpu/attention/, cuda/attention.cu) ----------------------------------
 // softmax(scale * q k^T, hiding masked keys) @ v over (B, H, T, D) tensors,
 // blocked with an online softmax: no (Tq, Tk) buffer unless weights are asked for.
 struct AttentionKernelOptions {
@@ -140,7 +140,7 @@ struct AttentionKernelOptions {
   bool return_weights = false;  // also write the (B, H, Tq, Tk) softmax, before dropout
   // Up to this many bytes, the CPU forward keeps probability tiles for the
   // backward, whole heads of them, which it then need not recompute (see
-  // tensor/cpu/attention/saved_probs.h).
+  // cpu/attention/saved_probs.h).
   std::int64_t probs_budget = 0;
 };
 struct AttentionForwardResult {
@@ -187,7 +187,7 @@ const char* f32_matmul_kernel();
 // ("avx512", "avx2"), which widens the operands as it packs them, where it runs.
 const char* widening_matmul_kernel();
 
-// ---- optimizer updates (tensor/cpu/optimizer.cpp) -------------------------------------
+// ---- optimizer updates (cpu/optimizer.cpp) -------------------------------------
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   std::int64_t step;  // 1 for the first update (bias corrections use it)

@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/cpu/host_memory.h"
+#include "cpu/host_memory.h"
 
 namespace attograd {
 namespace {

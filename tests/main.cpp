@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "base/error.h"
-#include "tensor/cpu/attention/attention.h"
-#include "tensor/cpu/matmul_bf16/isa.h"
+#include "cpu/attention/attention.h"
+#include "cpu/matmul_bf16/isa.h"
 
 int main(int argc, char* argv[]) {
   try {

@@ -10,8 +10,8 @@
 #include "autograd/attention.h"
 #include "helpers.h"
 #include "nn/attention.h"
-#include "tensor/cpu/attention/attention.h"
-#include "tensor/parallel.h"
+#include "cpu/attention/attention.h"
+#include "cpu/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -454,7 +454,7 @@ TEST_CASE("attention: rows with every key hidden give zeros and zero gradient", 
   }
 }
 
-// The float32 kernels' exponential skips the usual clamps (tensor/cpu/attention/vectors.h):
+// The float32 kernels' exponential skips the usual clamps (cpu/attention/vectors.h):
 // a NaN must still reach every output that depends on it, and no other.
 TEST_CASE("attention: a NaN key reaches exactly the queries that see it", "[attention]") {
   for (DType dtype : {DType::f32, DType::f64}) {

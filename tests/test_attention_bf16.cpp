@@ -1,4 +1,4 @@
-// The bfloat16 fused attention (tensor/cpu/attention/attention_bf16.cpp)
+// The bfloat16 fused attention (cpu/attention/attention_bf16.cpp)
 // against the float64 fused attention on the same (exactly widened) inputs, on
 // the AMX and AVX512_BF16 hardware where this CPU has it and on the scalar
 // models of their instructions everywhere, within bounds derived from
@@ -12,8 +12,8 @@
 
 #include "helpers.h"
 #include "tensor/attention_call.h"
-#include "tensor/cpu/attention/attention.h"
-#include "tensor/parallel.h"
+#include "cpu/attention/attention.h"
+#include "cpu/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;

@@ -16,10 +16,10 @@
 
 #include "base/bfloat16.h"
 #include "helpers.h"
-#include "tensor/cpu/bf16_rounding.h"
-#include "tensor/cpu/matmul_bf16/matmul_bf16.h"
-#include "tensor/cpu/matmul_f32/sgemm.h"
-#include "tensor/parallel.h"
+#include "cpu/bf16_rounding.h"
+#include "cpu/matmul_bf16/matmul_bf16.h"
+#include "cpu/matmul_f32/sgemm.h"
+#include "cpu/parallel.h"
 #include "train/output/safetensors.h"
 
 using namespace attograd;
@@ -194,7 +194,7 @@ TEST_CASE("bfloat16 ops compute in float32 and round once, within bfloat16's bou
         kernels::binary(kernels::Binary::mul, exact(a), exact(row)));
 }
 
-// The element-wise kernels read bfloat16 a chunk at a time (tensor/cpu/elementwise.cpp):
+// The element-wise kernels read bfloat16 a chunk at a time (cpu/elementwise.cpp):
 // the composed reference is the float32 op of the widened tensors, rounded once.
 // Each product below is exact in float32 (alpha a power of two), so no fused
 // multiply-add can tell them apart: bit for bit, past a chunk's end and in its tail.
@@ -335,7 +335,7 @@ TEST_CASE("bfloat16 tensors go through safetensors as BF16, bit for bit, and dam
                     Catch::StartsWith("[w.safetensors]"));
 }
 
-// ---- matrix products (tensor/cpu/matmul_bf16/) --------------------------------------------
+// ---- matrix products (cpu/matmul_bf16/) --------------------------------------------
 
 namespace {
 

@@ -3,10 +3,10 @@
 #include <cstring>
 
 #include "helpers.h"
-#include "tensor/cpu/gelu_rows.h"
-#include "tensor/cpu/matmul_f32/sgemm.h"
-#include "tensor/cpu/vec_transpose.h"
-#include "tensor/parallel.h"
+#include "cpu/gelu_rows.h"
+#include "cpu/matmul_f32/sgemm.h"
+#include "cpu/vec_transpose.h"
+#include "cpu/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;

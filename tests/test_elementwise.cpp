@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "helpers.h"
-#include "tensor/cpu/vec_math.h"
+#include "cpu/vec_math.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -91,7 +91,7 @@ TEST_CASE("gradcheck unary and scalar ops", "[elementwise][gradcheck]") {
 
 TEST_CASE("float32 gelu and gelu_grad stay close to float64 over [-12, 12]", "[elementwise]") {
   // Their float32 path is vectorised with its own exponential
-  // (tensor/cpu/vec_math.h); float64 uses libm. Absolute error near zero,
+  // (cpu/vec_math.h); float64 uses libm. Absolute error near zero,
   // relative error elsewhere, including the far negative tail where gelu
   // is tiny and a 1 + tanh form would cancel.
   const std::int64_t n = 24001;

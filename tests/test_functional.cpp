@@ -7,7 +7,7 @@
 
 #include "autograd/ops/reference.h"
 #include "helpers.h"
-#include "tensor/parallel.h"
+#include "cpu/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;
@@ -176,7 +176,7 @@ TEST_CASE("gradcheck layer_norm with and without weight and bias", "[functional]
   }
 }
 
-// float32 rows run in their own SIMD-compiled loops (tensor/cpu/layer_norm.cpp):
+// float32 rows run in their own SIMD-compiled loops (cpu/layer_norm.cpp):
 // widths below, at and past the 16 float64 lanes of a row's sums, rows in
 // several groups of 8, and (at n = 128) two blocks of the weight and bias sums.
 // The inputs have mean about 0: far from 0 against the spread, a float32

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "helpers.h"
-#include "tensor/cpu/host_memory.h"
-#include "tensor/parallel.h"
+#include "cpu/host_memory.h"
+#include "cpu/parallel.h"
 
 using namespace attograd;
 using namespace attograd::test;

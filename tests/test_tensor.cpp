@@ -2,7 +2,7 @@
 #include <sstream>
 
 #include "helpers.h"
-#include "tensor/cpu/philox_block.h"
+#include "cpu/philox_block.h"
 #include "tensor/dense_span.h"
 
 using namespace attograd;
@@ -59,7 +59,7 @@ TEST_CASE("philox matches the Random123 known-answer vector", "[tensor][rng]") {
 }
 
 TEST_CASE("block Philox dropout factors equal philox_uniform's, whatever the start and length", "[tensor][rng]") {
-  // The block version (tensor/cpu/philox_block.h) draws 16 counters at once;
+  // The block version (cpu/philox_block.h) draws 16 counters at once;
   // ranges that start or end inside a counter or a block use part of one.
   // Keys and offsets with high words set, and a counter whose low word wraps.
   const float threshold = 0.3f;

@@ -80,7 +80,7 @@ AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& 
                         // forward: out = dropout(softmax(scale q k^T, masked)) @ v, with one
                         // log-sum-exp per row saved, and the probabilities where kept; the kernel
                         // recomputes them from the log-sum-exp otherwise (the formulas are
-                        // written out in tensor/cpu/attention/backward.h).
+                        // written out in cpu/attention/backward.h).
                         kernels::AttentionGrads d = kernels::attention_backward(g, s[0], s[1], s[2], s[3], s[4], s[5],
                                                                                 s[6], backward_options);
                         return {d.dq, d.dk, d.dv};

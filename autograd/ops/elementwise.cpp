@@ -171,7 +171,7 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x) {
   return record("gelu", kernels::unary(Unary::gelu, x), {x}, {x},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
-                  // forward: y = gelu(x); so dx = g * gelu'(x) (derived in tensor/cpu/elementwise.cpp)
+                  // forward: y = gelu(x); so dx = g * gelu'(x) (derived in cpu/elementwise.cpp)
                   return {kernels::binary(Binary::gelu_backward, g, s[0])};
                 });
 }

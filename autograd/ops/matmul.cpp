@@ -1,5 +1,5 @@
 // matmul and linear with their backward. Transposes in the backward are views;
-// BLAS reads them through transpose flags (tensor/cpu/matmul.cpp).
+// BLAS reads them through transpose flags (cpu/matmul.cpp).
 #include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"

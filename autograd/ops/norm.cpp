@@ -17,7 +17,7 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
                 [has_weight = weight.defined(), has_bias = bias.defined()](
                     const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps)
-                  // (dx, dweight, dbias derived in tensor/cpu/layer_norm.cpp)
+                  // (dx, dweight, dbias derived in cpu/layer_norm.cpp)
                   kernels::LayerNormGrads d = kernels::layer_norm_backward(g, s[0], s[1], s[2], s[3]);
                   return {d.dx, has_weight ? d.dweight : Tensor(), has_bias ? d.dbias : Tensor()};
                 });

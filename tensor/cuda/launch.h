@@ -19,7 +19,7 @@ inline cudaStream_t stream_of(const Tensor& t) { return cuda::stream(t.device().
 
 // A loop over `shape` with N operands whose element strides over it are given
 // (0 on broadcast dims). Size-1 dims are dropped and neighbouring dims merged
-// where every operand steps through them as one, as tensor/cpu/loops.h does,
+// where every operand steps through them as one, as cpu/loops.h does,
 // so the kernel sees the fewest dims the layouts allow.
 template <int N>
 cuda::StridedLayout<N> collapse(const char* op, const Shape& shape, const std::array<Shape, N>& strides) {

@@ -1,5 +1,5 @@
 // The fused AdamW update on CUDA (float32). The step's scalars are folded here
-// in float64 exactly as tensor/cpu/optimizer.cpp folds them, then one kernel
+// in float64 exactly as cpu/optimizer.cpp folds them, then one kernel
 // updates param, m and v in a single pass, for up to 32 parameters a launch (cuda/adamw.cu).
 #include <cmath>
 #include <vector>

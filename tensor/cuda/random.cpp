@@ -1,5 +1,5 @@
 // Dropout masks on CUDA, drawn from the same Philox stream as the CPU's
-// (tensor/cpu/random.cpp): same seed and offset, same mask.
+// (cpu/random.cpp): same seed and offset, same mask.
 #include "tensor/cuda/launch.h"
 #include "tensor/device_kernels.h"
 

@@ -24,8 +24,9 @@ file(REMOVE_RECURSE ${WORK_DIR})
 run("install" ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
 # What a user gets: the layout docs/library.md promises, and no private header.
-foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h include/attograd/autograd/ops.h
-             include/attograd/nn/gpt.h include/attograd/train/options.h include/attograd/train/optim/optim.h
+foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h include/attograd/cpu/parallel.h
+             include/attograd/autograd/ops.h include/attograd/nn/gpt.h include/attograd/train/options.h
+             include/attograd/train/optim/optim.h
              include/attograd/train/optim/optimizer.h include/attograd/cuda/runtime.h
              lib/libattograd.a lib/libattograd_train.a bin/attograd
              lib/cmake/attograd/attogradConfig.cmake lib/cmake/attograd/attogradConfigVersion.cmake)
@@ -33,13 +34,17 @@ foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h incl
     message(FATAL_ERROR "install: ${prefix}/${file} is missing")
   endif()
 endforeach()
-foreach(private include/attograd/tensor/cpu include/attograd/tensor/cuda include/attograd/autograd/ops
+foreach(private include/attograd/tensor/cuda include/attograd/autograd/ops
                 include/attograd/tensor/device_kernels.h include/attograd/tensor/attention_call.h
                 include/attograd/cuda/launchers.h)
   if(EXISTS ${prefix}/${private})
     message(FATAL_ERROR "install: a private file was installed: ${prefix}/${private}")
   endif()
 endforeach()
+file(GLOB installed_cpu RELATIVE ${prefix}/include/attograd/cpu ${prefix}/include/attograd/cpu/*)
+if(NOT installed_cpu STREQUAL "parallel.h")
+  message(FATAL_ERROR "install: of cpu/ only parallel.h (the thread pool) is public, not: ${installed_cpu}")
+endif()
 run("the installed program" ${prefix}/bin/attograd --version)
 
 # The README's C++ example (the first block under "## The library"), made a

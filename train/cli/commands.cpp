@@ -7,7 +7,7 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/parallel.h"
+#include "cpu/parallel.h"
 #include "train/cli/commands.h"
 #include "train/cli/progress.h"
 #include "train/data/tasks.h"

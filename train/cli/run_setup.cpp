@@ -12,7 +12,7 @@
 #include "base/error.h"
 #include "base/version.h"
 #include "tensor/kernels.h"
-#include "tensor/parallel.h"
+#include "cpu/parallel.h"
 #include "train/data/tasks.h"
 #include "train/data/text_data.h"
 #include "train/model/gpt.h"

@@ -15,9 +15,9 @@
 
 #include "base/error.h"
 #include "cuda/runtime.h"
-#include "tensor/cpu/blas_setup.h"
+#include "cpu/blas_setup.h"
 #include "tensor/kernels.h"
-#include "tensor/parallel.h"
+#include "cpu/parallel.h"
 #include "train/cli/commands.h"
 #include "train/cli/progress.h"
 #include "train/cli/run_setup.h"

@@ -1,0 +1,35 @@
+#pragma once
+// What the CPU's fused attention offers besides its two device kernels
+// (cpu::attention_forward and _backward, tensor/device_kernels.h).
+#include <cstdint>
+
+#include "tensor/attention_call.h"
+#include "cpu/matmul_bf16/isa.h"
+
+namespace attograd::cpu {
+
+// The instruction set the fused attention kernels run on: "avx512", "avx2" or
+// "baseline" (SSE2, or any CPU without the x86 dispatch); the widest this CPU
+// has, or a narrower one named by ATTOGRAD_ATTENTION_ISA (see isa.h).
+const char* attention_isa();
+
+// The bytes the forward keeps of its probability tiles within `budget`
+// (AttentionKernelOptions::probs_budget), for `heads` (B * H) heads of Tq
+// queries and Tk keys of element_bytes each: the tiles of as many whole heads
+// as fit.
+std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
+                                   std::int64_t element_bytes, std::int64_t budget);
+
+// The bfloat16 attention on the product's blocks (attention_bf16.cpp): whether
+// it runs on `kernel` here (amx and avx512_bf16 where the CPU has them, the
+// models anywhere; on widen kernels::attention_forward widens to float32), and
+// its forward and backward.
+// The forward fills r.out (bfloat16, (B, H, Tq, D) over (B, Tq, H, D) memory)
+// and r.lse (float32); no weights, no saved probabilities. The backward reads
+// s.lse in float32 and recomputes the probabilities.
+bool attention_bf16_runs_on(Bf16Kernel kernel);
+void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForwardResult& r, Bf16Kernel kernel);
+void attention_backward_bf16(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g,
+                             Bf16Kernel kernel);
+
+}  // namespace attograd::cpu
