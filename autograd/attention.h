@@ -42,8 +42,9 @@ enum class AttentionImpl {
 // AttentionOptions::saved_probs_limit: kAutoSavedProbsLimit (the default) keeps
 // up to kDefaultSavedProbsLimit bytes on heads of kSavedProbsMinHeadDim values
 // or more, none on narrower ones. The saving per tile grows with D and its
-// memory traffic does not: on a Zen 5 at D = 32 (the toy GPT's heads) the
-// attention alone got 12% faster, but the whole training step 2-4% slower.
+// memory traffic does not: at D = 32 (the toy GPT's heads) keeping them made
+// the attention alone faster but the whole training step slower, as the kept
+// probabilities push the step's other operands out of the cache.
 constexpr std::int64_t kAutoSavedProbsLimit = -1;
 constexpr std::int64_t kDefaultSavedProbsLimit = std::int64_t(64) << 20;
 constexpr std::int64_t kSavedProbsMinHeadDim = 64;

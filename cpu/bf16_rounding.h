@@ -3,9 +3,9 @@
 // bfloat16_bits (round to nearest even, a NaN kept a quiet NaN), by AVX512_BF16's
 // VCVTNE2PS2BF16 where the CPU has it (unless ATTOGRAD_BF16_ISA=widen asks for
 // a CPU without bfloat16 instructions: isa.h): 32 values an instruction, where
-// bfloat16_bits' integer arithmetic, vectorised, took some 28 instructions per
-// 32 values (2.5% of a bfloat16 training step in the casts, as much again in
-// the product's rounding of its float32 sums into C).
+// bfloat16_bits' integer arithmetic, vectorised, takes some 28 instructions per
+// 32 values, in every cast and in the product's rounding of its float32 sums
+// into C.
 // The instruction differs in one place: it flushes a denormal input to a signed
 // zero. 32 values holding one (rare: below 2^-126) are rounded by bfloat16_bits
 // instead, so results never depend on which CPU ran them.

@@ -121,7 +121,6 @@ std::string blas_kernels_note() {
   if (!chosen || !*chosen) return "";  // OpenBLAS's own choice
   const std::string core = openblas_get_corename();
   if (!cpu::this_cpu_vector_isa().avx512 || cpu::instructions_of_blas_kernels(core).avx512) return "";
-  // Measured on a Zen 5 core: a 2048-cube SGEMM took 133 ms on the Haswell kernels, 69 on OpenBLAS's own choice.
   return fmt::format("note: OPENBLAS_CORETYPE={} keeps OpenBLAS on its {} kernels on this AVX-512 CPU, where its own "
                      "choice multiplies about twice as fast (unset it unless that is meant)",
                      chosen, core);

@@ -2,8 +2,9 @@
 // OpenBLAS, set up once before its first call: single-threaded (the pool's
 // threads each call it on their own slice), and on the AVX-512 or AVX2
 // kernels of this CPU where OpenBLAS's own detection does not know the CPU and
-// falls back to its generic SSE3 ones (Debian 12's 0.3.21 on an Emerald
-// Rapids Xeon, family 6 model 207: a ninth of the speed of every product).
+// falls back to its generic SSE3 ones (Debian 12's 0.3.21 on CPUs newer than
+// it, Intel's family 6 model 207 among them), which run every product at a
+// fraction of the speed.
 #include <string>
 
 namespace attograd {

@@ -26,9 +26,8 @@ T gelu_sigmoid(T x) {
   return T(1) / (T(1) + exp_of(T(-2) * k * (x + c * x * x * x)));
 }
 // The same in float32 without a division, nor exp_fast's handling of NaN and
-// the edges (perf put 43% of the forward loop on the instruction after its
-// VDIVPS, and most of the rest on those masks and blends; without them GELU's
-// forward and backward took 0.79-0.89x the time, at one thread). The exponent
+// the edges (perf put most of the forward loop on the instruction after its
+// VDIVPS, and on those masks and blends). The exponent
 // -2u is clamped to [kExpMin, 69], where e^-2u stays normal and 1 + e^-2u
 // within reciprocal_in_range's [1, 2^100]; past 69 s is 0 (1 / (1 + e^69) ~
 // 1e-30; exactly what it rounds to matters only as x s for huge |x|). A NaN x
@@ -152,7 +151,7 @@ namespace {
 
 // The float32 arithmetic on contiguous data, compiled per SIMD level too: the
 // generic loop is built for the baseline (SSE2), and float32 adds and products
-// (gradients accumulated, residual streams) took 2.7% of a bfloat16 step there.
+// (gradients accumulated, residual streams) are a visible part of a bfloat16 step.
 AG_SIMD_CLONES void add_f32(float* y, const float* a, const float* b, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
@@ -242,7 +241,7 @@ const float* f32_chunk(DType dtype, const char* p, std::int64_t stride, std::int
 // out = a op b where a bfloat16 tensor is among them: bfloat16 with bfloat16
 // (then out is bfloat16, rounded once), or float32 with bfloat16 (out float32:
 // a float32 residual plus a bfloat16 branch under autocast, without a widened
-// copy of the branch, which cost 3.5% of a bfloat16 step). Also add_'s
+// copy of the branch, a pass of its own over every residual). Also add_'s
 // y += alpha x (op add, with b scaled first when alpha != 1).
 void binary_bf16(kernels::Binary op, const Tensor& out, const Tensor& a, const Tensor& b, float alpha = 1) {
   Operands<3> ops;

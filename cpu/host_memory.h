@@ -4,10 +4,7 @@
 // or more starts on a 2 MiB boundary and asks Linux for transparent huge pages
 // (madvise, Debian's default THP mode), so that a kernel reading a large
 // operand along its columns (an AMX tile's 16 rows, each on its own 4 KiB page
-// when rows are 4 KiB apart) misses the TLB once per 2 MiB, not once per row:
-// bfloat16's 2048^3 product ran 7% faster so on a Sapphire Rapids class Xeon
-// (8.2 -> 7.6 ms, 2 threads), the shakespeare_char bfloat16 step 10% faster on
-// an Emerald Rapids one.
+// when rows are 4 KiB apart) misses the TLB once per 2 MiB, not once per row.
 #include <cstddef>
 
 namespace attograd::cpu {

@@ -9,8 +9,8 @@
 // A row's sums are taken in float64 (lane_sum, rows.h). float32 rows run in
 // functions compiled once per SIMD level (AG_SIMD_CLONES, vec_math.h) with
 // everything they call forced inline: compiled for baseline x86-64 (SSE2) like
-// the rest of the library, the GPT's 128-wide rows ran 2.3x slower than
-// PyTorch's LayerNorm. float64 rows (gradcheck, references) stay baseline.
+// the rest of the library, the GPT's 128-wide rows ran at a fraction of
+// PyTorch's LayerNorm's speed. float64 rows (gradcheck, references) stay baseline.
 //
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): GCC would
 // otherwise fuse a * b + c into one FMA in the AVX2 and AVX-512 copies, so
@@ -127,8 +127,7 @@ struct BackwardRows {
 // One row's xhat = (x - mu) * rs, gathered into the group's dw (dy * xhat) and db (dy).
 // The loops over a row take their pointers as __restrict parameters: GCC
 // vectorises a loop over several restrict-qualified locals only behind
-// run-time overlap checks, and gave up on this one (scalar code, 1.4x slower
-// than before the SIMD clones).
+// run-time overlap checks, and gave up on this one (scalar code).
 template <typename T>
 AG_ALWAYS_INLINE void normalise_and_gather(std::int64_t n, const T* __restrict x, const T* __restrict dy, T mu, T rs,
                                            T* __restrict xhat, T* __restrict dw, T* __restrict db) {

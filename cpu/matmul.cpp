@@ -36,7 +36,7 @@ struct GeluPass {
 
 // C = op(A) op(B), plus bias[j] in every row when bias is given, without a
 // pass over C of its own: float32's kernel adds it as it stores the first K
-// chunk's sums (a copy of the bias into C first took 4% of gpt_step); for
+// chunk's sums (a copy of the bias into C first is a pass over C); for
 // float64 it is written into C and the product accumulated onto it (beta = 1).
 template <typename T>  // and float32's GELU epilogue, when given
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
@@ -58,8 +58,7 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
 // scratch (kept between products: its pages already mapped), rounded into C
 // once. A float32 tensor for the whole product and a cast after it cost an
 // allocation, its pages and a second parallel pass each product. (Bands of rows
-// rounded while in L2 cost more: each band packs B again, at 2048 x 1536 x 384
-// bands of 42 rows made the bfloat16 shakespeare_char step 1.33x float32's.)
+// rounded while in L2 cost more: each band packs B again.)
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, std::int64_t lda,
           const bfloat16* b, std::int64_t ldb, bfloat16* c, std::int64_t ldc, const float* bias,
           F32Gemm::Epilogue /*float32's only*/ = {}, float* = nullptr) {
@@ -124,8 +123,8 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
     // row blocks and A (m x k) for column blocks, so cut the dimension whose
     // shared operand is the smaller, m >= n for rows. Column blocks narrower
     // than 64 waste the GEMM's micro-tiles: then rows anyway. (A weight
-    // gradient x^T dy, 128 x 384 x 4096, ran 10-30% faster on 2 threads cut
-    // into columns than into rows, which packed all of dy twice.)
+    // gradient x^T dy, 128 x 384 x 4096, cut into rows would pack all of dy
+    // once per thread.)
     const bool split_rows = m >= n || n < 64 * threads;
     const std::int64_t extent = split_rows ? m : n;
     const std::int64_t block = thread_block(extent, threads);

@@ -21,14 +21,14 @@ thread_local bool in_parallel_region = false;
 // How long a thread waits actively for the next job (worker) or for the
 // others to finish (caller) before it sleeps. A training step runs hundreds
 // of parallel loops a few microseconds apart; waking a sleeping thread costs
-// tens of microseconds on a VM (the idle virtual CPU is halted): 25% of an
-// MHA forward + backward at the S shape. A bounded spin keeps that latency
+// tens of microseconds on a VM (the idle virtual CPU is halted), a large part
+// of a small attention's forward + backward. A bounded spin keeps that latency
 // off the critical path.
 constexpr auto kSpin = std::chrono::microseconds(50);
 
 // But when other programs want the cores, a spinning thread takes the time
 // slices they (and our other thread) need, and loses the scheduler's wake-up
-// priority: with one core busy elsewhere, spinning made that MHA step 40%
+// priority: with one core busy elsewhere, spinning made that MHA step much
 // slower than sleeping at once. So spinning stops while more threads are
 // runnable than there are cores (the instantaneous count in /proc/loadavg,
 // read at most every 10 ms), and resumes when fewer are.

@@ -4,8 +4,8 @@
 // most 50 us, then sleep (cpu/parallel.cpp). OpenBLAS is kept
 // single-threaded (cpu/blas_setup.h) and called from our workers on
 // slices of each product: its own pthread pool spins in sched_yield between
-// calls, and beside ours on two cores that made 2 threads 2.3x slower than 1
-// on a training step.
+// calls, and beside ours on two cores that made 2 threads slower than 1 on a
+// training step.
 #include <atomic>
 #include <cstdint>
 #include <functional>

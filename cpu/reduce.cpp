@@ -19,7 +19,7 @@ namespace {
 // part[c] = x[0, c] + x[1, c] + ... + x[rows - 1, c] for c < n, rows `cols`
 // apart, in that order, in float32: for float32 and bfloat16 (widened
 // exactly) compiled per SIMD level, the loops of sum_rows_of's group sum below
-// 512 bits wide (the bias gradients took 2% of a bfloat16 step at SSE2's width).
+// 512 bits wide (at SSE2's width the bias gradients showed in a bfloat16 step).
 AG_SIMD_CLONES void sum_group_f32(float* __restrict part, const float* x, std::int64_t rows, std::int64_t cols,
                                   std::int64_t n) {
   for (std::int64_t c = 0; c < n; ++c) part[c] = x[c];
@@ -44,7 +44,7 @@ AG_SIMD_CLONES void add_group_f32(double* __restrict acc, const float* part, std
 //
 // Each group of kGroup rows is first summed in T, with T-wide vector adds,
 // then added into the float64 total: converting every element to double
-// halved the vector width and made this 4x slower than memory allows.
+// halved the vector width and made this several times slower than memory allows.
 // bfloat16 rows are read as they are and summed in float32 (then float64), as
 // their widened copy would be: the same bits, without writing that copy (the
 // bias gradients of a bfloat16 step).

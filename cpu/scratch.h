@@ -2,8 +2,8 @@
 // Scratch buffers of the CPU kernels, from host_memory.h: each starts on a
 // cache line so that their rows (whole vectors long) do too, a vector load or
 // store across two lines costing two (std::vector's allocator only promises
-// 16 bytes: with its operands 16 bytes off a line, one 64 x 64 x 64 tile
-// product of the fused attention in L1 ran 10-35% slower; AMX tile loads want
+// 16 bytes: with its operands 16 bytes off a line, a tile product of the
+// fused attention in L1 ran markedly slower; AMX tile loads want
 // 64 bytes too), and the large ones on huge pages.
 #include <cstddef>
 #include <new>

@@ -107,7 +107,7 @@ inline double tanh_of(double x) { return std::tanh(x); }
 // Code called from an AG_SIMD_CLONES function (or one with a target attribute)
 // is compiled for that function's level only where it is inlined into it: a
 // helper, or a lambda's body, left out of line runs as baseline code (in the
-// fused attention that once made a loop 20x slower). AG_ALWAYS_INLINE forces
+// fused attention that once made a loop an order of magnitude slower). AG_ALWAYS_INLINE forces
 // the inlining.
 #if defined(__GNUC__)
 #define AG_ALWAYS_INLINE inline __attribute__((always_inline))

@@ -30,10 +30,8 @@
 // multiple of 8 (Bf16AttentionOperands::vec), else a value at a time. The
 // tiles that stream (keys and values, or queries and their dO) are double
 // buffered (stream_tile_pairs): with 16-byte loads the next pair is copied by
-// cp.async (cuda/async_copy.cuh) while the warps work on this one. On an H200
-// (2026-12-04), before ldmatrix and cp.async, with the transposed tiles stored
-// two values at a time: 0.22x and 0.13x of PyTorch's bfloat16 SDPA at XL and
-// XXL (docs/cuda.md).
+// cp.async (cuda/async_copy.cuh) while the warps work on this one. How far it
+// stands from PyTorch's bfloat16 SDPA is measured in docs/cuda.md.
 #include <algorithm>
 #include <cstdint>
 

@@ -65,8 +65,8 @@ __device__ __forceinline__ std::int64_t grid_threads() { return static_cast<std:
 // acc + load(begin) + ... + load(end - 1), added in that order in float64. One
 // thread summing a column is one dependent chain: loads are issued eight ahead
 // of their adds, or each add waits out a whole memory latency. The order, and
-// so the result, is the plain loop's. (On an H100, 128 threads adding 256
-// partials each went from 32 to 24 us: still latency-bound, too few threads.)
+// so the result, is the plain loop's. (Still latency-bound where too few
+// threads take part.)
 template <typename Load>
 __device__ __forceinline__ double sum_in_order(std::int64_t begin, std::int64_t end, Load load, double acc = 0) {
   constexpr int kAhead = 8;
@@ -134,7 +134,7 @@ __device__ __forceinline__ T row_reduce(T v, Op op) {
 // lane l sums rows l, l + kColumnLanes, ... of the block's chunk of rows, so
 // each warp reads 32 neighbouring values of one row at a time, and eight warps
 // a block keep loads in flight. One thread per column, walking the column
-// alone, left an H100 at two warps an SM: 25 us to sum 64 rows of 128 columns.
+// alone, left the GPU at two warps an SM on a GPT's narrow tensors.
 // The rows are cut into chunks (grid.y) that write float64 partial sums, added
 // by a second pass in chunk order: deterministic, no atomics.
 constexpr int kColumnLanes = kThreads / kWarp;

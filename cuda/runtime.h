@@ -18,7 +18,7 @@ std::string no_device_reason();
 // The GPU's PCI address ("0000:65:00.0"): the same GPU gives the same one in
 // every process, whatever CUDA_VISIBLE_DEVICES numbers it.
 std::string pci_bus_id(int device);
-// The GPU's streaming multiprocessors (132 on an H100 SXM), which the products'
+// The GPU's streaming multiprocessors, which the products'
 // tile sizes are chosen to fill.
 int multiprocessor_count(int device);
 

@@ -97,16 +97,10 @@ AG_ALWAYS_INLINE void backward_row_terms(const Problem<T>& P, const BackwardIo<T
 // scratch, copied out by finish(). Rows of a packed (B, T, 3C) gradient, 3C
 // apart, fall into few L1 sets (at L, 6 KiB apart, a tile's 64 rows into 8
 // of the 64), where dq, dk and dv evicted one another and the tiles'
-// operands: accumulated in scratch, attention_packed's forward + backward
-// took 0.959x the time at L and 0.983x at GPT-2 small's shape, the whole
-// MultiHeadAttention step at L about 0.99x (paired rounds, 2 threads, the
-// AMX Xeon, 2026-12-03). Those rows are copied out with streaming stores
-// (the gradient is 12 MiB at L, read next by the projection's backward),
-// which plain stores first read into the cache, beside the tiles' operands:
-// streamed, attention_packed's backward took 0.90x [0.87..0.96] the time at
-// L, the MultiHeadAttention step 0.96x [0.93..0.99] at L and 0.99x
-// [0.97..1.03] at GPT-2 small's shape (paired rounds, the same Xeon, a day
-// later). The first tile that reaches a row writes it rather
+// operands; accumulated in compact scratch they do not. Those rows are
+// copied out with streaming stores (the gradient is 12 MiB at L, read next
+// by the projection's backward), which plain stores would first read into
+// the cache, beside the tiles' operands. The first tile that reaches a row writes it rather
 // than accumulating (trimmed row groups write zeros), so only rows no tile
 // reaches need zero().
 template <typename T>
@@ -280,8 +274,7 @@ AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<
   // 4 KiB apart (at T = 1024) made the tile product that reads it miss L1 on
   // its 64 rows' shared cache sets, and the whole backward slower than
   // recomputing. Read from the panel: a compact copy where do's rows lie apart
-  // (MultiHeadAttention's, C apart), which made the MHA step at L about 0.98x
-  // the time of reading them where they lie again (paired rounds, AMX Xeon).
+  // (MultiHeadAttention's, C apart), so the transposes read contiguous rows.
   const Rows<T> dout_rows{dout.data, 0, 0, dout.ld};
   for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
     pack_transposed<T, Tile>(dout_rows, 0, 0, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),

@@ -201,9 +201,8 @@ AG_ALWAYS_INLINE void forward_query_block(const Problem<T>& P, const ForwardOutp
     const Panel<T> v = w.values(P, b, h, j0, nk, Dp);
     // The score tile: the saved one itself where the probabilities are kept,
     // written as it is made (copying it from scratch afterwards cost more).
-    // On AVX-512 a forward that keeps them takes about 7% longer (one thread,
-    // L: 10.6 ms against 9.9); requesting the next tile's lines ahead did not
-    // change that.
+    // Keeping them makes the forward a little longer, for the stores alone:
+    // requesting the next tile's lines ahead did not shorten it.
     const std::int64_t bh = b * P.H + h, qb = i0 / kBlockQ, kb = j0 / kBlockK;
     T* __restrict st = O.saved.kept(bh) ? O.saved.tile(bh, qb, kb) : s;
     product_scores<T, Tile, kKeyRows>(nkp, nqp, D, k.data, k.ld, w.qt.data(), kBlockQ, st, kBlockQ, diag);  // S^T

@@ -30,15 +30,13 @@ struct Simd {
 // vectors, it runs as kRows / kWideRows micro-tiles of kWideRows x kWideVecs
 // instead (kWideRows = 0: never, and then no kWideVecs is declared, as clang
 // warns of an unused one): with AVX-512, 4 x 4 vectors feed 16 multiply-adds
-// from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, and at D = 64 (one
-// 4-vector row of output) the wide tile made the L forward about 10% and
-// forward + backward 5-12% faster; at D = 32 only 8 x 2 fits the output rows.
+// from 4 broadcasts and 4 loads, 8 x 2 from 8 and 2, so at D = 64 (one
+// 4-vector row of output) the wide tile is the faster; at D = 32 only 8 x 2
+// fits the output rows.
 // A tile no causal limit trims (all but the diagonal's) has no row groups to
 // keep: its rows run kWholeRows at a time in micro-tiles of kWholeRows x
-// kWideVecs (0: never). With AVX-512 6 x 4 vectors, 24 multiply-adds from 6
-// broadcasts and 4 loads, made the causal L forward 0.97x [0.95..1.02] the
-// time of 4 x 4's, forward + backward 0.98x [0.95..1.04], the MHA step at L
-// 0.99x-1.00x (paired rounds, 2 threads, the AMX Xeon, 2026-12-03).
+// kWideVecs (0: never). With AVX-512 6 x 4 vectors: 24 multiply-adds from 6
+// broadcasts and 4 loads, against 16 from 4 and 4 for 4 x 4.
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 8, kVecs = 2;  // 16 accumulators of 32 registers
   static constexpr int kWideRows = 4, kWideVecs = 4;       // also 16

@@ -24,14 +24,12 @@ struct Panel {
 // Rows that are not back to back (a packed (B, T, 3C) projection's q, k and
 // v rows are 3C apart, as MultiHeadAttention attends them) are slower to read
 // again and again than compact ones: at the L shape (T = 1024, rows 6 KiB
-// apart) the fused forward took 1.25x and the backward 1.3x their time on
+// apart) the fused forward and backward take markedly longer than on
 // contiguous q, k, v, the forward's extra time mostly spent waiting on the
 // software prefetches of the next tile's rows. A head's rows are read once
 // per tile of the other side, so copying them compact first pays on long
 // heads, and costs on short ones, where each row is read only a few times:
-// copying from 512 rows up gained 2-16% at T = 512 and 1024 (D = 32 and
-// 64), and copying all lengths lost 3-10% at T = 64, 128 and 256 (probes at
-// one thread, this project's Ice Lake VM).
+// in probes, copying paid from 512 rows up and lost below.
 constexpr std::int64_t kCopyStridedFromRows = 512;
 
 // Whether n rows ld apart are read where they lie, when each tile of

@@ -17,14 +17,11 @@ namespace attograd::cpu::attention_detail {
 // the backward's key tiles request the next tile's keys and values.
 //
 // The forward's key tiles do not: they had requested the next tile's rows
-// into L1, a few after each row group, and perf put 8% of the forward's
-// samples on that loop (its instructions and waits for fill buffers) while a
-// head's keys and values sit in L2 after its first query block. Without it,
-// the Emerald Rapids Xeon (2026-12-02), one process alternating both ways
-// over 30-40 runs: contiguous q, k, v at (2, 8, 1024, 64) 0.96-0.97x the
-// time (1 and 2 threads, medians); MultiHeadAttention at the L shape, whose
-// long heads the forward copies compact, forward 0.97-1.00x and forward +
-// backward 0.96-1.01x.
+// into L1, a few after each row group, and perf put a good share of the
+// forward's samples on that loop (its instructions and waits for fill buffers) while a
+// head's keys and values sit in L2 after its first query block. Without it
+// the forward is as fast or faster, on contiguous heads and on the compact
+// copies of long ones alike.
 
 // Requests the lines of rows [t0, t0 + n) of (b, h), each line once.
 template <typename T, int kLocality = 3>

@@ -19,10 +19,7 @@ namespace attograd::cpu::attention_detail {
 // The tiles of one head are stored in the backward's order, key tile by key
 // tile and within one by query block, so that it reads them front to back.
 // Each tile's maxima follow it, so the tiles do not lie exactly 16 KiB apart,
-// all at one offset within a 4 KiB page. In a probe at L (one thread,
-// AVX-512) a forward that kept the tiles took 10.6 ms this way and 11.2 with
-// the maxima apart, but the benchmark case could not tell the two apart:
-// the probe's gain depended on where its buffers lay.
+// all at one offset within a 4 KiB page, where they would share cache sets.
 template <typename T>
 struct SavedProbs {
   T* data = nullptr;  // kSlotValues per tile: (kBlockK, kBlockQ) exp(s - m), zero where hidden, before

@@ -88,16 +88,12 @@ Bf16Kernel widest() {
 
 // AMX where it runs; else the AVX512_BF16 kernel on AMD's cores, the product
 // widened to float32 on Intel's. How fast VDPBF16PS issues decides it:
-// - On the Sapphire and Emerald Rapids class Xeons (AMX hidden or not
-//   permitted), about once every 2 cycles: half float32's FMA rate
-//   (bf16_peak/avx512_bf16 141 GFLOP/s against fma_peak/avx512's 290, 2
-//   threads), so the kernel, at 70% of it (matmul_bf16/2048 98 GFLOP/s), took
-//   twice the widened product's time (190, OpenBLAS's float32).
-// - On AMD Zen 5 (family 26), at float32's FMA rate: bf16_peak/avx512_bf16 991
-//   GFLOP/s against fma_peak/avx512's 516, and matmul_bf16/2048 at 838 GFLOP/s
-//   (85% of that peak) against widen's 439. Zen 4 issues it as two 256-bit
-//   halves, as it does its float32 FMAs, so the ratio is the same there (not
-//   measured).
+// - On Intel's Xeons with AVX512_BF16 (AMX hidden or not permitted), about
+//   once every 2 cycles: half float32's FMA rate, so the kernel takes longer
+//   than the widened product on float32's FMAs (bench bf16_peak, fma_peak).
+// - On AMD's cores (Zen 4 and later), at float32's FMA rate with twice the
+//   multiply-adds an instruction: the kernel runs well ahead of the widened
+//   product.
 // Chosen from the CPU alone, not timed at start-up: the kernels sum in different
 // orders, and a run's results must not depend on a moment's timing.
 Bf16Kernel preferred_bf16_kernel(const Bf16Hardware& hardware) {

@@ -37,7 +37,7 @@
 // them (bf16_rounding.h's), are compiled for: every CPU they run on has
 // AVX512_BF16 (AMX is only taken with it). Beside the kernel itself, the
 // rounding into C and the packing run there 512 bits wide: compiled for the
-// build's baseline (SSE2) they took 12% and 17% of a product at 2048.
+// build's baseline (SSE2) they took a large share of a product.
 #if AG_BF16_AVX512_KERNEL
 #define AG_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #else

@@ -78,11 +78,10 @@ double slowest_share(const Packed& p, int threads) {
 // Macro blocks per thread: enough that a few spare ones even out the threads'
 // shares, yet blocks big enough to reuse what L2 holds. Where few blocks
 // split unevenly they are cut smaller: 768 x 768 in nine blocks of 256 x 256
-// kept one of two threads busy for five while the other finished four; in 18
-// the product took 0.88x the time (a Zen 4, two threads). K up to 512
-// in one chunk (B's 32-column panel then up to 32 KiB): at K = 384 two
-// chunks (256 + 128) stored every block's sums and loaded them back, and the
-// product (4096 x 1536 x 384, the shakespeare_char MLP's) ran some 7% slower.
+// kept one of two threads busy for five while the other finished four; 18
+// even them out. K up to 512 in one chunk (B's 32-column panel then up to
+// 32 KiB): at K = 384 two chunks (256 + 128) would store every block's sums
+// and load them back.
 void choose_blocking(Packed& p, int threads) {
   constexpr double kUnevenShare = 1.05;  // the slowest thread's work over an even share's worth cutting for
   p.kc = p.kp <= 512 ? p.kp : std::min<std::int64_t>(p.kp, 256);
@@ -147,10 +146,8 @@ void round_into_c_baseline(const Bf16Gemm& g, std::int64_t r0, std::int64_t rows
 // The same for the hardware kernels, a row of a block at a time by
 // VCVTNE2PS2BF16 (bf16_rounding.h: the same bits), along C's rows: block by
 // block (each block's sums read in order, C's rows 64 bytes at a time) took
-// 1.3-1.5x the time at the shakespeare_char MLP's 4096 x 1536. A transposed C
-// (the weight gradient's C^T, no bias) is written a column of a block at a
-// time, its 32 sums gathered: value by value, the rounding was 7.6% of a
-// steady-state bfloat16 shakespeare_char step's samples, 6.4% so.
+// longer. A transposed C (the weight gradient's C^T, no bias) is written a
+// column of a block at a time, its 32 sums gathered, rather than value by value.
 AG_TARGET_AVX512_BF16 void round_into_c_avx512(const Bf16Gemm& g, std::int64_t r0, std::int64_t rows, std::int64_t c0,
                                                std::int64_t cols, const BlockedSums& sums) {
   if (g.c_col_stride != 1 && g.ldc == 1 && !g.bias) {  // column j of C^T: contiguous in C
@@ -329,10 +326,8 @@ void gemm_widened(const Bf16Gemm& g) {
 // weight gradient's dy^T) is packed by transposes of lines from rows far
 // apart, at more cost per value than the row-major B (about twice with SSE2's
 // 8 x 8 transposes, 1.3 times with AVX-512's 32 x 32), so the smaller of the
-// two should be the transposed one. At the shakespeare_char size, dW of the
-// MLP's first layer (1536 x 384, K = 4096) took 5.0 ms, its transposed problem
-// 3.2 (with SSE2's transposes). Each C value is the same sum in the same order
-// either way.
+// two should be the transposed one. Each C value is the same sum in the same
+// order either way.
 bool transposed_pays(const Bf16Gemm& g) {
   const bool a_transposed = g.a.row_stride == 1 && g.a.col_stride != 1, b_row_major = g.b.col_stride == 1;
   return a_transposed && b_row_major && g.n < g.m && !g.bias;
@@ -341,9 +336,9 @@ bool transposed_pays(const Bf16Gemm& g) {
 // Whether a block's 32 rows of A, `row_stride` values apart, can stay in L1
 // together when read where they lie: they must fall into at least 4 of its 64
 // sets (of 64-byte lines), 4 x 12 ways for 32 lines on the Xeons here. Rows
-// 4 KiB apart (K = 2048) all fall into one set and evicted each other: in place,
-// the product at 2048 took 1/0.87 of its time with A packed (Emerald Rapids,
-// interleaved rounds); at K = 768 (rows 1.5 KiB apart, 8 sets) packing cost 11%.
+// 4 KiB apart (K = 2048) all fall into one set and evict each other, so such an A
+// is packed; where they spread (K = 768: rows 1.5 KiB apart, 8 sets) packing
+// costs more than it saves.
 bool rows_spread_in_l1(std::int64_t row_stride) {
   const std::int64_t bytes = row_stride * static_cast<std::int64_t>(sizeof(bfloat16));
   std::uint64_t sets = 0;
@@ -381,8 +376,8 @@ void gemm_bf16(const Bf16Gemm& g, Bf16Kernel kernel) {
   choose_blocking(packed, get_num_threads());
   // Macro blocks handed out one at a time to whichever thread is free, not in
   // fixed shares: the product lasts as long as its slowest thread, and on the
-  // shared Xeons here a thread's tile unit ran at a fraction of its speed for
-  // seconds at a time (bf16_peak/amx swinging between 0.5 and 2.3 TFLOP/s).
+  // shared machines here a thread's tile unit has run at a fraction of its
+  // speed for seconds at a time.
   parallel_tasks(0, packed.macros(), 1, [&](TaskQueue& macros) {
     thread_local Scratch<float> sums;
     float* buffer = scratch(sums, packed.mc * packed.nc);
@@ -395,8 +390,8 @@ Tensor matmul_bf16(const Tensor& a_in, const Tensor& b_in, const Shape& batch_sh
   if (kernel == Bf16Kernel::widen) {
     // Without bfloat16 instructions: float32's matmul (its threading and
     // bias), the operands widened as the kernel packs them, rounded once.
-    // Widened copies of both operands first took 11% of the default task's
-    // bfloat16 run on a Zen 5 as ATTOGRAD_BF16_ISA=widen runs it.
+    // Widened copies of both operands first would cost an allocation and a
+    // pass over each.
     return matmul_widened(a_in, b_in, batch_shape, bias);
   }
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);

@@ -164,8 +164,7 @@ template <bool kAvx512 = false>
 AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int64_t k, std::int64_t kp,
                                   std::int64_t r0, std::int64_t r1, bfloat16* out) {
   // Zeros where no value of A goes (rows from m, columns from k), rather than
-  // a fill of the whole range first: that wrote every byte twice, 1% of a
-  // bfloat16 training step.
+  // a fill of the whole range first, which wrote every byte twice.
   const std::int64_t rows_end = std::min(r1, m);
   for (std::int64_t r = r0; r < r1; ++r)
     for (std::int64_t c = r < rows_end ? k : 0; c < kp; c = (c / kKStep + 1) * kKStep)
@@ -186,7 +185,7 @@ AG_ALWAYS_INLINE void pack_a_rows(const Bf16Matrix& a, std::int64_t m, std::int6
       // Rows of A 32 at a time (64 bytes of each row of A^T: one line when
       // aligned), so that the four 8 x 8 blocks that read the same lines of A^T go
       // one after another: 8 rows at a time, each line was read four times, a
-      // whole walk along K apart (the transposed path took 5% of a bfloat16 step).
+      // whole walk along K apart.
       const auto transpose_block = [&](std::int64_t r, std::int64_t c) {
         __m128i v[8];
         for (int i = 0; i < 8; ++i)
@@ -228,7 +227,7 @@ AG_ALWAYS_INLINE void pack_b_panels(const Bf16Matrix& b, std::int64_t k, std::in
   const auto panel = [&](std::int64_t p) { return reinterpret_cast<std::uint32_t*>(out + p * kp * kPanel); };
   // A row-major B is read along its rows, a pair of rows across every panel of
   // the range at a time: one panel after another, a walk down 16 columns, met
-  // a new page at every row at N = 2048 (pack_b took 11% of the product).
+  // a new page at every row at N = 2048.
   if (b.col_stride == 1) {
     for (std::int64_t q = 0; q < kp / 2; ++q) {
       const std::int64_t k0 = 2 * q;

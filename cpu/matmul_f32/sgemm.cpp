@@ -47,16 +47,15 @@ constexpr const char* kNames[] = {"avx512", "avx2", "portable", "openblas"};
 
 // K chunk and column block: an A panel (6 x 384 floats, 9 KiB) stays in L1
 // while the column block's B panels (384 x 64, 96 KiB each; 768 KiB in all)
-// stream from L2 (2 MiB a core on the Xeons measured; 1 MiB on Zen 4/5). A Zen
-// 3's 512 KiB hold only half of them, yet blocks of 256 columns that fit ran
-// the AVX2 tile no faster on GPT-2 small's and shakespeare_char's products.
+// stream from L2 (1-2 MiB a core on current CPUs). An L2 of 512 KiB holds only
+// half of them, yet blocks of 256 columns that fit ran the AVX2 tile no faster
+// on GPT-2 small's and shakespeare_char's products.
 constexpr std::int64_t kKc = 384, kNc = 512;
 
 // The register block: kRows rows of C, each kVecs vectors of kLanes floats.
 // AVX-512 has 32 registers: 24 for C, 4 for B's row, 1 for the broadcast; 6 x 64
-// took fewer loads a multiply-add (10 for 24) and was 0-10% faster than 12 x 32
-// (14 for 24) and 8 x 48 on the Emerald Rapids Xeon. The baseline's 16 of 16
-// bytes: 12 for C.
+// takes fewer loads a multiply-add (10 for 24) than 12 x 32 (14 for 24) or
+// 8 x 48, and was the fastest of the three. The baseline's 16 of 16 bytes: 12 for C.
 struct TileAvx512 {
   static constexpr int kBytes = 64, kRows = 6, kVecs = 4;
 };
@@ -122,8 +121,7 @@ struct Kernel {
   // v = kLanes values from p, widened if bfloat16 (a bfloat16 is a float's
   // upper half: bfloat16_to_float's rule on a whole vector). Spelled as
   // bfloat16_to_float in an unrolled loop, as pack_lanes_side_by_side is, GCC
-  // 12 packed the lm_head's 1024 x 65 x 384 product 7% slower (same bits, the
-  // Emerald Rapids Xeon). AVX-512's tile only (GCC takes no vector_size that
+  // 12 packs more slowly (same bits). AVX-512's tile only (GCC takes no vector_size that
   // depends on a template's parameter in __builtin_convertvector).
   template <typename S>
   AG_ALWAYS_INLINE static void load_lanes(const S* p, Vec& v) {
@@ -143,10 +141,7 @@ struct Kernel {
   // src[c * step + k]. A Linear's forward packs its weight so (B^T). With
   // AVX-512, blocks of kLanes x kLanes go through a transpose in registers
   // (cpu/vec_transpose.h), the rest value by value: one value at a time
-  // the packing of a 512 x 512 weight took a tenth of the product
-  // (1024 x 512 x 512 on one thread ran 1.15x faster with the transpose on
-  // the Emerald Rapids Xeon, as did 1024 x 1536 x 512, and bfloat16 weights
-  // widened on the way 1.06-1.16x at shakespeare_char's 384 and 1536).
+  // the packing of a 512 x 512 weight took a tenth of the product.
   template <int W, typename S>
   AG_ALWAYS_INLINE static void pack_lanes_from_rows(const S* src, std::int64_t step, std::int64_t count,
                                                     std::int64_t kc, float* dst) {
@@ -181,8 +176,7 @@ struct Kernel {
   // weight gradient of 1536 rows): packed one panel at a time, each of the
   // chunk's 342 rows of A was read for 24 bytes and its line read again from
   // L2 by the next two or three panels; now each row is read once, 192 bytes
-  // (three whole lines): 1536 x 512 x 2048 and 512 x 512 x 2048 with A^T ran
-  // 1.05x faster on one thread (146 -> 153.5 GFLOP/s, the AMX Xeon).
+  // (three whole lines).
   static constexpr std::int64_t kGroupPanels = 8, kGroupRows = kGroupPanels * MR;
   template <typename S>
   AG_ALWAYS_INLINE static void pack_transposed_a_group(const F32Gemm& g, const S* a, std::int64_t i0, std::int64_t k0,
@@ -243,9 +237,7 @@ struct Kernel {
       for (int v = 0; v < V; ++v) __builtin_prefetch(c + r * ldc + v * kLanes, 1, 3);
     for (std::int64_t k = 0; k < kc; ++k, a += k_step, bp += NR) {
       // B's panel streams from L2 a row of NR floats a step: asked for 8 steps
-      // ahead, it is in L1 when wanted. (With the C lines above: 2-9% faster
-      // products, 5% on average over gpt_step's and the MHA's shapes; 4 and 12
-      // steps ahead did no better.)
+      // ahead, it is in L1 when wanted (4 and 12 steps ahead did no better).
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) __builtin_prefetch(bp + kPrefetchSteps * NR + v * kLanes, 0, 3);
       Vec b[V];
@@ -340,8 +332,7 @@ struct Kernel {
           }
           // The next panel's rows, read in place, come from L3 or memory (A
           // is 8 MiB at 4096 x 512): asked into L2 now, while this panel's
-          // blocks run, they do not stall its first steps. 2-10% on the
-          // products of a row-major A in gpt_step's and the MHA's shapes.
+          // blocks run, they do not stall its first steps.
           if (!g.a_transposed && !g.a_bf16 && i0 + 2 * MR <= g.m)
             for (int r = 0; r < MR; ++r)
               for (std::int64_t k = 0; k < kc; k += 64 / sizeof(float))
@@ -358,8 +349,7 @@ struct Kernel {
             edge_block(a, row_step, k_step, bp, kc, cols, edge);
             // C = (the sums + C or 0) + bias, as block() does. One loop that chose
             // between edge + C and edge for each value became masked loads of C
-            // that cost 5x the product (a Zen 3: 14 GFLOP/s at n = 13, 45 since,
-            // where whole blocks at n = 16 ran at 65).
+            // that cost several times the product on AVX2.
             for (std::int64_t r = 0; r < rows; ++r) {
               float* c_row = c + r * g.ldc;
               const float* sums = edge + r * NR;

@@ -1,11 +1,9 @@
 #pragma once
 // float32 matrix products of our own, for CPUs with AVX-512: OpenBLAS's
-// SkylakeX/Cooperlake sgemm, which Debian 12's 0.3.21 runs there, reached
-// 65-110 GFLOP/s a core on the products of a GPT's layers (K = 128..512, one
-// operand transposed in the backward pass) where MKL's ran at 90-165 (an
-// Emerald Rapids Xeon, its FMA peak 123-166 as the shared host swung). Ours is
-// 1.0-1.3x OpenBLAS's on most of them, 0.86-0.97x on weight gradients with
-// 384-512 rows (docs/performance.md). The kernels:
+// SkylakeX/Cooperlake sgemm, which Debian 12's 0.3.21 runs there, falls well
+// short of MKL's on the products of a GPT's layers (K = 128..512, one operand
+// transposed in the backward pass), which decide a training step's time;
+// docs/performance.md compares the three. The kernels:
 //   avx512    6 x 64 blocks of C in 24 registers of 16 floats, A's values
 //             broadcast, B's rows loaded (sgemm.cpp says how it is blocked)
 //   avx2      the same code on 32-byte vectors (6 x 16 blocks in 12 of
@@ -16,9 +14,9 @@
 // avx512 where the CPU has it, else openblas, or the one ATTOGRAD_F32_GEMM
 // names (one the CPU cannot run is refused). Products of bfloat16 operands
 // (a CPU without bfloat16 instructions) run on a kernel of ours, which widens
-// them as it packs, where float32's run on OpenBLAS: avx2, on a Zen 3 level
-// with OpenBLAS's float32 (0.9-1.3x its speed single-threaded on gpt_step's
-// products), where OpenBLAS wants widened copies of whole operands first.
+// them as it packs, where float32's run on OpenBLAS: avx2, about as fast as
+// OpenBLAS's float32 on AVX2 CPUs, where OpenBLAS would want widened copies
+// of whole operands first.
 #include <cstdint>
 
 #include "base/bfloat16.h"

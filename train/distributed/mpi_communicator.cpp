@@ -156,7 +156,7 @@ class MpiReduce final : public PendingReduce {
 class MpiWorld final : public Communicator {
  public:
   MpiWorld() {
-    // Open MPI's default schedule for a non-blocking all-reduce ran 2-3x slower than
+    // Open MPI's default schedule for a non-blocking all-reduce ran well behind
     // its blocking one on 1-16 MB (bench/mpi_allreduce.cpp); the ring schedule matches
     // it. A value the user set in the environment wins.
     ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "ring", 0);
@@ -315,8 +315,8 @@ class MpiWorld final : public Communicator {
   // A few scalars: every process's values gathered everywhere and combined in
   // rank order, so every process gets the same bits. One round of messages: the
   // ring schedule that suits the gradients' megabytes takes 2 (N - 1) rounds,
-  // each a wake-up of a process on a busy machine (3 processes on 2 cores across
-  // hosts trained 1.3x slower with it).
+  // each a wake-up of a process on a busy machine (more processes than cores
+  // across hosts trained markedly slower with it).
   void reduce(double* data, std::size_t n, bool maximum) {
     std::vector<double> all(n * static_cast<std::size_t>(size_));
     MPI_Request request;
