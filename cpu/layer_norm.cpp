@@ -1,5 +1,5 @@
 // LayerNorm over the last dim on the CPU, forward and backward. Inputs arrive
-// contiguous (tensor/dispatch.cpp) and are read as (rows, n).
+// contiguous (tensor/dispatch_rows.cpp) and are read as (rows, n).
 //
 //   forward:  xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps);  y = xhat * w + b
 //   backward: with dxhat = dy * w,

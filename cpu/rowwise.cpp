@@ -1,6 +1,6 @@
 // Row ops on the CPU: softmax, log_softmax and cross-entropy, all over the
 // last dim (LayerNorm is in layer_norm.cpp). Inputs arrive contiguous
-// (tensor/dispatch.cpp) and are read as (rows, n); rows are independent, so
+// (tensor/dispatch_rows.cpp) and are read as (rows, n); rows are independent, so
 // they are split across threads when the work is large enough. Sums within a
 // row go through lane_sum (rows.h); float32 exponentials use the vectorised
 // exp of cpu/vec_math.h.

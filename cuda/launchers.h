@@ -3,7 +3,7 @@
 // family taking raw device pointers, sizes, strides and the stream to launch
 // on (always given explicitly; see cuda/stream.h). Launchers check every
 // launch (CUDA_CHECK) and return without waiting for the kernel. They assume
-// their inputs were validated by tensor/dispatch.cpp; the bridges in
+// their inputs were validated by the dispatch (tensor/dispatch*.cpp); the bridges in
 // tensor/cuda/ turn Tensors into these arguments.
 //
 // Element types: T is float or double unless said otherwise; matmul, attention

@@ -1,7 +1,8 @@
 #pragma once
-// One fused attention call as tensor/dispatch.cpp hands it to a device, after
-// checking it (kernels::attention_forward and _backward, tensor/kernels.h),
-// and the raw problem both devices compute it from (base/attention_problem.h).
+// One fused attention call as the dispatch (tensor/dispatch_attention.cpp)
+// hands it to a device, after checking it (kernels::attention_forward and
+// _backward, tensor/kernels.h), and the raw problem both devices compute it
+// from (base/attention_problem.h).
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>

@@ -1,7 +1,7 @@
 #pragma once
 // Casting tensors that together fill one stretch of their storage, in a single
 // flat pass that keeps their layout. The bfloat16 attention, where it widens to
-// float32 (tensor/dispatch.cpp), reads q, k and v as three strided views of
+// float32 (tensor/dispatch_attention.cpp), reads q, k and v as three strided views of
 // one packed projection and writes its output and gradients into such views;
 // three strided casts each way, and a copy to merge the heads after the
 // output's, cost more than the kernel's own float32 work at the default task's

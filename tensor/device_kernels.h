@@ -7,14 +7,14 @@
 // that does not match it is a compile error (the files that define kernels
 // are built with -Werror=missing-declarations, see CMakeLists.txt).
 //
-// tensor/dispatch.cpp is the only caller. It checks every user-facing
+// The dispatch (tensor/dispatch*.cpp) is the only caller. It checks every user-facing
 // precondition first (dtypes, devices, shapes, options, what a device's
 // kernels support), makes the operands the kernels read packed where they
 // need it, then calls cpu::name or gpu::name for the device of the op's
 // tensors. The kernels assume all that and only compute.
 //
 // Adding a kernel: its public entry in tensor/kernels.h and its checks in
-// tensor/dispatch.cpp, one line here, then its CPU definition in
+// tensor/dispatch*.cpp, one line here, then its CPU definition in
 // cpu/<family>.cpp and its CUDA bridge in tensor/cuda/<family>.cpp.
 #include <cstdint>
 #include <vector>

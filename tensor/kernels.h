@@ -1,7 +1,7 @@
 #pragma once
 // Raw compute on tensors: no autograd, no graph. Every function here checks its
 // inputs (dtype, device, shapes) and dispatches to the CPU or CUDA
-// implementation in tensor/dispatch.cpp, the one place where that choice is
+// implementation in tensor/dispatch*.cpp, the one place where that choice is
 // made. autograd/ops wraps these into differentiable ops.
 #include <cstdint>
 #include <optional>

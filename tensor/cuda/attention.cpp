@@ -1,7 +1,7 @@
 // Fused attention on CUDA tensors: the launchers of cuda/attention.cu
 // (float32) and cuda/attention_bf16.cu (bfloat16) over the problem both
 // devices read (tensor/attention_call.h, base/attention_problem.h), into the outputs
-// tensor/dispatch.cpp allocated: the output laid out (B, Tq, H, D) and seen
+// tensor/dispatch_attention.cpp allocated: the output laid out (B, Tq, H, D) and seen
 // as a (B, H, Tq, D) view, so merging heads afterwards is free; the same
 // Philox dropout stream and all-hidden-row convention as the CPU's.
 #include <cstdint>

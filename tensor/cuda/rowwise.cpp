@@ -1,5 +1,5 @@
 // Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
-// Inputs arrive contiguous (tensor/dispatch.cpp) and are read as (rows, n), as on the CPU.
+// Inputs arrive contiguous (tensor/dispatch_rows.cpp) and are read as (rows, n), as on the CPU.
 #include <type_traits>
 
 #include "tensor/cuda/launch.h"
