@@ -4,6 +4,8 @@
 //   cli.h (here)  run_cli: parses argv with CLI11, fills the options of a
 //                 command, runs it, and turns every error into one line on
 //                 stderr and a non-zero exit status (main.cpp calls it)
+//   flags.h       the CLI11 app: one function per command declares its flags
+//                 and binds them to the options that command runs with
 //   commands.h    the four commands, train, sample, eval and attention, as
 //                 functions the command line and the tests call alike
 //                 (train_command: trainer.cpp, its set-up run_setup.h)
