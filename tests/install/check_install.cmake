@@ -36,7 +36,7 @@ foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h incl
 endforeach()
 foreach(private include/attograd/tensor/cuda include/attograd/autograd/ops
                 include/attograd/tensor/device_kernels.h include/attograd/tensor/attention_call.h
-                include/attograd/tensor/dispatch_checks.h
+                include/attograd/tensor/dispatch_checks.h include/attograd/train/cli/flags.h
                 include/attograd/cuda/launchers.h)
   if(EXISTS ${prefix}/${private})
     message(FATAL_ERROR "install: a private file was installed: ${prefix}/${private}")
