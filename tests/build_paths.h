@@ -8,5 +8,6 @@ namespace attograd::test {
 extern const char* const kAttogradBinary;  // the built `attograd` program
 extern const char* const kFuzzDir;         // tests/fuzz: the fuzzers' seed corpus and saved crashes
 extern const char* const kHostsScript;     // tests/hosts/hosts: test hosts made of network namespaces
+extern const char* const kSourceDir;       // the source tree's root
 
 }  // namespace attograd::test
