@@ -48,29 +48,34 @@ if(NOT installed_cpu STREQUAL "parallel.h")
 endif()
 run("the installed program" ${prefix}/bin/attograd --version)
 
-# The README's C++ example (the first block under "## The library"), made a
-# program: its #include and using lines first, the rest the body of main.
-# The consumer builds and runs it, so the example a newcomer copies compiles
-# against the installed headers alone and runs.
-file(READ ${SOURCE_DIR}/README.md readme)
-if(NOT readme MATCHES "\n## The library\n+```cpp\n([^`]*)```")
-  message(FATAL_ERROR "README.md: no ```cpp block right after \"## The library\"")
-endif()
-string(REPLACE ";" "<semicolon>" example "${CMAKE_MATCH_1}")  # a CMake list splits at ';'
-string(REPLACE "\n" ";" example_lines "${example}")
-set(example_head "// README.md's example under \"## The library\", written by tests/install/check_install.cmake.\n")
-set(example_body "")
-foreach(line IN LISTS example_lines)
-  if(line MATCHES "^(#include|using )")
-    string(APPEND example_head "${line}\n")
-  else()
-    string(APPEND example_body "  ${line}\n")
+# The C++ examples of the docs a newcomer copies first: README.md's (the first
+# block under "## The library") and docs/library.md's (under "## Using the
+# library"), each made a program: its #include and using lines first, the rest
+# the body of main. The consumer builds and runs them, so each compiles against
+# the installed headers alone and runs.
+function(write_doc_example markdown heading program)
+  file(READ ${SOURCE_DIR}/${markdown} text)
+  if(NOT text MATCHES "\n## ${heading}\n+```cpp\n([^`]*)```")
+    message(FATAL_ERROR "${markdown}: no ```cpp block right after \"## ${heading}\"")
   endif()
-endforeach()
-string(REPLACE "<semicolon>" ";" example_head "${example_head}")
-string(REPLACE "<semicolon>" ";" example_body "${example_body}")
-set(readme_example ${WORK_DIR}/readme_example.cpp)
-file(WRITE ${readme_example} "${example_head}\nint main() {\n${example_body}}\n")
+  string(REPLACE ";" "<semicolon>" example "${CMAKE_MATCH_1}")  # a CMake list splits at ';'
+  string(REPLACE "\n" ";" example_lines "${example}")
+  set(head "// ${markdown}'s example under \"## ${heading}\", written by tests/install/check_install.cmake.\n")
+  set(body "")
+  foreach(line IN LISTS example_lines)
+    if(line MATCHES "^(#include|using )")
+      string(APPEND head "${line}\n")
+    else()
+      string(APPEND body "  ${line}\n")
+    endif()
+  endforeach()
+  string(REPLACE "<semicolon>" ";" head "${head}")
+  string(REPLACE "<semicolon>" ";" body "${body}")
+  file(WRITE ${program} "${head}\nint main() {\n${body}}\n")
+endfunction()
+set(examples_dir ${WORK_DIR}/doc_examples)
+write_doc_example(README.md "The library" ${examples_dir}/readme_example.cpp)
+write_doc_example(docs/library.md "Using the library" ${examples_dir}/library_example.cpp)
 
 set(launcher)
 if(CCACHE)
@@ -79,8 +84,10 @@ if(CCACHE)
   set(ENV{CCACHE_NOHASHDIR} 1)
 endif()
 run("configuring the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} -DREADME_EXAMPLE=${readme_example} ${launcher})
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} -DDOC_EXAMPLES_DIR=${examples_dir} ${launcher})
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
 run("running the consumer" ${WORK_DIR}/build/consumer)
-run("running README.md's example" ${WORK_DIR}/build/readme_example)
+foreach(program readme_example library_example)
+  run("running the docs' example ${program}" ${WORK_DIR}/build/${program})
+endforeach()
 file(REMOVE_RECURSE ${WORK_DIR})
