@@ -71,7 +71,8 @@ std::vector<LongFunction> long_functions(const std::vector<std::string>& lines) 
         start = 0;  // a declaration
       }
     } else if (line == "}") {
-      if (i + 1 - start + 1 > kMaxFunctionLines) found.push_back({start, i + 1 - start + 1});
+      const std::size_t length = i + 1 - start + 1;  // from line `start` to line i + 1, both counted
+      if (length > kMaxFunctionLines) found.push_back({start, length});
       start = 0;
     } else if (starts_with(line, "};")) {
       start = 0;

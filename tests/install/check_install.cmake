@@ -87,7 +87,9 @@ run("configuring the consumer" ${CMAKE_COMMAND} -S ${CONSUMER_DIR} -B ${WORK_DIR
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} -DDOC_EXAMPLES_DIR=${examples_dir} ${launcher})
 run("building the consumer" ${CMAKE_COMMAND} --build ${WORK_DIR}/build -j 2)
 run("running the consumer" ${WORK_DIR}/build/consumer)
-foreach(program readme_example library_example)
+file(GLOB doc_examples ${examples_dir}/*.cpp)  # the consumer builds each, named after its file
+foreach(example IN LISTS doc_examples)
+  cmake_path(GET example STEM program)
   run("running the docs' example ${program}" ${WORK_DIR}/build/${program})
 endforeach()
 file(REMOVE_RECURSE ${WORK_DIR})
