@@ -94,13 +94,12 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // linear laid out head by head: x (B, T, in), weight (parts * heads * D, in)
 // -> (B, parts, heads, T, D), y[b, p, h] the (T, D) block of columns (p *
-// heads + h) * D on, contiguous: MultiHeadAttention's q, k, v (parts = 3) as
-// the fused attention reads them. Equal to linear's result permuted, to the bit.
+// heads + h) * D on: MultiHeadAttention's q, k, v (parts = 3) as the fused
+// attention reads them, written in place where the device's kernel can, else
+// a view of linear's result (kernels::linear_heads). Equal to linear's result
+// permuted, to the bit, in either layout.
 Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
                     std::int64_t heads);
-// Whether linear_heads writes its heads with no copy here (x's device and
-// dtype, autocast off): else linear and a view of its result cost less.
-bool linear_heads_direct(const Tensor& x, std::int64_t head_dim);
 // The position-wise MLP, linear(gelu(linear(x, fc_weight, fc_bias)), proj_weight,
 // proj_bias) (nn::MLP): x (..., in), fc_weight (hidden, in), proj_weight (out,
 // hidden), biases or undefined. One op, so that GELU's passes ride on the

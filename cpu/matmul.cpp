@@ -17,7 +17,6 @@
 #include "cpu/linear_heads.h"
 #include "cpu/matmul_bf16/matmul_bf16.h"
 #include "cpu/matmul_f32/sgemm.h"
-#include "cpu/mlp_products.h"
 #include "cpu/scratch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
@@ -169,13 +168,17 @@ bool linear_heads_direct(std::int64_t head_dim) {
   return block_cols > 0 && head_dim > 0 && head_dim % block_cols == 0;
 }
 
-// Threads take blocks of rows, as batched_products cuts one large product (the
-// projections are tall: B T rows against parts * heads * D columns), each
-// block within one batch, whose rows are T * D apart from the next batch's.
+// Declines what the float32 kernel cannot write head by head: other dtypes,
+// heads its column blocks straddle, and an empty inner dim (no product to
+// store). Threads take blocks of rows, as batched_products cuts one large
+// product (the projections are tall: B T rows against parts * heads * D
+// columns), each block within one batch, whose rows are T * D apart from the
+// next batch's.
 Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
                     std::int64_t heads) {
   const std::int64_t B = x.size(0), T = x.size(1), in = x.size(2), out = weight.size(0);
   const std::int64_t D = out / (parts * heads);
+  if (x.dtype() != DType::f32 || in == 0 || !linear_heads_direct(D)) return {};
   Tensor y = empty({B, parts, heads, T, D}, x.options());
   if (y.numel() == 0) return y;
   const float* px = x.data<float>();
@@ -201,20 +204,28 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   return y;
 }
 
-Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& out) {
+// The MLP's products in float32: the product's kernel makes GELU's pass over
+// C as it stores each band of C's rows (F32Gemm::Epilogue), so the
+// activations are not read back from memory by a separate element-wise pass.
+// Equal to the composed ops to the bit. Other dtypes decline.
+kernels::LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (x.dtype() != DType::f32) return {};
   const Tensor w_t = make_view(weight, {weight.size(1), weight.size(0)}, {1, weight.size(1)}, weight.offset());
   Tensor pre = matmul_output(x, w_t, {});
-  if (pre.numel() == 0) return pre;
+  Tensor out = empty(pre.sizes(), pre.options());
+  if (pre.numel() == 0) return {pre, out};
   if (x.size(1) == 0) {
     fill_empty_product(pre, bias);
     gelu_f32(out.data<float>(), pre.data<float>(), pre.numel());
-    return pre;
+    return {pre, out};
   }
   batched_products<float>(x, w_t, {}, bias, pre, {F32Gemm::Epilogue::gelu, out.data<float>()});
-  return pre;
+  return {pre, out};
 }
 
+// GELU's backward made by the product that makes the gradient of its output.
 Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
+  if (g.dtype() != DType::f32) return {};
   Tensor out = matmul_output(g, weight, {});
   if (out.numel() == 0) return out;
   if (g.size(1) == 0) {  // zeros times gelu'(pre), NaN where pre is, as the composed ops give

@@ -111,11 +111,11 @@ AttendResult MultiHeadAttention::forward(const Tensor& query, const Tensor& key,
     const Tensor merged = reshape(transpose(a.out, 1, 2), {query.size(0), query.size(1), C});
     return {out_proj(merged), a.weights};
   };
-  // One (B*T, C) x (C, 3C) matmul, attended as it lies: written head by head
-  // where the float32 kernel can (linear_heads), so that the fused kernel reads
-  // each head's rows back to back rather than copying them out of rows 3C apart.
+  // One (B*T, C) x (C, 3C) matmul, attended as it lies: linear_heads writes it
+  // head by head where the device's kernel can, so that the fused kernel reads
+  // each head's rows back to back rather than out of rows 3C apart.
   if (self && !options.cache) {
-    if (config_.impl != AttentionImpl::composed && query.dim() == 3 && linear_heads_direct(query, head_dim()))
+    if (config_.impl != AttentionImpl::composed && query.dim() == 3)
       return project_out(attention_packed(linear_heads(query, qkv.weight, qkv.bias, 3, H), H, attend));
     return project_out(attention_packed(qkv(query), H, attend));
   }

@@ -37,6 +37,12 @@
   X(max, kernels::MaxResult, (const Tensor& x, int dim, bool keepdim))                                             \
   /* matmul.cpp: bias undefined or contiguous (N) */                                                               \
   X(matmul, Tensor, (const Tensor& a, const Tensor& b, const Shape& batch_shape, const Tensor& bias))              \
+  /* matmul.cpp, the fusions: operands contiguous; a device with no fused kernel for them returns an undefined */ \
+  /* result, and the dispatch composes the op from matmul and the element-wise kernels */                         \
+  X(linear_heads, Tensor,                                                                                          \
+    (const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts, std::int64_t heads))           \
+  X(linear_gelu, kernels::LinearGelu, (const Tensor& x, const Tensor& weight, const Tensor& bias))                 \
+  X(matmul_gelu_grad, Tensor, (const Tensor& g, const Tensor& weight, const Tensor& pre))                          \
   /* rowwise.cpp (layer_norm.cpp on the CPU): every operand contiguous */                                          \
   X(softmax_forward, Tensor, (const Tensor& x))                                                                    \
   X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \

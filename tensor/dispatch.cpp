@@ -5,10 +5,9 @@
 // device, shape agreement); the device implementations assume them.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
-#include "cpu/linear_heads.h"
-#include "cpu/mlp_products.h"
 #include "cuda/runtime.h"
 #include "tensor/dispatch_checks.h"
 
@@ -201,10 +200,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 
-bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim) {
-  return device.is_cpu() && dtype == DType::f32 && cpu::linear_heads_direct(head_dim);
-}
-
 Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
                     std::int64_t heads) {
   const char* op = "linear_heads";
@@ -223,40 +218,42 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
     AG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, "bias {} does not match weight {}", shape_str(bias.sizes()),
              shape_str(weight.sizes()));
   }
-  if (linear_heads_direct(x.device(), x.dtype(), D) && x.size(2) > 0)
-    return cpu::linear_heads(contiguous(x), contiguous(weight), dense(bias), parts, heads);
-  // The product as linear makes it, its columns then copied head by head.
   const Tensor xc = contiguous(x);
+  if (Tensor y = AG_DEVICE_KERNEL(x, linear_heads)(xc, contiguous(weight), dense(bias), parts, heads); y.defined())
+    return y;
+  // Composed: the product as linear makes it, (B T, out), seen head by head
+  // through strides, which the fused attention reads as it lies.
   const Tensor x2 = make_view(xc, {B * T, x.size(2)}, {x.size(2), 1}, xc.offset());
   const Tensor w_t = make_view(weight, {weight.size(1), out}, {weight.stride(1), weight.stride(0)}, weight.offset());
-  const Tensor y = matmul(x2, w_t, bias);  // (B T, out)
-  return contiguous(make_view(y, {B, parts, heads, T, D}, {T * out, heads * D, D, out, 1}, y.offset()));
+  const Tensor y = matmul(x2, w_t, bias);
+  return make_view(y, {B, parts, heads, T, D}, {T * out, heads * D, D, out, 1}, y.offset());
 }
 
 namespace {
-bool gelu_in_product(const Tensor& x) { return x.device().is_cpu() && x.dtype() == DType::f32; }
+// linear_gelu's and matmul_gelu_grad's operands of one device and dtype.
+void check_mlp_operands(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others) {
+    if (!t->defined()) continue;
+    check_same_device(op, x, *t);
+    check_same_dtype(op, x, *t);
+  }
+}
 }  // namespace
 
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   AG_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear_gelu",
            "x must be (N, in) and weight (hidden, in), got {} and {}", shape_str(x.sizes()), shape_str(weight.sizes()));
-  const Tensor w_t = make_view(weight, {weight.size(1), weight.size(0)}, {weight.stride(1), weight.stride(0)},
-                               weight.offset());
-  if (!gelu_in_product(x)) {
-    const Tensor pre = matmul(x, w_t, bias);
-    return {pre, unary(Unary::gelu, pre)};
-  }
-  check_same_device("linear_gelu", x, weight);
-  check_same_dtype("linear_gelu", x, weight);
-  if (bias.defined()) {
-    check_same_device("linear_gelu", x, bias);
-    check_same_dtype("linear_gelu", x, bias);
+  check_mlp_operands("linear_gelu", x, {&weight, &bias});
+  if (bias.defined())
     AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear_gelu", "bias {} does not match weight {}",
              shape_str(bias.sizes()), shape_str(weight.sizes()));
-  }
-  Tensor out = empty({x.size(0), weight.size(0)}, x.options());
-  Tensor pre = cpu::linear_gelu(contiguous(x), contiguous(weight), dense(bias), out);
-  return {pre, out};
+  if (LinearGelu fused = AG_DEVICE_KERNEL(x, linear_gelu)(contiguous(x), contiguous(weight), dense(bias));
+      fused.pre.defined())
+    return fused;
+  const Tensor w_t = make_view(weight, {weight.size(1), weight.size(0)}, {weight.stride(1), weight.stride(0)},
+                               weight.offset());
+  const Tensor pre = matmul(x, w_t, bias);
+  return {pre, unary(Unary::gelu, pre)};
 }
 
 Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
@@ -264,12 +261,11 @@ Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre
                pre.size(0) == g.size(0) && pre.size(1) == weight.size(1),
            "matmul_gelu_grad", "g (N, out) @ weight (out, hidden) against pre (N, hidden), got {}, {} and {}",
            shape_str(g.sizes()), shape_str(weight.sizes()), shape_str(pre.sizes()));
-  if (!gelu_in_product(g)) return binary(Binary::gelu_backward, matmul(g, weight), pre);
-  check_same_device("matmul_gelu_grad", g, weight);
-  check_same_device("matmul_gelu_grad", g, pre);
-  check_same_dtype("matmul_gelu_grad", g, weight);
-  check_same_dtype("matmul_gelu_grad", g, pre);
-  return cpu::matmul_gelu_grad(contiguous(g), contiguous(weight), contiguous(pre));
+  check_mlp_operands("matmul_gelu_grad", g, {&weight, &pre});
+  if (Tensor fused = AG_DEVICE_KERNEL(g, matmul_gelu_grad)(contiguous(g), contiguous(weight), contiguous(pre));
+      fused.defined())
+    return fused;
+  return binary(Binary::gelu_backward, matmul(g, weight), pre);
 }
 
 }  // namespace attograd::kernels

@@ -57,20 +57,20 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias);
 // A projection laid out head by head: y (B, parts, heads, T, D) = x (B, T, in)
 // @ weight^T + bias, weight (parts * heads * D, in), bias (parts * heads * D)
 // or undefined; y[b, p, h] holds columns (p * heads + h) * D on of batch b's
-// product, a contiguous (T, D) matrix, as the fused attention reads q, k and v
-// (MultiHeadAttention's packed projection). Where linear_heads_direct, the
-// CPU's float32 kernel stores its blocks there; elsewhere the product is
-// made (B T, parts * heads * D) and copied into place.
+// product, a (T, D) matrix with contiguous rows, as the fused attention reads
+// q, k and v (MultiHeadAttention's packed projection). Where a device's kernel
+// writes heads in place (the CPU's float32 kernel, when its blocks of columns
+// do not straddle two heads: cpu/linear_heads.h), y is contiguous, each head's
+// rows back to back; elsewhere y is the (B T, parts * heads * D) product seen
+// head by head through strides, with no copy.
 Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
                     std::int64_t heads);
-// Whether linear_heads writes heads of head_dim values with no copy, for x of this device and dtype.
-bool linear_heads_direct(Device device, DType dtype, std::int64_t head_dim);
 // The MLP's products with its GELU (autograd mlp, nn::MLP): linear_gelu gives
 // pre = x @ weight^T + bias and out = gelu(pre), x (N, in), weight (hidden,
 // in); matmul_gelu_grad gives (g @ weight) * gelu'(pre), GELU's backward made
 // with the product that makes its incoming gradient, g (N, out), weight (out,
 // hidden). On the CPU in float32 the product's kernel applies GELU to C's rows
-// as it stores them (cpu/mlp_products.h); elsewhere matmul and the
+// as it stores them (cpu/matmul.cpp); elsewhere matmul and the
 // element-wise kernels. The same values either way, to the bit.
 struct LinearGelu {
   Tensor pre, out;  // (N, hidden)

@@ -11,6 +11,7 @@
 #include "helpers.h"
 #include "nn/attention.h"
 #include "cpu/attention/attention.h"
+#include "cpu/linear_heads.h"
 #include "cpu/parallel.h"
 
 using namespace attograd;
@@ -727,9 +728,9 @@ TEST_CASE("attention: gradcheck of attention_packed on a (B, 3, H, T, D) qkv", "
   }
 }
 
-// MultiHeadAttention projects q, k, v with linear_heads where that writes the
-// heads with no copy (float32, D a multiple of the kernel's 64-column blocks
-// on AVX-512), and its backward reads d(qkv) as the attention lays it out:
+// MultiHeadAttention projects q, k, v with linear_heads, written head by head
+// where the kernel can (float32, D a multiple of the kernel's 64-column
+// blocks on AVX-512), and its backward reads d(qkv) as the attention lays it out:
 // the module must give the bits of the (B, T, 3C) projection's path, written
 // out here, and match its composed reference.
 TEST_CASE("attention: MHA with heads of 64 gives the bits of attention on its (B, T, 3C) projection", "[attention]") {
@@ -756,7 +757,7 @@ TEST_CASE("attention: MHA with heads of 64 gives the bits of attention on its (B
     grads[path].push_back(x.grad());
     for (const Tensor& p : mha.parameters()) grads[path].push_back(p.grad());
   }
-  INFO("q, k, v by linear_heads: " << linear_heads_direct(x0, C / H));
+  INFO("q, k, v written head by head: " << cpu::linear_heads_direct(C / H));
   CHECK(max_abs_diff(outs[kModule], outs[kWrittenOut]) == 0);
   CHECK(all_close(outs[kModule], outs[kComposed], atol_for(DType::f32), rtol_for(DType::f32)));
   for (std::size_t k = 0; k < grads[kModule].size(); ++k) {

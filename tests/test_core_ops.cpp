@@ -4,6 +4,7 @@
 
 #include "helpers.h"
 #include "cpu/gelu_rows.h"
+#include "cpu/linear_heads.h"
 #include "cpu/matmul_f32/sgemm.h"
 #include "cpu/vec_transpose.h"
 #include "cpu/parallel.h"
@@ -504,8 +505,9 @@ Tensor linear_permuted(const Tensor& x, const Tensor& w, const Tensor& b, std::i
 }  // namespace
 
 // Where the float32 kernel writes the heads itself (D a multiple of its
-// blocks' 64 columns on AVX-512) and where the product is copied into place,
-// linear_heads is linear permuted, to the bit, forward and backward.
+// blocks' 64 columns on AVX-512), contiguous, and where the product is seen
+// head by head through strides, linear_heads is linear permuted, to the bit,
+// forward and backward.
 TEST_CASE("linear_heads gives linear's bits laid out head by head, forward and backward", "[matmul]") {
   struct Case {
     std::int64_t B, T, in, parts, heads, D;
@@ -515,9 +517,10 @@ TEST_CASE("linear_heads gives linear's bits laid out head by head, forward and b
                        Case{2, 7, 5, 3, 3, 8, false, false}, Case{1, 9, 16, 2, 2, 64, false, false},
                        Case{3, 50, 64, 3, 2, 64, false, true}})  // threads' row blocks across batches
     for (DType dtype : {DType::f32, DType::f64}) {
+      const bool direct = dtype == DType::f32 && cpu::linear_heads_direct(c.D);
       INFO("B " << c.B << " T " << c.T << " in " << c.in << " parts " << c.parts << " heads " << c.heads << " D "
                 << c.D << " " << dtype_name(dtype) << (c.transposed_x ? " x transposed" : "")
-                << " direct: " << kernels::linear_heads_direct(Device::cpu(), dtype, c.D));
+                << " direct: " << direct);
       const std::int64_t out = c.parts * c.heads * c.D;
       const auto make_leaf = [&](const Tensor& values) {
         Tensor t = kernels::cast(values, dtype);
@@ -532,7 +535,8 @@ TEST_CASE("linear_heads gives linear's bits laid out head by head, forward and b
       const Tensor y = linear_heads(x, w, b, c.parts, c.heads);
       const Tensor want = linear_permuted(x_ref, w_ref, b_ref, c.parts, c.heads);
       REQUIRE(y.sizes() == Shape{c.B, c.parts, c.heads, c.T, c.D});
-      CHECK(y.is_contiguous());
+      CHECK(y.is_contiguous() == direct);
+      CHECK(y.stride(-1) == 1);
       CHECK(max_abs_diff(y, want) == 0);
       Generator gen(4);
       const Tensor g = kernels::cast(randn(y.sizes(), {}, gen), dtype);

@@ -128,10 +128,6 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
                 });
 }
 
-bool linear_heads_direct(const Tensor& x, std::int64_t head_dim) {
-  return !autocast_enabled() && kernels::linear_heads_direct(x.device(), x.dtype(), head_dim);
-}
-
 Tensor linear_heads(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, std::int64_t parts,
                     std::int64_t heads) {
   AG_CHECK(x_in.defined() && weight_in.defined(), "linear_heads", "input or weight is an undefined tensor");
