@@ -250,3 +250,12 @@ Tensor matmul_widened(const Tensor& a_in, const Tensor& b_in, const Shape& batch
 }
 
 }  // namespace attograd::cpu
+
+// The CPU's answers to which kernels its products run on (tensor/kernels.h).
+namespace attograd::kernels {
+
+const char* bf16_matmul_kernel() { return cpu::bf16_kernel_name(cpu::bf16_kernel()); }
+const char* f32_matmul_kernel() { return cpu::f32_kernel_name(cpu::f32_kernel()); }
+const char* widening_matmul_kernel() { return cpu::f32_kernel_name(cpu::widening_f32_kernel()); }
+
+}  // namespace attograd::kernels

@@ -64,7 +64,10 @@
   /* random.cpp */                                                                                                 \
   X(dropout_mask, Tensor,                                                                                          \
     (const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options))               \
-  /* attention: fill the outputs dispatch allocated (tensor/attention_call.h) */                                   \
+  /* attention: fill the outputs dispatch allocated (tensor/attention_call.h). bfloat16 operands as they are */    \
+  /* where the device's attention_takes_bf16 (the bfloat16 policy of the one kernel whose policy differs by */   \
+  /* device), else widened to float32 by the dispatch */                                                          \
+  X(attention_takes_bf16, bool, (bool return_weights))                                                             \
   X(attention_forward, void, (const AttentionCall& call, kernels::AttentionForwardResult& result))                 \
   X(attention_backward, void,                                                                                      \
     (const AttentionCall& call, const AttentionSaved& saved, const kernels::AttentionGrads& grads))                 \

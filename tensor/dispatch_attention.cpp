@@ -6,9 +6,6 @@
 #include <tuple>
 #include <utility>
 
-#include "cpu/attention/attention.h"
-#include "cpu/matmul_bf16/isa.h"
-#include "cpu/matmul_f32/sgemm.h"
 #include "cuda/runtime.h"
 #include "tensor/attention_call.h"
 #include "tensor/dense_span.h"
@@ -18,12 +15,10 @@ namespace attograd::kernels {
 
 namespace {
 
-// Whether a bfloat16 attention runs on bfloat16 kernels, else widened to
-// float32: it returns no weights, and runs on the GPU (cuda/attention_bf16.cu)
-// or on a CPU whose product kernel is AMX or AVX512_BF16, or a model of one
-// (cpu/attention/attention_bf16.cpp).
+// Whether a bfloat16 attention runs on q's device's bfloat16 kernels, else
+// widened to float32 (the device's policy: tensor/device_kernels.h).
 bool bf16_attention_fused(const Tensor& q, bool return_weights) {
-  return !return_weights && (q.device().is_cuda() || cpu::attention_bf16_runs_on(cpu::bf16_kernel()));
+  return AG_DEVICE_KERNEL(q, attention_takes_bf16)(return_weights);
 }
 
 // A fused call: its operands checked, the options in range and what the CUDA
@@ -70,15 +65,6 @@ void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, 
            "mask {} does not broadcast to the scores (B, H, Tq, Tk) = {}", shape_str(mask.sizes()), shape_str(scores));
 }
 
-const char* bf16_matmul_kernel() { return cpu::bf16_kernel_name(cpu::bf16_kernel()); }
-const char* f32_matmul_kernel() { return cpu::f32_kernel_name(cpu::f32_kernel()); }
-const char* widening_matmul_kernel() { return cpu::f32_kernel_name(cpu::widening_f32_kernel()); }
-
-std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes, std::int64_t budget) {
-  return cpu::attention_probs_bytes(heads, Tq, Tk, causal, element_bytes, budget);
-}
-
 AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                                          const AttentionKernelOptions& options) {
   const bool bf16 = is_bf16(q) && is_bf16(k) && is_bf16(v);
@@ -102,11 +88,7 @@ AttentionForwardResult attention_forward(const Tensor& q, const Tensor& k, const
   r.lse = empty({B, H, Tq}, {compute_dtype(q.dtype()), q.device()});
   if (options.return_weights) r.weights = empty({B, H, Tq, Tk}, q.options());
   if (r.out.numel() == 0 && !(options.return_weights && r.weights.numel() > 0)) return r;
-  if (bf16 && q.device().is_cpu()) {
-    cpu::attention_forward_bf16(call, r, cpu::bf16_kernel());
-    return r;
-  }
-  AG_DEVICE_KERNEL(q, attention_forward)(call, r);  // on the GPU, either dtype
+  AG_DEVICE_KERNEL(q, attention_forward)(call, r);
   return r;
 }
 
@@ -152,8 +134,8 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
            "lse {} must be a contiguous (B, H, Tq) for q {}", shape_str(lse.sizes()), shape_str(q.sizes()));
   for (const Tensor* t : {&dout, &out, &lse}) check_same_device(op, q, *t);
   if (probs.defined()) {  // the CPU forward's saved tiles: whole heads of them, for these shapes
-    const std::int64_t per_head = cpu::attention_probs_bytes(1, q.size(2), k.size(2), options.causal, 1,
-                                                             std::numeric_limits<std::int64_t>::max());
+    const std::int64_t per_head = attention_probs_bytes(1, q.size(2), k.size(2), options.causal, 1,
+                                                        std::numeric_limits<std::int64_t>::max());
     AG_CHECK(probs.device().is_cpu() && probs.dtype() == q.dtype() && probs.is_contiguous() && per_head > 0 &&
                  probs.numel() > 0 && probs.numel() % per_head == 0 && probs.numel() <= per_head * q.size(0) * q.size(1),
              op, "probs {} {} is not the forward's saved tiles for q {}, k {} (whole heads of {} values, at most {})",
@@ -174,11 +156,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                          into.dv.defined() ? into.dv : empty(v.sizes(), v.options())};
   if (g.dq.numel() == 0 && g.dk.numel() == 0) return g;
   const AttentionSaved saved{rows_contiguous(dout), rows_contiguous(out), lse, probs};
-  if (bf16 && q.device().is_cpu()) {
-    cpu::attention_backward_bf16(call, saved, g, cpu::bf16_kernel());
-    return g;
-  }
-  AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);  // on the GPU, either dtype
+  AG_DEVICE_KERNEL(q, attention_backward)(call, saved, g);
   return g;
 }
 

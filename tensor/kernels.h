@@ -157,7 +157,8 @@ struct AttentionForwardResult {
 void check_attention_operands(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
 // The bytes the CPU forward keeps of its probability tiles within `budget`
 // (probs_budget), for `heads` (B * H) heads of Tq queries and Tk keys of
-// element_bytes each: the tiles of as many whole heads as fit.
+// element_bytes each: the tiles of as many whole heads as fit. Answered by the
+// CPU backend (cpu/attention/attention.cpp); the GPU keeps none.
 std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
                                    std::int64_t element_bytes, std::int64_t budget);
 // mask: undefined or bool broadcastable to (B, H, Tq, Tk), true = hidden.
@@ -174,6 +175,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                   const Tensor& mask, const Tensor& out, const Tensor& lse, const Tensor& probs,
                                   const AttentionKernelOptions& options, const AttentionGrads& into = {});
 
+// Which CPU kernels the products run on, answered by the CPU backend (cpu/matmul.cpp).
 // The kernel bfloat16 matrix products run on here: "amx", "avx512_bf16" or
 // "widen" (a float32 kernel, widening_matmul_kernel()), or the one
 // ATTOGRAD_BF16_ISA names.

@@ -123,13 +123,11 @@ using namespace attention_detail;
 
 const char* attention_isa() { return kIsaNames[static_cast<int>(cpu_isa())]; }
 
-std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes, std::int64_t budget) {
-  const std::int64_t per_head = SavedProbs<float>(Tq, Tk, causal).values(1) * element_bytes;  // any T: one layout
-  return per_head > 0 && budget >= per_head ? std::min(heads, budget / per_head) * per_head : 0;
-}
-
 void attention_forward(const AttentionCall& call, kernels::AttentionForwardResult& r) {
+  if (call.q.dtype() == DType::bf16) {  // where attention_takes_bf16: on the product's blocks
+    attention_forward_bf16(call, r, bf16_kernel());
+    return;
+  }
   const kernels::AttentionKernelOptions& options = call.options;
   const std::int64_t B = call.q.size(0), H = call.q.size(1), Tq = call.q.size(2), Tk = call.k.size(2);
   const Isa isa = cpu_isa();  // here, not in the workers: a bad ATTOGRAD_ATTENTION_ISA throws to the caller
@@ -139,7 +137,8 @@ void attention_forward(const AttentionCall& call, kernels::AttentionForwardResul
     // r.out is a (B, H, Tq, D) view of (B, Tq, H, D) memory (kernels::attention_forward).
     ForwardOutputs<T> O{r.out.data<T>(), r.lse.data<T>(), options.return_weights ? r.weights.data<T>() : nullptr, {}};
     SavedProbs<T> saved(Tq, Tk, options.causal);
-    const std::int64_t bytes = attention_probs_bytes(B * H, Tq, Tk, options.causal, sizeof(T), options.probs_budget);
+    const std::int64_t bytes =
+        kernels::attention_probs_bytes(B * H, Tq, Tk, options.causal, sizeof(T), options.probs_budget);
     if (bytes > 0) {
       saved.heads = bytes / (saved.values(1) * static_cast<std::int64_t>(sizeof(T)));
       r.probs = empty({saved.values(saved.heads)}, call.q.options());
@@ -152,6 +151,10 @@ void attention_forward(const AttentionCall& call, kernels::AttentionForwardResul
 }
 
 void attention_backward(const AttentionCall& call, const AttentionSaved& s, const kernels::AttentionGrads& g) {
+  if (call.q.dtype() == DType::bf16) {
+    attention_backward_bf16(call, s, g, bf16_kernel());
+    return;
+  }
   const std::int64_t B = call.q.size(0), H = call.q.size(1), Tq = call.q.size(2), Tk = call.k.size(2);
   const Isa isa = cpu_isa();
   AG_DISPATCH_FLOAT(call.q.dtype(), "attention backward", [&] {
@@ -170,3 +173,15 @@ void attention_backward(const AttentionCall& call, const AttentionSaved& s, cons
 }
 
 }  // namespace attograd::cpu
+
+// The CPU's saved tiles answer the public query (tensor/kernels.h): the GPU keeps none.
+namespace attograd::kernels {
+
+std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
+                                   std::int64_t element_bytes, std::int64_t budget) {
+  using cpu::attention_detail::SavedProbs;
+  const std::int64_t per_head = SavedProbs<float>(Tq, Tk, causal).values(1) * element_bytes;  // any T: one layout
+  return per_head > 0 && budget >= per_head ? std::min(heads, budget / per_head) * per_head : 0;
+}
+
+}  // namespace attograd::kernels

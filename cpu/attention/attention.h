@@ -13,17 +13,11 @@ namespace attograd::cpu {
 // has, or a narrower one named by ATTOGRAD_ATTENTION_ISA (see isa.h).
 const char* attention_isa();
 
-// The bytes the forward keeps of its probability tiles within `budget`
-// (AttentionKernelOptions::probs_budget), for `heads` (B * H) heads of Tq
-// queries and Tk keys of element_bytes each: the tiles of as many whole heads
-// as fit.
-std::int64_t attention_probs_bytes(std::int64_t heads, std::int64_t Tq, std::int64_t Tk, bool causal,
-                                   std::int64_t element_bytes, std::int64_t budget);
-
 // The bfloat16 attention on the product's blocks (attention_bf16.cpp): whether
 // it runs on `kernel` here (amx and avx512_bf16 where the CPU has them, the
 // models anywhere; on widen kernels::attention_forward widens to float32), and
-// its forward and backward.
+// its forward and backward on `kernel` (cpu::attention_forward and _backward
+// run them on bf16_kernel()).
 // The forward fills r.out (bfloat16, (B, H, Tq, D) over (B, Tq, H, D) memory)
 // and r.lse (float32); no weights, no saved probabilities. The backward reads
 // s.lse in float32 and recomputes the probabilities.

@@ -25,6 +25,7 @@
 #include "cpu/attention/isa.h"
 #include "cpu/matmul_bf16/amx.h"
 #include "cpu/matmul_bf16/dpbf16.h"
+#include "tensor/device_kernels.h"
 #include "cpu/parallel.h"
 
 namespace attograd::cpu::attention_bf16 {
@@ -112,6 +113,9 @@ using namespace attention_bf16;
 bool attention_bf16_runs_on(Bf16Kernel kernel) {
   return passes_of(kernel).forward != nullptr && bf16_kernel_runs_here(kernel);
 }
+
+// The bfloat16 kernels return no weights: a call asking for them is widened.
+bool attention_takes_bf16(bool return_weights) { return !return_weights && attention_bf16_runs_on(bf16_kernel()); }
 
 void attention_forward_bf16(const AttentionCall& call, kernels::AttentionForwardResult& r, Bf16Kernel kernel) {
   check_tile_kernel(kernel);

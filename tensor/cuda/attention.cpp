@@ -32,6 +32,9 @@ cuda::Bf16AttentionOperands bf16_operands(const AttentionCall& call, std::initia
 
 }  // namespace
 
+// The bfloat16 kernels return no weights: a call asking for them is widened.
+bool attention_takes_bf16(bool return_weights) { return !return_weights; }
+
 void attention_forward(const AttentionCall& call, kernels::AttentionForwardResult& r) {
   const Tensor& out = r.out;  // (B, H, Tq, D) view of (B, Tq, H, D) memory
   if (call.q.dtype() == DType::bf16) {  // no weights: kernels::attention_forward widens for those
