@@ -1,7 +1,7 @@
 // AdamW as one fused kernel: each element of a parameter is read and written
 // once per step (param, grad, m, v), instead of once per elementwise op of the
 // update, and one launch updates up to 32 parameters. The arithmetic is
-// cpu/optimizer.cpp's, in the same order, with the step's scalars folded
+// cpu/adamw.cpp's, in the same order, with the step's scalars folded
 // on the host in float64 (cuda::AdamWScalars).
 #include <algorithm>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Dropout masks from the counter-based Philox stream of base/philox.h: element
 // i is dropped when philox_uniform(seed, offset, i) < p, the very function the
-// CPU evaluates (cpu/random.cpp), so a seed and an offset give the same
+// CPU evaluates (cpu/dropout.cpp), so a seed and an offset give the same
 // mask on both devices, bit for bit. One Philox call yields four lanes, so
 // each thread fills four consecutive elements.
 #include <cstdint>

@@ -3,7 +3,7 @@
 //
 // The backward is deterministic, as every other kernel here is, and equals the
 // CPU's to the bit: row v of dweight adds the dy rows of the ids equal to v in
-// increasing position, starting from zero, as cpu/gather.cpp does (only
+// increasing position, starting from zero, as cpu/embedding.cpp does (only
 // additions, so nothing for the compiler to contract). A scatter with atomicAdd
 // would add a row hit many times in whatever order the threads arrive, and two
 // runs of one seed would drift apart. Two steps on the stream:

@@ -4,7 +4,7 @@
 // on (always given explicitly; see cuda/stream.h). Launchers check every
 // launch (CUDA_CHECK) and return without waiting for the kernel. They assume
 // their inputs were validated by the dispatch (tensor/dispatch*.cpp); the bridges in
-// tensor/cuda/ turn Tensors into these arguments.
+// cuda/bridge/ turn Tensors into these arguments.
 //
 // Element types: T is float or double unless said otherwise; matmul, attention
 // and AdamW are float32 only (float64 is the CPU's reference dtype).
@@ -143,14 +143,14 @@ void embedding_backward(T* dweight, const T* dy, const std::int64_t* ids, std::i
 
 // ---- dropout (cuda/dropout.cu) -------------------------------------------------------------
 // mask[i] = philox_uniform(seed, offset, i) < threshold ? 0 : keep, bit for bit
-// what cpu/random.cpp draws (base/philox.h).
+// what cpu/dropout.cpp draws (base/philox.h).
 template <typename T>
 void dropout_mask(T* mask, std::int64_t n, float threshold, T keep, std::uint64_t seed, std::uint64_t offset,
                   cudaStream_t stream);
 
 // ---- AdamW (cuda/adamw.cu) -------------------------------------------------------------------
 // The scalars of one step, folded on the host in float64 exactly as
-// cpu/optimizer.cpp folds them.
+// cpu/adamw.cpp folds them.
 struct AdamWScalars {
   float beta1, beta2;
   float one_minus_beta1, one_minus_beta2;

@@ -1,7 +1,7 @@
 #pragma once
 // How a kernel walks tensors of any layout: a loop shape of up to kMaxDims
 // dims and, per operand, a stride in elements for each dim (0 on broadcast
-// dims). The host side (tensor/cuda/launch.h) builds it after dropping size-1
+// dims). The host side (cuda/bridge/launch.h) builds it after dropping size-1
 // dims and merging dims that every operand walks as one, so contiguous tensors
 // of any rank arrive as a single dim with `contiguous` set and skip the index
 // arithmetic entirely.

@@ -1,8 +1,8 @@
 #pragma once
 // The kernels every device implements, listed once. From this one list come
 // the declarations of the CPU side (namespace cpu, cpu/), of the CUDA
-// side (namespace gpu, the bridges in tensor/cuda/ over cuda/'s launchers) and
-// the no-GPU stubs of a build without CUDA (tensor/no_gpu/gpu_kernels.cpp), so
+// side (namespace gpu, the bridges in cuda/bridge/ over cuda/'s launchers) and
+// the no-GPU stubs of a build without CUDA (cuda/bridge/no_gpu/gpu_kernels.cpp), so
 // the devices cannot drift apart: a kernel has one signature, and a definition
 // that does not match it is a compile error (the files that define kernels
 // are built with -Werror=missing-declarations, see CMakeLists.txt).
@@ -13,9 +13,15 @@
 // need it, then calls cpu::name or gpu::name for the device of the op's
 // tensors. The kernels assume all that and only compute.
 //
+// bfloat16: the element-wise kernels (but comparisons), sum, the products,
+// cross-entropy's logits and layer_norm's bfloat16 result of a float32 input
+// are bfloat16 loops on both devices; every other kernel gets bfloat16
+// operands widened to float32 by the dispatch (tensor/dispatch_checks.h). The
+// fused attention's policy differs by device: attention_takes_bf16 below.
+//
 // Adding a kernel: its public entry in tensor/kernels.h and its checks in
 // tensor/dispatch*.cpp, one line here, then its CPU definition in
-// cpu/<family>.cpp and its CUDA bridge in tensor/cuda/<family>.cpp.
+// cpu/<family>.cpp and its CUDA bridge in cuda/bridge/<family>.cpp.
 #include <cstdint>
 #include <vector>
 
@@ -23,7 +29,7 @@
 #include "tensor/kernels.h"
 
 // X(name, result, (parameters)), one line a kernel, grouped by the file of
-// cpu/ (and tensor/cuda/) that implements it.
+// cpu/ (and cuda/bridge/) that implements it.
 #define AG_DEVICE_KERNELS(X)                                                                                        \
   /* elementwise.cpp: out has out_shape; a comparison's out_dtype is bool */                                      \
   X(unary, Tensor, (kernels::Unary op, const Tensor& x, double s))                                                 \
@@ -43,7 +49,7 @@
     (const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts, std::int64_t heads))           \
   X(linear_gelu, kernels::LinearGelu, (const Tensor& x, const Tensor& weight, const Tensor& bias))                 \
   X(matmul_gelu_grad, Tensor, (const Tensor& g, const Tensor& weight, const Tensor& pre))                          \
-  /* rowwise.cpp (layer_norm.cpp on the CPU): every operand contiguous */                                          \
+  /* rowwise.cpp and layer_norm.cpp: every operand contiguous */                                                  \
   X(softmax_forward, Tensor, (const Tensor& x))                                                                    \
   X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \
   X(log_softmax_forward, Tensor, (const Tensor& x))                                                                \
@@ -58,10 +64,10 @@
   X(cross_entropy_backward, Tensor,                                                                                \
     (const Tensor& logits, const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,                    \
      std::int64_t count, double dloss))                                                                            \
-  /* gather.cpp: ids in range */                                                                                   \
+  /* embedding.cpp: ids in range */                                                                                \
   X(embedding_forward, Tensor, (const Tensor& weight, const Tensor& ids))                                          \
   X(embedding_backward, Tensor, (const Tensor& dy, const Tensor& ids, std::int64_t num_rows))                      \
-  /* random.cpp */                                                                                                 \
+  /* dropout.cpp */                                                                                                \
   X(dropout_mask, Tensor,                                                                                          \
     (const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options))               \
   /* attention: fill the outputs dispatch allocated (tensor/attention_call.h). bfloat16 operands as they are */    \
@@ -71,7 +77,7 @@
   X(attention_forward, void, (const AttentionCall& call, kernels::AttentionForwardResult& result))                 \
   X(attention_backward, void,                                                                                      \
     (const AttentionCall& call, const AttentionSaved& saved, const kernels::AttentionGrads& grads))                 \
-  /* optimizer.cpp: param, grad, m, v contiguous, of one dtype and device */                                       \
+  /* adamw.cpp: param, grad, m, v contiguous, of one dtype and device */                                           \
   X(adamw_step_, void, (const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step))
 
 #define AG_DECLARE_DEVICE_KERNEL(name, result, parameters) result name parameters;

@@ -1,5 +1,5 @@
 #pragma once
-// What the CPU (cpu/) and CUDA (tensor/cuda/) implementations of the
+// What the CPU (cpu/) and CUDA (cuda/bridge/) implementations of the
 // device kernels share: how they see their tensors (the rows of a row op, a
 // matrix operand's layout, a reduction's result) and the outputs they make.
 #include <algorithm>

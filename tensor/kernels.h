@@ -189,7 +189,7 @@ const char* f32_matmul_kernel();
 // ("avx512", "avx2"), which widens the operands as it packs them, where it runs.
 const char* widening_matmul_kernel();
 
-// ---- optimizer updates (cpu/optimizer.cpp) -------------------------------------
+// ---- optimizer updates (cpu/adamw.cpp) -------------------------------------
 struct AdamWStep {
   double lr, beta1, beta2, eps, weight_decay;
   std::int64_t step;  // 1 for the first update (bias corrections use it)

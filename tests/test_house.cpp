@@ -2,12 +2,16 @@
 // function 120, so a file keeps one job and a function fits a reader's screen
 // or two. A function is read as clang-format lays this code out: a definition
 // that starts at column 0 and ends at the next line that is a lone `}`.
-// Members defined inside a class body are indented and not measured.
+// Members defined inside a class body are indented and not measured. And
+// the layers of docs/architecture.md hold: a folder includes only its own
+// headers and those of the layers below it.
 #include <catch2/catch.hpp>
 
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,7 +85,76 @@ std::vector<LongFunction> long_functions(const std::vector<std::string>& lines) 
   return found;
 }
 
+// The layer of a project path (relative to the root, or as an #include names
+// it): its first folder, but cuda/bridge/, the CUDA backend's side that sees
+// tensors, which is a layer of its own above the rest of cuda/.
+std::string layer_of(const std::string& path) {
+  if (starts_with(path, "cuda/bridge/")) return "cuda/bridge";
+  return path.substr(0, path.find('/'));
+}
+
+// What each layer may include besides itself (docs/architecture.md, "The layers").
+const std::map<std::string, std::set<std::string>> kMayInclude = {
+    {"base", {}},
+    {"cuda", {"base"}},
+    {"tensor", {"base", "cuda", "cpu"}},
+    {"cpu", {"base", "tensor"}},
+    {"cuda/bridge", {"base", "cuda", "tensor"}},
+    {"autograd", {"base", "tensor"}},
+    {"nn", {"base", "tensor", "autograd"}},
+    {"train", {"base", "cuda", "tensor", "cpu", "autograd", "nn"}},
+};
+
+// The project header a line includes (`#include "tensor/tensor.h"`), or "".
+std::string project_include(const std::string& line) {
+  if (!starts_with(line, "#include \"")) return "";
+  const std::size_t end = line.find('"', 10);
+  const std::string path = line.substr(10, end == std::string::npos ? 0 : end - 10);
+  return path.find('/') == std::string::npos ? "" : path;
+}
+
+// Whether a file of layer `from` may include `header`.
+bool may_include(const std::string& from, const std::string& header) {
+  const std::string to = layer_of(header);
+  if (to == from || !kMayInclude.count(to)) return true;  // its own, or not a layer (a system header's folder)
+  return kMayInclude.at(from).count(to) > 0;
+}
+
 }  // namespace
+
+TEST_CASE("house: a layer includes only itself and the layers below it", "[house]") {
+  const fs::path root = attograd::test::kSourceDir;
+  std::size_t includes = 0;
+  for (const auto& [layer, below] : kMayInclude) {
+    if (layer == "cuda/bridge") continue;  // walked with cuda/
+    for (const auto& entry : fs::recursive_directory_iterator(root / layer)) {
+      if (!entry.is_regular_file() || !is_source(entry.path())) continue;
+      const std::string name = fs::relative(entry.path(), root).generic_string();
+      const std::string from = layer_of(name);
+      for (const std::string& line : read_lines(entry.path())) {
+        const std::string header = project_include(line);
+        if (header.empty()) continue;
+        ++includes;
+        INFO(name << " (" << from << ") includes " << header);
+        CHECK(may_include(from, header));
+      }
+    }
+  }
+  CHECK(includes > 300);  // the walk found the tree
+}
+
+TEST_CASE("house: the layer rule refuses an include from above", "[house]") {
+  CHECK(project_include("#include \"tensor/tensor.h\"") == "tensor/tensor.h");
+  CHECK(project_include("#include <vector>").empty());
+  CHECK(layer_of("cuda/bridge/launch.h") == "cuda/bridge");
+  CHECK(layer_of("cuda/launchers.h") == "cuda");
+  CHECK(may_include("cuda/bridge", "tensor/tensor.h"));
+  CHECK_FALSE(may_include("cuda", "tensor/tensor.h"));
+  CHECK_FALSE(may_include("cuda", "cuda/bridge/launch.h"));
+  CHECK_FALSE(may_include("tensor", "autograd/ops.h"));
+  CHECK_FALSE(may_include("nn", "train/options.h"));
+  CHECK(may_include("nn", "nn/layers.h"));
+}
 
 TEST_CASE("house: no source file passes 600 lines and no function 120, outside tests/", "[house]") {
   const fs::path root = attograd::test::kSourceDir;

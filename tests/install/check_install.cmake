@@ -34,7 +34,7 @@ foreach(file include/attograd/base/error.h include/attograd/tensor/tensor.h incl
     message(FATAL_ERROR "install: ${prefix}/${file} is missing")
   endif()
 endforeach()
-foreach(private include/attograd/tensor/cuda include/attograd/autograd/ops
+foreach(private include/attograd/cuda/bridge include/attograd/autograd/ops
                 include/attograd/tensor/device_kernels.h include/attograd/tensor/attention_call.h
                 include/attograd/tensor/dispatch_checks.h include/attograd/train/cli/flags.h
                 include/attograd/cuda/launchers.h)

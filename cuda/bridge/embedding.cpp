@@ -1,7 +1,7 @@
 // Gathers on CUDA tensors: embedding rows picked by id, and their scatter-add
 // backward. Ids arrive range-checked, and every operand contiguous, from
 // tensor/dispatch_rows.cpp (which also holds cat: copies, the same on both devices).
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {

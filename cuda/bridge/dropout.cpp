@@ -1,6 +1,6 @@
 // Dropout masks on CUDA, drawn from the same Philox stream as the CPU's
-// (cpu/random.cpp): same seed and offset, same mask.
-#include "tensor/cuda/launch.h"
+// (cpu/dropout.cpp): same seed and offset, same mask.
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {

@@ -1,5 +1,5 @@
 #pragma once
-// What every bridge in tensor/cuda/ needs to call a launcher: the stream of a
+// What every bridge in cuda/bridge/ needs to call a launcher: the stream of a
 // tensor's device, and the StridedLayout (cuda/strided.h) of a loop over some
 // shape with each operand read through its own (broadcast) strides.
 #include <algorithm>

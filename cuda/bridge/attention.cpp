@@ -8,7 +8,7 @@
 #include <initializer_list>
 
 #include "tensor/attention_call.h"
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {

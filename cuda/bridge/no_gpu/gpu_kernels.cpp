@@ -2,7 +2,7 @@
 // tensor/device_kernels.h: no CUDA tensor can exist here (cuda/no_cuda.cpp
 // refuses to allocate one), so none of these is reachable through
 // tensor/dispatch*.cpp; each still throws a clear error rather than
-// pretending. Linked instead of tensor/cuda/*.cpp when ATTOGRAD_CUDA is off.
+// pretending. Linked instead of cuda/bridge/*.cpp when ATTOGRAD_CUDA is off.
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {

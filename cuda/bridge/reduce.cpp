@@ -1,9 +1,9 @@
 // Reductions on CUDA tensors: the input's dims split into kept and reduced
-// ones (tensor/cuda/launch.h), the kernels of cuda/reduce.cu pick how to walk
+// ones (cuda/bridge/launch.h), the kernels of cuda/reduce.cu pick how to walk
 // them. Results have the CPU's shapes: the reduced dims kept as 1 or dropped.
 #include <algorithm>
 
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 

@@ -1,6 +1,6 @@
 // Elementwise ops on CUDA tensors: each builds the strided layout of its loop
-// (tensor/cuda/launch.h) and calls its launcher in cuda/elementwise.cu.
-#include "tensor/cuda/launch.h"
+// (cuda/bridge/launch.h) and calls its launcher in cuda/elementwise.cu.
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {

@@ -1,8 +1,7 @@
-// Row ops on CUDA tensors: softmax, log_softmax, layer_norm, cross-entropy.
-// Inputs arrive contiguous (tensor/dispatch_rows.cpp) and are read as (rows, n), as on the CPU.
-#include <type_traits>
+// Row ops on CUDA tensors: softmax, log_softmax and cross-entropy (layer_norm.cpp
+// has LayerNorm's). Inputs arrive contiguous (tensor/dispatch_rows.cpp) and are read as (rows, n), as on the CPU.
 
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 
@@ -28,11 +27,6 @@ Tensor row_op_backward(const char* op, const Tensor& y, const Tensor& dy, Launch
   return dx;
 }
 
-template <typename T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
 }  // namespace
 
 // ---- softmax ---------------------------------------------------------------------------
@@ -52,46 +46,6 @@ Tensor log_softmax_forward(const Tensor& x) {
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy) {
   return row_op_backward("log_softmax backward", y, dy, [](auto... args) { cuda::log_softmax_backward(args...); });
-}
-
-// ---- layer_norm ------------------------------------------------------------------------
-
-// y in x's dtype, or bfloat16 from a float32 x (y_dtype), rounded in the kernel.
-kernels::LayerNormResult layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                                            DType y_dtype) {
-  const kernels::LayerNormResult out = layer_norm_outputs(x, y_dtype);
-  const RowShape shape = row_shape(x);
-  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm", [&] {
-    const auto launch = [&](auto* y) {
-      cuda::layer_norm_forward(y, out.mean.data<scalar_t>(), out.rstd.data<scalar_t>(), x.data<scalar_t>(),
-                               data_or_null<scalar_t>(weight), data_or_null<scalar_t>(bias), shape.rows, shape.n, eps,
-                               stream_of(x));
-    };
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (y_dtype == DType::bf16) return launch(out.y.data<bfloat16>());
-    launch(out.y.data<scalar_t>());
-  });
-  return out;
-}
-
-// dy in x's dtype, or bfloat16 with a float32 x (the gradient of a bfloat16 y), widened in the kernel.
-kernels::LayerNormGrads layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                            const Tensor& mean, const Tensor& rstd) {
-  const RowShape shape = row_shape(x);
-  kernels::LayerNormGrads grads{empty(x.sizes(), x.options()), Tensor(), empty({shape.n}, x.options())};
-  if (weight.defined()) grads.dweight = empty({shape.n}, x.options());
-  AG_DISPATCH_FLOAT(x.dtype(), "layer_norm backward", [&] {
-    const auto launch = [&](const auto* g) {
-      cuda::layer_norm_backward(grads.dx.data<scalar_t>(),
-                                grads.dweight.defined() ? grads.dweight.data<scalar_t>() : nullptr,
-                                grads.dbias.data<scalar_t>(), g, x.data<scalar_t>(), data_or_null<scalar_t>(weight),
-                                mean.data<scalar_t>(), rstd.data<scalar_t>(), shape.rows, shape.n, stream_of(x));
-    };
-    if constexpr (std::is_same_v<scalar_t, float>)
-      if (dy.dtype() == DType::bf16) return launch(dy.data<bfloat16>());
-    launch(dy.data<scalar_t>());
-  });
-  return grads;
 }
 
 // ---- cross-entropy -----------------------------------------------------------------------

@@ -4,7 +4,7 @@
 // in memory when its last two dims are row-major or column-major (a transposed
 // view), exactly as the CPU hands operands to BLAS; anything else is copied to
 // contiguous first.
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 #include "tensor/kernel_common.h"
 

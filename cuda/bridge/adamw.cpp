@@ -1,10 +1,10 @@
 // The fused AdamW update on CUDA (float32). The step's scalars are folded here
-// in float64 exactly as cpu/optimizer.cpp folds them, then one kernel
+// in float64 exactly as cpu/adamw.cpp folds them, then one kernel
 // updates param, m and v in a single pass, for up to 32 parameters a launch (cuda/adamw.cu).
 #include <cmath>
 #include <vector>
 
-#include "tensor/cuda/launch.h"
+#include "cuda/bridge/launch.h"
 #include "tensor/device_kernels.h"
 
 namespace attograd::gpu {
