@@ -18,12 +18,7 @@ namespace {
 template <int Threads, typename T, typename L>
 __global__ void cross_entropy_rows_kernel(T* lse, double* row_loss, const L* logits, const std::int64_t* targets,
                                           std::int64_t rows, std::int64_t n, std::int64_t ignore_index) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t r = first + threadIdx.x / Threads;
-    const bool active = r < rows;
+  for_each_row<Threads>(rows, [&](std::int64_t r, int lane, bool active) {
     const L* xr = logits + r * n;
     T m = dmath::neg_infinity<T>();
     if (active)
@@ -35,12 +30,12 @@ __global__ void cross_entropy_rows_kernel(T* lse, double* row_loss, const L* log
     if (active)
       for (std::int64_t i = lane; i < n; i += Threads) s += static_cast<double>(dmath::exp(T(xr[i]) - m));
     s = row_reduce<Threads>(s, SumOp{});
-    if (!active || lane != 0) continue;
+    if (!active || lane != 0) return;
     const double l = static_cast<double>(m) + dmath::log(s);
     lse[r] = static_cast<T>(l);
     const std::int64_t t = targets[r];
     row_loss[r] = t == ignore_index ? 0.0 : l - static_cast<double>(T(xr[t]));
-  }
+  });
 }
 
 // One block: loss = sum(row_loss) / count over counted rows, 0 when none count.

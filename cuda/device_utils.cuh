@@ -173,12 +173,26 @@ __device__ __forceinline__ void add_column_lanes(double (&v)[N]) {
 }
 
 // ---- row kernels -----------------------------------------------------------------------------
-// Row ops (softmax, layer norm, cross-entropy) give each row of n elements a
-// warp, or for rows longer than kLongRow the whole block. A kernel written for
-// `Threads` threads per row loops:
-//   for (first = blockIdx.x * rows_per_block; first < rows; first += gridDim.x * rows_per_block)
-//     row = first + threadIdx.x / Threads  (maybe >= rows: it still joins the reductions)
+// Row ops (softmax, layer norm, cross-entropy, a reduction's rows) give each
+// row of n elements a warp, or for rows longer than kLongRow the whole block.
 constexpr std::int64_t kLongRow = 1024;
+
+// The loop of a kernel written for `Threads` threads per row: each group of
+// Threads threads takes a row, kThreads / Threads rows a block, the blocks
+// striding over the grid until all `rows` are done. body(row, lane, active)
+// runs on every thread in every round: a thread whose row is past the end
+// (active false) reads and writes nothing but still joins the row's
+// reductions, which synchronise the block.
+template <int Threads, typename Body>
+__device__ __forceinline__ void for_each_row(std::int64_t rows, Body body) {
+  constexpr int kRowsPerBlock = kThreads / Threads;
+  const int lane = threadIdx.x % Threads;
+  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
+       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
+    const std::int64_t row = first + threadIdx.x / Threads;
+    body(row, lane, row < rows);
+  }
+}
 
 // Calls launch_with(std::integral_constant<int, Threads>{}, grid) for the right Threads, then checks the launch.
 template <typename Launch>

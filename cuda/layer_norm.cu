@@ -24,12 +24,7 @@ namespace {
 template <int Threads, typename T, typename Y>
 __global__ void layer_norm_forward_kernel(Y* y, T* mean, T* rstd, const T* x, const T* weight, const T* bias,
                                           std::int64_t rows, std::int64_t n, T eps) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t r = first + threadIdx.x / Threads;
-    const bool active = r < rows;
+  for_each_row<Threads>(rows, [&](std::int64_t r, int lane, bool active) {
     const T* xr = x + r * n;
     T s = 0;
     if (active)
@@ -39,7 +34,7 @@ __global__ void layer_norm_forward_kernel(Y* y, T* mean, T* rstd, const T* x, co
     if (active)
       for (std::int64_t i = lane; i < n; i += Threads) ss += (xr[i] - mu) * (xr[i] - mu);
     const T var = row_reduce<Threads>(ss, SumOp{}) / T(n);
-    if (!active) continue;
+    if (!active) return;
     const T rs = T(1) / dmath::sqrt(var + eps);
     if (lane == 0) mean[r] = mu, rstd[r] = rs;
     Y* yr = y + r * n;
@@ -49,7 +44,7 @@ __global__ void layer_norm_forward_kernel(Y* y, T* mean, T* rstd, const T* x, co
       if (bias) v += bias[i];
       yr[i] = Y(v);
     }
-  }
+  });
 }
 
 // forward: xhat = (x - mean) * rstd, y = xhat * w + b. With dxhat = dy * w:
@@ -57,12 +52,7 @@ __global__ void layer_norm_forward_kernel(Y* y, T* mean, T* rstd, const T* x, co
 template <int Threads, typename T, typename G>
 __global__ void layer_norm_dx_kernel(T* dx, const G* dy, const T* x, const T* weight, const T* mean, const T* rstd,
                                      std::int64_t rows, std::int64_t n) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t r = first + threadIdx.x / Threads;
-    const bool active = r < rows;
+  for_each_row<Threads>(rows, [&](std::int64_t r, int lane, bool active) {
     const T* xr = x + r * n;
     const G* dyr = dy + r * n;
     const T mu = active ? mean[r] : T(0), rs = active ? rstd[r] : T(0);
@@ -76,14 +66,14 @@ __global__ void layer_norm_dx_kernel(T* dx, const G* dy, const T* x, const T* we
     }
     const T mean_dxhat = row_reduce<Threads>(sum_dxhat, SumOp{}) / T(n);
     const T mean_dxhat_xhat = row_reduce<Threads>(sum_dxhat_xhat, SumOp{}) / T(n);
-    if (!active) continue;
+    if (!active) return;
     T* dxr = dx + r * n;
     for (std::int64_t i = lane; i < n; i += Threads) {
       const T dxhat = weight ? T(dyr[i]) * weight[i] : T(dyr[i]);
       const T xhat = (xr[i] - mu) * rs;
       dxr[i] = rs * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat);
     }
-  }
+  });
 }
 
 // dw = sum over rows of dy * xhat, db = sum over rows of dy, as a column sum

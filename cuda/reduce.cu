@@ -37,22 +37,17 @@ __device__ __forceinline__ std::int64_t offset_in(const StridedLayout<1>& layout
 template <int Threads, typename In, typename Out>
 __global__ void sum_rows_kernel(Out* out, const In* x, StridedLayout<1> kept, StridedLayout<1> reduced,
                                 std::int64_t chunk) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
   const std::int64_t r_begin = blockIdx.y * chunk, r_end = min(reduced.numel, r_begin + chunk);
-  // Every thread runs the same number of iterations: row_reduce synchronises the block.
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < kept.numel;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t o = first + threadIdx.x / Threads;
+  for_each_row<Threads>(kept.numel, [&](std::int64_t o, int lane, bool active) {
     double acc = 0;
-    if (o < kept.numel) {
+    if (active) {
       const In* row = x + offset_in(kept, o);
       for (std::int64_t r = r_begin + lane; r < r_end; r += Threads)
         acc += static_cast<double>(row[offset_in(reduced, r)]);
     }
     acc = row_reduce<Threads>(acc, SumOp{});
-    if (o < kept.numel && lane == 0) out[o * gridDim.y + blockIdx.y] = static_cast<Out>(acc);
-  }
+    if (active && lane == 0) out[o * gridDim.y + blockIdx.y] = static_cast<Out>(acc);
+  });
 }
 
 // Block (x, y) sums outputs [x * kWarp, (x + 1) * kWarp) over reduced elements
@@ -173,14 +168,10 @@ __device__ __forceinline__ void argmax_reduce(T& v, std::int64_t& i) {
 template <int Threads, typename T>
 __global__ void max_rows_kernel(T* values, std::int64_t* indices, const T* x, StridedLayout<1> kept,
                                 StridedLayout<1> reduced) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < kept.numel;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t o = first + threadIdx.x / Threads;
+  for_each_row<Threads>(kept.numel, [&](std::int64_t o, int lane, bool active) {
     T best = 0;
     std::int64_t best_index = -1;
-    if (o < kept.numel) {
+    if (active) {
       const T* row = x + offset_in(kept, o);
       for (std::int64_t r = lane; r < reduced.numel; r += Threads) {
         const T v = row[offset_in(reduced, r)];
@@ -188,8 +179,8 @@ __global__ void max_rows_kernel(T* values, std::int64_t* indices, const T* x, St
       }
     }
     argmax_reduce<Threads>(best, best_index);
-    if (o < kept.numel && lane == 0) values[o] = best, indices[o] = best_index;
-  }
+    if (active && lane == 0) values[o] = best, indices[o] = best_index;
+  });
 }
 
 template <typename T>

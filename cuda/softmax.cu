@@ -12,12 +12,7 @@ namespace {
 
 template <int Threads, bool Log, typename T>
 __global__ void softmax_forward_kernel(T* y, const T* x, std::int64_t rows, std::int64_t n) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t r = first + threadIdx.x / Threads;
-    const bool active = r < rows;
+  for_each_row<Threads>(rows, [&](std::int64_t r, int lane, bool active) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
     T m = dmath::neg_infinity<T>();
@@ -29,7 +24,7 @@ __global__ void softmax_forward_kernel(T* y, const T* x, std::int64_t rows, std:
     if (active)
       for (std::int64_t i = lane; i < n; i += Threads) s += dmath::exp(xr[i] - m);
     s = row_reduce<Threads>(s, SumOp{});
-    if (!active) continue;
+    if (!active) return;
     if constexpr (Log) {
       const T lse = m + dmath::log(s);
       for (std::int64_t i = lane; i < n; i += Threads) yr[i] = xr[i] - lse;
@@ -37,17 +32,12 @@ __global__ void softmax_forward_kernel(T* y, const T* x, std::int64_t rows, std:
       const T inv = T(1) / s;
       for (std::int64_t i = lane; i < n; i += Threads) yr[i] = dmath::exp(xr[i] - m) * inv;
     }
-  }
+  });
 }
 
 template <int Threads, bool Log, typename T>
 __global__ void softmax_backward_kernel(T* dx, const T* y, const T* dy, std::int64_t rows, std::int64_t n) {
-  constexpr int kRowsPerBlock = kThreads / Threads;
-  const int lane = threadIdx.x % Threads;
-  for (std::int64_t first = std::int64_t(blockIdx.x) * kRowsPerBlock; first < rows;
-       first += std::int64_t(gridDim.x) * kRowsPerBlock) {
-    const std::int64_t r = first + threadIdx.x / Threads;
-    const bool active = r < rows;
+  for_each_row<Threads>(rows, [&](std::int64_t r, int lane, bool active) {
     const T *yr = y + r * n, *dyr = dy + r * n;
     T* dxr = dx + r * n;
     // softmax:     forward y = softmax(x);      so dx = y * (dy - sum(dy * y))
@@ -56,10 +46,10 @@ __global__ void softmax_backward_kernel(T* dx, const T* y, const T* dy, std::int
     if (active)
       for (std::int64_t i = lane; i < n; i += Threads) s += Log ? dyr[i] : dyr[i] * yr[i];
     s = row_reduce<Threads>(s, SumOp{});
-    if (!active) continue;
+    if (!active) return;
     for (std::int64_t i = lane; i < n; i += Threads)
       dxr[i] = Log ? dyr[i] - dmath::exp(yr[i]) * s : yr[i] * (dyr[i] - s);
-  }
+  });
 }
 
 template <bool Log, typename T>
