@@ -132,229 +132,234 @@ struct GradRows {
   }
 };
 
+// Where one score tile of a backward lies: key rows [j0, j0 + nk) against
+// query rows [i0, i0 + nq), padded to nkp and nqp, at diagonal offset diag.
+struct ScoreTile {
+  std::int64_t b, h, i0, nq, nqp, j0, nk, nkp, diag;
+};
+
+// Recomputed tiles, queries for rows: S = q (scale k)^T and dP = do v^T from
+// the key tile transposed (w.kt, w.vt), then P = exp(S - lse), dS = scale P (dP
+// Z - delta) into ds and P Z into p.
+template <typename T, typename Tile>
+AG_ALWAYS_INLINE void recomputed_probabilities(const Problem<T>& P, BackwardScratch<T>& w, const ScoreTile& t,
+                                               const T* q_tile, std::int64_t ldq, const T* dout_tile,
+                                               std::int64_t ldo, bool dropout,
+                                               typename Simd<T, Tile::kBytes>::Vec scale) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes;
+  constexpr TileRows kQueryRows = TileRows::queries;
+  T* __restrict p = w.p.data();
+  T* __restrict ds = w.ds.data();
+  const T* __restrict delta = w.delta.data();
+  const T* __restrict shift = w.shift.data();
+  product_scores<T, Tile, kQueryRows>(t.nqp, t.nkp, P.D, q_tile, ldq, w.kt.data(), kBlockK, p, kBlockK, t.diag);  // S
+  product_scores<T, Tile, kQueryRows>(t.nqp, t.nkp, P.D, dout_tile, ldo, w.vt.data(), kBlockK, ds, kBlockK,
+                                      t.diag);  // do v^T
+  hide_causal<kQueryRows>(p, kBlockK, t.nqp, t.nk, t.nkp, t.diag, -std::numeric_limits<T>::infinity());
+  hide_causal<kQueryRows>(ds, kBlockK, t.nqp, t.nk, t.nkp, t.diag, T(0));
+  hide_masked<kQueryRows>(P, t.b, t.h, t.i0, t.nq, t.j0, t.nk, p, kBlockK);
+  if (dropout) {
+    T* __restrict z = w.z.data();
+    std::fill(z, z + t.nqp * kBlockK, T(0));
+    dropout_tile<kQueryRows>(P, t.b, t.h, t.i0, t.nq, t.j0, t.nk, nullptr, z, kBlockK);
+  }
+  for (std::int64_t r = 0; r < t.nqp; ++r) {
+    T* __restrict pr = p + r * kBlockK;
+    T* __restrict dr = ds + r * kBlockK;
+    const T* __restrict zr = w.z.data() + r * kBlockK;
+    const Vec shift_r = Vec{} + shift[t.i0 + r], delta_r = Vec{} + delta[t.i0 + r];
+    for (std::int64_t c = 0; c < t.nkp; c += W) {
+      Vec x, dp;
+      load(x, pr + c);
+      load(dp, dr + c);
+      x -= shift_r;
+      exp_softmax(x);  // P_ij
+      if (dropout) {
+        Vec z;
+        load(z, zr + c);
+        store(dr + c, scale * x * (dp * z - delta_r));
+        store(pr + c, x * z);
+      } else {
+        store(dr + c, scale * x * (dp - delta_r));
+        store(pr + c, x);
+      }
+    }
+  }
+}
+
+// Saved tiles, keys for rows: P^T = the forward's exp(s - m) times exp(m -
+// lse) per query, dP^T = v do^T from the head's do transposed (w.dout_t), then
+// dS^T and P^T Z as recomputed_probabilities makes them. between() runs after
+// each row group of the dP product, to fetch the head's next saved tile.
+template <typename T, typename Tile, typename Between>
+AG_ALWAYS_INLINE void saved_probabilities(const Problem<T>& P, BackwardScratch<T>& w, const ScoreTile& t,
+                                          const T* saved_tile, const T* saved_max, const Panel<T>& v, bool dropout,
+                                          typename Simd<T, Tile::kBytes>::Vec scale, Between& between) {
+  using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes;
+  constexpr TileRows kKeyRows = TileRows::keys;
+  T* __restrict p = w.p.data();
+  T* __restrict ds = w.ds.data();
+  T* __restrict z = w.z.data();
+  const T* __restrict delta = w.delta.data();
+  const T* __restrict shift = w.shift.data();
+  T* __restrict correction = w.correction.data();
+  product_scores<T, Tile, kKeyRows>(t.nkp, t.nqp, P.D, v.data, v.ld, w.dout_t.data() + t.i0 * P.D, kBlockQ, ds,
+                                    kBlockQ, t.diag, between);  // dP^T = v do^T
+  hide_causal<kKeyRows>(ds, kBlockQ, t.nkp, t.nk, t.nqp, t.diag, T(0));
+  if (dropout) {
+    std::fill(z, z + t.nkp * kBlockQ, T(0));
+    dropout_tile<kKeyRows>(P, t.b, t.h, t.i0, t.nq, t.j0, t.nk, w.z_row.data(), z, kBlockQ);
+  }
+  for (std::int64_t r = 0; r < t.nqp; r += W) {
+    Vec m, lse;
+    load(m, saved_max + r);
+    load(lse, shift + t.i0 + r);
+    Vec x = m - lse;
+    exp_softmax(x);
+    store(correction + r, x);
+  }
+  for (std::int64_t c = 0; c < t.nkp; ++c) {
+    const T* __restrict sc = saved_tile + c * kBlockQ;
+    T* __restrict pc = p + c * kBlockQ;
+    T* __restrict dc = ds + c * kBlockQ;
+    const T* __restrict zc = z + c * kBlockQ;
+    for (std::int64_t r = 0; r < t.nqp; r += W) {
+      Vec x, f, dp, delta_r;
+      load(x, sc + r);
+      load(f, correction + r);
+      load(dp, dc + r);
+      load(delta_r, delta + t.i0 + r);
+      x *= f;  // P_ij
+      if (dropout) {
+        Vec zr;
+        load(zr, zc + r);
+        store(dc + r, scale * x * (dp * zr - delta_r));
+        store(pc + r, x * zr);
+      } else {
+        store(dc + r, scale * x * (dp - delta_r));
+        store(pc + r, x);
+      }
+    }
+  }
+}
+
+// do transposed block by block, (D, kBlockQ) each, for the saved tiles' dP^T:
+// one (D, Tp) with rows 4 KiB apart (at T = 1024) made the tile product that
+// reads it miss L1 on its 64 rows' shared cache sets, and the whole backward
+// slower than recomputing. Read from the panel: a compact copy where do's rows
+// lie apart (MultiHeadAttention's, C apart), so the transposes read contiguous rows.
+template <typename T, typename Tile>
+AG_ALWAYS_INLINE void transpose_dout_blocks(const Panel<T>& dout, std::int64_t Tq, std::int64_t D, T* dout_t) {
+  const Rows<T> dout_rows{dout.data, 0, 0, dout.ld};
+  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
+    pack_transposed<T, Tile>(dout_rows, 0, 0, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
+                             dout_t + i0 * D);
+}
+
 // Backward of (b, h), FlashAttention-2's order: for each key tile, for each
-// query tile that can see it, P = exp(S - lse) (recomputed) and dS are
-// built, then folded into dq, dk, dv. With Z the dropout factors and
-// S = (scale q) k^T:
+// query tile that can see it, P and dS are built, then folded into dq, dk,
+// dv. With Z the dropout factors and S = (scale q) k^T:
 //   forward: o_i = sum_j P_ij Z_ij v_j
 //   so  dv_j += P_ij Z_ij do_i;  dP_ij = Z_ij (do_i . v_j);
 //       dS_ij = P_ij (dP_ij - delta_i) with delta_i = sum_j P_ij dP_ij = do_i . o_i;
 //       dq_i += scale dS_ij k_j;  dk_j += scale dS_ij q_i.
 // The tiles hold scale dS, so dq and dk need no scaling afterwards.
 //
-// Unlike the forward's, the score tiles have queries for rows: S = q (scale
-// k)^T and dP = do v^T read q and do rows where they lie, and only the key
-// tile's k and v are transposed, once per tile. Kept the other way round, a
-// whole head's q and do were transposed up front, and q, do, their
-// transposes and dq (1.25 MiB at T = 1024, D = 64) no longer fit in L2 with
-// the tiles.
-template <typename T, typename Tile>
+// Its two paths differ in one thing, where P comes from, and so in which way
+// round the tiles are kept (kRows):
+// - TileRows::queries, recomputed from the forward's log-sum-exp
+//   (recomputed_probabilities): queries are the tiles' rows, so S = q (scale
+//   k)^T and dP = do v^T read q and do rows where they lie, and only the key
+//   tile's k and v are transposed, once per tile. Kept the other way round, a
+//   whole head's q and do were transposed up front, and q, do, their
+//   transposes and dq (1.25 MiB at T = 1024, D = 64) no longer fit in L2 with
+//   the tiles.
+// - TileRows::keys, from the forward's saved tiles (SavedProbs,
+//   saved_probabilities): kept the forward's way round, keys for rows, with
+//   the head's do transposed once; dv += P^T do and dk += dS^T q read the tiles
+//   as they lie, and dq += dS k reads them transposed, as the forward's P v does.
+template <typename T, typename Tile, TileRows kRows>
 AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
                                     std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
   using Vec = typename Simd<T, Tile::kBytes>::Vec;
+  constexpr bool kSaved = kRows == TileRows::keys;
   constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
-  constexpr std::int64_t KP = std::max<std::int64_t>(W, MR);  // keys are score columns and rows of dk, dv
-  constexpr TileRows kQueryRows = TileRows::queries;
+  // The tiles' rows come in whole row groups, their columns in whole row groups and vectors.
+  constexpr std::int64_t KP = kSaved ? MR : std::max<std::int64_t>(W, MR);  // keys, and rows of dk, dv
+  constexpr std::int64_t QP = kSaved ? std::max<std::int64_t>(W, MR) : MR;  // queries
+  constexpr std::int64_t ld = kSaved ? kBlockQ : kBlockK;                    // a tile's row
   const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
-  const T neg_inf = -std::numeric_limits<T>::infinity();
-  T* __restrict p = w.p.data();
-  T* __restrict ds = w.ds.data();
-  T* __restrict delta = w.delta.data();
-  T* __restrict shift = w.shift.data();
+  const std::int64_t bh = b * P.H + h;
+  const SavedProbs<T>& saved = io.saved;
   // Read once: the tiles' stores may alias P's fields for all the compiler knows, which made it
   // reload the scale and test dropout again for every vector of the element-wise pass.
   const bool dropout = P.dropout();
   const Vec scale = Vec{} + P.scale;
-  backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
-  // Queries are rows of the score tiles, so q and do are read in whole row groups (zero padding rows).
+  backward_row_terms<T, Tile>(P, io, b, h, Tp, w.delta.data(), w.shift.data());
+  // q and do are read in whole row groups (zero padding rows).
   const std::int64_t Tqp = round_up(Tq, MR);
   const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
   const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
+  if constexpr (kSaved) transpose_dout_blocks<T, Tile>(dout, Tq, D, w.dout_t.data());
   const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dq);
   if (Tk == 0) dq.zero(Tqp, Dp);
-  std::int64_t tiles = 0;
-  for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK)
-    tiles += std::max<std::int64_t>(0, Tq - first_query_tile(P, j0) + kBlockQ - 1) / kBlockQ;
+  std::int64_t tiles = kSaved ? std::max<std::int64_t>(saved.per_head, 1) : 0;
+  if constexpr (!kSaved)
+    for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK)
+      tiles += std::max<std::int64_t>(0, Tq - first_query_tile(P, j0) + kBlockQ - 1) / kBlockQ;
   const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / std::max<std::int64_t>(tiles, 1);
   for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
-    const std::int64_t nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, KP);
+    const std::int64_t kb = j0 / kBlockK, nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, KP);
     const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
     prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
     prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
-    pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
-    pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
+    if constexpr (!kSaved) {
+      pack_transposed<T, Tile>(P.k, b, h, j0, nk, nkp, D, kBlockK, P.scale, w.kt.data());
+      pack_transposed<T, Tile>(P.v, b, h, j0, nk, nkp, D, kBlockK, T(1), w.vt.data());
+    }
     const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
+    const Panel<T> v = kSaved ? rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, Tq, w.v.data()) : Panel<T>{};
     const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, Tq, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, Tq, w.dv);
     if (first_query_tile(P, j0) >= Tq) {
       dk.zero(nkp, Dp);
       dv.zero(nkp, Dp);
     }
     for (std::int64_t i0 = first_query_tile(P, j0); i0 < Tq; i0 += kBlockQ) {
-      const std::int64_t nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, MR);
-      const std::int64_t diag = diagonal(P, i0, j0);
+      const std::int64_t qb = i0 / kBlockQ, nq = std::min(kBlockQ, Tq - i0);
+      const ScoreTile t{b, h, i0, nq, round_up(nq, QP), j0, nk, nkp, diagonal(P, i0, j0)};
       const Into into_dkv = i0 == first_query_tile(P, j0) ? Into::overwrite : Into::accumulate;
       const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
       const T* q_tile = q.data + i0 * q.ld;
       const T* dout_tile = dout.data + i0 * dout.ld;
-      successor.request(successor_rows_per_tile);
-      product_scores<T, Tile, kQueryRows>(nqp, nkp, D, q_tile, q.ld, w.kt.data(), kBlockK, p, kBlockK, diag);  // S
-      product_scores<T, Tile, kQueryRows>(nqp, nkp, D, dout_tile, dout.ld, w.vt.data(), kBlockK, ds, kBlockK,
-                                          diag);  // do v^T
-      hide_causal<kQueryRows>(p, kBlockK, nqp, nk, nkp, diag, neg_inf);
-      hide_causal<kQueryRows>(ds, kBlockK, nqp, nk, nkp, diag, T(0));
-      hide_masked<kQueryRows>(P, b, h, i0, nq, j0, nk, p, kBlockK);
-      if (dropout) {
-        T* __restrict z = w.z.data();
-        std::fill(z, z + nqp * kBlockK, T(0));
-        dropout_tile<kQueryRows>(P, b, h, i0, nq, j0, nk, nullptr, z, kBlockK);
-      }
-      for (std::int64_t r = 0; r < nqp; ++r) {
-        T* __restrict pr = p + r * kBlockK;
-        T* __restrict dr = ds + r * kBlockK;
-        const T* __restrict zr = w.z.data() + r * kBlockK;
-        const Vec shift_r = Vec{} + shift[i0 + r], delta_r = Vec{} + delta[i0 + r];
-        for (std::int64_t c = 0; c < nkp; c += W) {
-          Vec x, dp;
-          load(x, pr + c);
-          load(dp, dr + c);
-          x -= shift_r;
-          exp_softmax(x);  // P_ij
-          if (dropout) {
-            Vec z;
-            load(z, zr + c);
-            store(dr + c, scale * x * (dp * z - delta_r));
-            store(pr + c, x * z);
-          } else {
-            store(dr + c, scale * x * (dp - delta_r));
-            store(pr + c, x);
-          }
+      // With saved tiles, the head's next one, from memory, a slice after each row group of this
+      // tile's first and last products: read without it, the tiles' loads stalled the AVX-512 path
+      // for a tenth of its time and it gained nothing over recomputing them.
+      auto next_tile = [&] {
+        if constexpr (kSaved) {
+          const bool last_tile = saved.index(bh, qb, kb) + 1 == (bh + 1) * saved.per_head;
+          return SpanPrefetch(saved.tile(bh, qb, kb) + SavedProbs<T>::kSlotValues,
+                              last_tile ? 0 : SavedProbs<T>::kSlotValues * std::int64_t(sizeof(T)),
+                              nkp / MR + round_up(nq, MR) / MR);
+        } else {
+          return NoOp{};
         }
-      }
-      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, p, kBlockK, dout_tile, dout.ld, dv.data, dv.ld, diag,
-                                           into_dkv);
-      accumulate_keys<T, Tile, kQueryRows>(nkp, Dp, nq, ds, kBlockK, q_tile, q.ld, dk.data, dk.ld, diag, into_dkv);
-      accumulate_queries<T, Tile, kQueryRows>(nqp, Dp, nk, ds, kBlockK, k.data, k.ld, dq.row(i0), dq.ld, diag,
-                                              into_dq);
-    }
-    dk.finish(io.dk, b, h, j0, nk, D);
-    dv.finish(io.dv, b, h, j0, nk, D);
-  }
-  dq.finish(io.dq, b, h, 0, Tq, D);
-}
-
-// Backward of (b, h) from the forward's saved tiles (SavedProbs), in
-// backward_head's order and with its formulas, but with the tiles kept the
-// forward's way round, keys for rows: P^T = saved exp(s - m) times
-// exp(m - lse) per query, dP^T = v do^T, read with the head's do transposed
-// once, and dS^T from them; dv += P^T do and dk += dS^T q read the tiles as
-// they lie, and dq += dS k reads them transposed, as the forward's P v does.
-template <typename T, typename Tile>
-AG_ALWAYS_INLINE void backward_head_saved(const Problem<T>& P, const BackwardIo<T>& io, BackwardScratch<T>& w,
-                                          std::int64_t b, std::int64_t h, PrefetchQueue<T>& successor) {
-  using Vec = typename Simd<T, Tile::kBytes>::Vec;
-  constexpr std::int64_t W = Simd<T, Tile::kBytes>::kLanes, MR = Tile::kRows;
-  constexpr std::int64_t QP = std::max<std::int64_t>(W, MR);  // queries are score columns and rows of dq
-  constexpr TileRows kKeyRows = TileRows::keys;
-  const std::int64_t D = P.D, Tq = P.Tq, Tk = P.Tk, Dp = round_up(D, W), Tp = round_up(Tq, kBlockQ);
-  const std::int64_t bh = b * P.H + h;
-  const SavedProbs<T>& saved = io.saved;
-  T* __restrict p = w.p.data();
-  T* __restrict ds = w.ds.data();
-  T* __restrict z = w.z.data();
-  T* __restrict delta = w.delta.data();
-  T* __restrict shift = w.shift.data();
-  T* __restrict correction = w.correction.data();
-  const bool dropout = P.dropout();  // read once, as in backward_head
-  const Vec scale = Vec{} + P.scale;
-  backward_row_terms<T, Tile>(P, io, b, h, Tp, delta, shift);
-  const std::int64_t Tqp = round_up(Tq, MR);
-  const Panel<T> q = rows_panel(P.q, b, h, 0, Tq, Tqp, D, Dp, Tk, w.q.data());
-  const Panel<T> dout = rows_panel(io.dout, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dout.data());
-  // do transposed block by block, (D, kBlockQ) each: one (D, Tp) with rows
-  // 4 KiB apart (at T = 1024) made the tile product that reads it miss L1 on
-  // its 64 rows' shared cache sets, and the whole backward slower than
-  // recomputing. Read from the panel: a compact copy where do's rows lie apart
-  // (MultiHeadAttention's, C apart), so the transposes read contiguous rows.
-  const Rows<T> dout_rows{dout.data, 0, 0, dout.ld};
-  for (std::int64_t i0 = 0; i0 < Tq; i0 += kBlockQ)
-    pack_transposed<T, Tile>(dout_rows, 0, 0, i0, std::min(kBlockQ, Tq - i0), kBlockQ, D, kBlockQ, T(1),
-                             w.dout_t.data() + i0 * D);
-  const GradRows<T> dq(io.dq, b, h, 0, Tq, Tqp, D, Dp, Tk, w.dq);
-  if (Tk == 0) dq.zero(Tqp, Dp);
-  const std::int64_t tiles = std::max<std::int64_t>(saved.per_head, 1);
-  const std::int64_t successor_rows_per_tile = (successor.rows() + tiles - 1) / tiles;
-  for (std::int64_t j0 = 0; j0 < Tk; j0 += kBlockK) {
-    const std::int64_t kb = j0 / kBlockK, nk = std::min(kBlockK, Tk - j0), nkp = round_up(nk, MR);
-    const std::int64_t next_nk = std::clamp<std::int64_t>(Tk - j0 - kBlockK, 0, kBlockK);
-    prefetch_rows(P.k, b, h, j0 + kBlockK, next_nk, D);
-    prefetch_rows(P.v, b, h, j0 + kBlockK, next_nk, D);
-    const Panel<T> k = rows_panel(P.k, b, h, j0, nk, nkp, D, Dp, Tq, w.k.data());
-    const Panel<T> v = rows_panel(P.v, b, h, j0, nk, nkp, D, Dp, Tq, w.v.data());
-    const GradRows<T> dk(io.dk, b, h, j0, nk, nkp, D, Dp, Tq, w.dk), dv(io.dv, b, h, j0, nk, nkp, D, Dp, Tq, w.dv);
-    if (first_query_tile(P, j0) >= Tq) {
-      dk.zero(nkp, Dp);
-      dv.zero(nkp, Dp);
-    }
-    for (std::int64_t i0 = first_query_tile(P, j0); i0 < Tq; i0 += kBlockQ) {
-      const std::int64_t qb = i0 / kBlockQ, nq = std::min(kBlockQ, Tq - i0), nqp = round_up(nq, QP);
-      const std::int64_t diag = diagonal(P, i0, j0);
-      const Into into_dkv = i0 == first_query_tile(P, j0) ? Into::overwrite : Into::accumulate;
-      const Into into_dq = j0 == 0 ? Into::overwrite : Into::accumulate;
-      const T* saved_tile = saved.tile(bh, qb, kb);
-      const T* saved_max = saved.tile_max(bh, qb, kb);
-      // The head's next tile, from memory, a slice after each row group of this tile's first
-      // and last products: read without it, the tiles' loads stalled the AVX-512 path for a
-      // tenth of its time and it gained nothing over recomputing them.
-      const bool last_tile = saved.index(bh, qb, kb) + 1 == (bh + 1) * saved.per_head;
-      SpanPrefetch next_tile(saved_tile + SavedProbs<T>::kSlotValues,
-                             last_tile ? 0 : SavedProbs<T>::kSlotValues * std::int64_t(sizeof(T)),
-                             nkp / MR + round_up(nq, MR) / MR);
-      auto prefetch_next_tile = [&next_tile] { next_tile.step(); };
+      }();
+      auto prefetch_next_tile = [&next_tile] {
+        if constexpr (kSaved) next_tile.step();
+      };
       successor.request(successor_rows_per_tile);
-      product_scores<T, Tile, kKeyRows>(nkp, nqp, D, v.data, v.ld, w.dout_t.data() + i0 * D, kBlockQ, ds, kBlockQ,
-                                        diag, prefetch_next_tile);  // dP^T = v do^T
-      hide_causal<kKeyRows>(ds, kBlockQ, nkp, nk, nqp, diag, T(0));
-      if (dropout) {
-        std::fill(z, z + nkp * kBlockQ, T(0));
-        dropout_tile<kKeyRows>(P, b, h, i0, nq, j0, nk, w.z_row.data(), z, kBlockQ);
-      }
-      for (std::int64_t r = 0; r < nqp; r += W) {
-        Vec m, lse;
-        load(m, saved_max + r);
-        load(lse, shift + i0 + r);
-        Vec x = m - lse;
-        exp_softmax(x);
-        store(correction + r, x);
-      }
-      for (std::int64_t c = 0; c < nkp; ++c) {
-        const T* __restrict sc = saved_tile + c * kBlockQ;
-        T* __restrict pc = p + c * kBlockQ;
-        T* __restrict dc = ds + c * kBlockQ;
-        const T* __restrict zc = z + c * kBlockQ;
-        for (std::int64_t r = 0; r < nqp; r += W) {
-          Vec x, f, dp, delta_r;
-          load(x, sc + r);
-          load(f, correction + r);
-          load(dp, dc + r);
-          load(delta_r, delta + i0 + r);
-          x *= f;  // P_ij
-          if (dropout) {
-            Vec zr;
-            load(zr, zc + r);
-            store(dc + r, scale * x * (dp * zr - delta_r));
-            store(pc + r, x * zr);
-          } else {
-            store(dc + r, scale * x * (dp - delta_r));
-            store(pc + r, x);
-          }
-        }
-      }
-      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, p, kBlockQ, dout.data + i0 * dout.ld, dout.ld, dv.data, dv.ld,
-                                         diag, into_dkv);
-      accumulate_keys<T, Tile, kKeyRows>(nkp, Dp, nq, ds, kBlockQ, q.data + i0 * q.ld, q.ld, dk.data, dk.ld, diag,
-                                         into_dkv);
-      accumulate_queries<T, Tile, kKeyRows>(round_up(nq, MR), Dp, nk, ds, kBlockQ, k.data, k.ld, dq.row(i0), dq.ld,
-                                            diag, into_dq, nullptr, prefetch_next_tile);
+      if constexpr (kSaved)
+        saved_probabilities<T, Tile>(P, w, t, saved.tile(bh, qb, kb), saved.tile_max(bh, qb, kb), v, dropout, scale,
+                                     prefetch_next_tile);
+      else
+        recomputed_probabilities<T, Tile>(P, w, t, q_tile, q.ld, dout_tile, dout.ld, dropout, scale);
+      accumulate_keys<T, Tile, kRows>(nkp, Dp, nq, w.p.data(), ld, dout_tile, dout.ld, dv.data, dv.ld, t.diag,
+                                      into_dkv);
+      accumulate_keys<T, Tile, kRows>(nkp, Dp, nq, w.ds.data(), ld, q_tile, q.ld, dk.data, dk.ld, t.diag, into_dkv);
+      accumulate_queries<T, Tile, kRows>(round_up(nq, MR), Dp, nk, w.ds.data(), ld, k.data, k.ld, dq.row(i0), dq.ld,
+                                         t.diag, into_dq, nullptr, prefetch_next_tile);
     }
     dk.finish(io.dk, b, h, j0, nk, D);
     dv.finish(io.dv, b, h, j0, nk, D);
@@ -383,9 +388,9 @@ AG_ALWAYS_INLINE void backward_heads(const Problem<T>& P, const BackwardIo<T>& i
       successor.add(P.v, b, h, 0, first_keys);
     }
     if (io.saved.kept(bh))
-      backward_head_saved<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+      backward_head<T, Tile, TileRows::keys>(P, io, scratch, bh / P.H, bh % P.H, successor);
     else
-      backward_head<T, Tile>(P, io, scratch, bh / P.H, bh % P.H, successor);
+      backward_head<T, Tile, TileRows::queries>(P, io, scratch, bh / P.H, bh % P.H, successor);
   }
 }
 
