@@ -200,6 +200,17 @@ Tensor matmul(const Tensor& a, const Tensor& b, const Tensor& bias) {
   return AG_DEVICE_KERNEL(a, matmul)(a, b, batch, dense(bias));
 }
 
+namespace {
+// A fused product's operands (the undefined optional ones apart) of x's device and dtype.
+void check_operands_like(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others) {
+    if (!t->defined()) continue;
+    check_same_device(op, x, *t);
+    check_same_dtype(op, x, *t);
+  }
+}
+}  // namespace
+
 Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts,
                     std::int64_t heads) {
   const char* op = "linear_heads";
@@ -209,15 +220,11 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   AG_CHECK(parts > 0 && heads > 0 && weight.size(0) % (parts * heads) == 0, op,
            "weight {} does not split into {} parts of {} heads", shape_str(weight.sizes()), parts, heads);
   const std::int64_t B = x.size(0), T = x.size(1), out = weight.size(0), D = out / (parts * heads);
-  check_same_device(op, x, weight);
-  check_same_dtype(op, x, weight);
+  check_operands_like(op, x, {&weight, &bias});
   check_floating(op, x);
-  if (bias.defined()) {
-    check_same_device(op, x, bias);
-    check_same_dtype(op, x, bias);
+  if (bias.defined())
     AG_CHECK(bias.dim() == 1 && bias.size(0) == out, op, "bias {} does not match weight {}", shape_str(bias.sizes()),
              shape_str(weight.sizes()));
-  }
   const Tensor xc = contiguous(x);
   if (Tensor y = AG_DEVICE_KERNEL(x, linear_heads)(xc, contiguous(weight), dense(bias), parts, heads); y.defined())
     return y;
@@ -229,21 +236,10 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
   return make_view(y, {B, parts, heads, T, D}, {T * out, heads * D, D, out, 1}, y.offset());
 }
 
-namespace {
-// linear_gelu's and matmul_gelu_grad's operands of one device and dtype.
-void check_mlp_operands(const char* op, const Tensor& x, std::initializer_list<const Tensor*> others) {
-  for (const Tensor* t : others) {
-    if (!t->defined()) continue;
-    check_same_device(op, x, *t);
-    check_same_dtype(op, x, *t);
-  }
-}
-}  // namespace
-
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   AG_CHECK(x.dim() == 2 && weight.dim() == 2 && x.size(1) == weight.size(1), "linear_gelu",
            "x must be (N, in) and weight (hidden, in), got {} and {}", shape_str(x.sizes()), shape_str(weight.sizes()));
-  check_mlp_operands("linear_gelu", x, {&weight, &bias});
+  check_operands_like("linear_gelu", x, {&weight, &bias});
   if (bias.defined())
     AG_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), "linear_gelu", "bias {} does not match weight {}",
              shape_str(bias.sizes()), shape_str(weight.sizes()));
@@ -261,7 +257,7 @@ Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre
                pre.size(0) == g.size(0) && pre.size(1) == weight.size(1),
            "matmul_gelu_grad", "g (N, out) @ weight (out, hidden) against pre (N, hidden), got {}, {} and {}",
            shape_str(g.sizes()), shape_str(weight.sizes()), shape_str(pre.sizes()));
-  check_mlp_operands("matmul_gelu_grad", g, {&weight, &pre});
+  check_operands_like("matmul_gelu_grad", g, {&weight, &pre});
   if (Tensor fused = AG_DEVICE_KERNEL(g, matmul_gelu_grad)(contiguous(g), contiguous(weight), contiguous(pre));
       fused.defined())
     return fused;
