@@ -49,7 +49,7 @@
     (const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts, std::int64_t heads))           \
   X(linear_gelu, kernels::LinearGelu, (const Tensor& x, const Tensor& weight, const Tensor& bias))                 \
   X(matmul_gelu_grad, Tensor, (const Tensor& g, const Tensor& weight, const Tensor& pre))                          \
-  /* rowwise.cpp and layer_norm.cpp: every operand contiguous */                                                  \
+  /* softmax.cpp, layer_norm.cpp, cross_entropy.cpp: every operand contiguous */                                  \
   X(softmax_forward, Tensor, (const Tensor& x))                                                                    \
   X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \
   X(log_softmax_forward, Tensor, (const Tensor& x))                                                                \
