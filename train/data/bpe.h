@@ -1,0 +1,70 @@
+#pragma once
+// GPT-2's byte-level BPE tokenizer, read from OpenAI's two files (encoder.json
+// and vocab.bpe), giving the ids tiktoken's "gpt2" encoding gives. Text is cut
+// into pieces by GPT-2's pattern (contractions, letters, numbers, other runs,
+// whitespace) with PCRE2, whose Unicode tables give the letter and number
+// classes; each piece's bytes are then merged by rank.
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace attograd::train::data {
+
+// The 256 printable code points GPT-2's files write byte b as (its
+// bytes_to_unicode): printable Latin-1 bytes stand for themselves, the others
+// for U+0100 on, in byte order.
+const std::vector<char32_t>& byte_stand_ins();
+
+class BpeTokenizer {
+ public:
+  static constexpr const char* kEndOfText = "<|endoftext|>";
+
+  // encoder.json and vocab.bpe of `dir`, checked against each other as
+  // tiktoken checks them (every merge's result has the next rank, the 256
+  // bytes come first); a bad file gets one line naming it and what is wrong.
+  static BpeTokenizer load(const std::filesystem::path& dir);
+  // The same from the files' contents; `where` names them in errors.
+  static BpeTokenizer from_files(const std::string& encoder_json, const std::string& vocab_bpe,
+                                 const std::string& where = "tokenizer");
+
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+  ~BpeTokenizer();
+
+  std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }  // 50257 for GPT-2
+  std::int64_t end_of_text() const { return end_of_text_; }
+
+  // Ids of UTF-8 text. `<|endoftext|>` in it is the special token only where
+  // allow_special (tiktoken's allowed_special), else plain text. Invalid
+  // UTF-8 throws "[what] invalid UTF-8 at byte N: ...".
+  std::vector<std::int64_t> encode(std::string_view text, bool allow_special = false,
+                                   std::string_view what = "tokenizer") const;
+  // encode() of each text, the texts spread over the thread pool's threads (cpu/parallel.h).
+  std::vector<std::vector<std::int64_t>> encode_batch(const std::vector<std::string_view>& texts,
+                                                      bool allow_special = false) const;
+  // The bytes the ids stand for: decode(encode(text)) == text.
+  std::string decode(const std::vector<std::int64_t>& ids) const;
+  const std::string& token_bytes(std::int64_t id) const;
+
+ private:
+  struct Pattern;
+  // The ids of pieces merged before (pieces repeat: words, the spaces before them), bounded.
+  using PieceCache = std::unordered_map<std::string, std::vector<std::int64_t>>;
+  BpeTokenizer(std::vector<std::string> tokens, std::int64_t end_of_text);
+  void encode_into(std::string_view text, bool allow_special, std::string_view what, PieceCache& cache,
+                   std::vector<std::int64_t>& ids) const;
+  void encode_ordinary(std::string_view text, std::size_t base, std::vector<std::int64_t>& ids, PieceCache& cache,
+                       std::string_view what) const;
+  void merge_piece(std::string_view piece, std::vector<std::int64_t>& ids) const;
+
+  std::vector<std::string> tokens_;                 // id -> bytes
+  std::unordered_map<std::string, std::int64_t> ranks_;  // bytes -> id (GPT-2's ids are its ranks)
+  std::int64_t end_of_text_ = -1;
+  std::unique_ptr<Pattern> pattern_;
+};
+
+}  // namespace attograd::train::data
