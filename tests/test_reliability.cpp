@@ -895,7 +895,8 @@ TEST_CASE("a loss that becomes NaN or infinite stops the run naming the step, ke
 TEST_CASE("fuzz seed corpus and saved crashes run cleanly through their targets", "[reliability]") {
   const fs::path root(kFuzzDir);
   for (const auto& [name, target] : {std::pair{std::string("checkpoint"), &fuzz::checkpoint},
-                                     std::pair{std::string("text"), &fuzz::text}}) {
+                                     std::pair{std::string("text"), &fuzz::text},
+                                     std::pair{std::string("shard"), &fuzz::shard}}) {
     std::int64_t inputs = 0;
     for (const char* kind : {"corpus", "regressions"}) {
       std::error_code ec;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "train/data/shards.h"
 #include "train/data/text_data.h"
 #include "train/data/tokenizer.h"
 #include "train/output/checkpoint.h"
@@ -54,6 +55,22 @@ int text(const std::uint8_t* data, std::size_t size) {
       (void)loaded.eval_batch(windows - 1, 1, block);
     }
   } catch (const Error&) {
+  }
+  return 0;
+}
+
+int shard(const std::uint8_t* data, std::size_t size) {
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  for (const auto format : {train::data::TokenFormat::llmc_shard, train::data::TokenFormat::nanogpt_bin}) {
+    try {
+      const train::data::TokenSpan span = train::data::parse_token_bytes(bytes, format, "fuzz.bin", "--data");
+      if (span.count < 0 || span.data + 2 * span.count > reinterpret_cast<const unsigned char*>(bytes.data()) + size)
+        __builtin_trap();
+      std::uint32_t sum = 0;
+      for (std::int64_t i = 0; i < span.count; ++i) sum += span[i];
+      (void)sum;
+    } catch (const Error&) {
+    }
   }
   return 0;
 }

@@ -19,4 +19,8 @@ int checkpoint(const std::uint8_t* data, std::size_t size);
 // vocabulary and a file evaluated with it (`eval --data`).
 int text(const std::uint8_t* data, std::size_t size);
 
+// A token file (`train --data` on llm.c's shards or nanoGPT's .bin), read as
+// both formats: what parses has every token readable.
+int shard(const std::uint8_t* data, std::size_t size);
+
 }  // namespace attograd::fuzz
