@@ -66,7 +66,7 @@ std::optional<int> parse_command_line(CLI::App& app, const std::vector<std::stri
 // An empty path ("--resume $UNSET") would read as "not given": a new run, say.
 void refuse_empty_paths(const CLI::App& app) {
   for (const CLI::App* sub : app.get_subcommands())
-    for (const char* name : {"--data", "--out", "--resume", "--ckpt"})
+    for (const char* name : {"--data", "--out", "--resume", "--ckpt", "--tokenizer"})
       if (const CLI::Option* opt = sub->get_option_no_throw(name); opt && opt->count() > 0)
         AG_CHECK(!opt->results().front().empty(), name, "is empty: it needs a path");
 }
@@ -144,6 +144,8 @@ int run_chosen_command(CommandLine& command_line, const Streams& streams) {
     run_eval(command_line.eval, streams);
   else if (command_line.attention.command->parsed())
     attention_command(command_line.attention.options, streams.out);
+  else if (command_line.prepare.command->parsed())
+    prepare_command(command_line.prepare.options, command_line.prepare.threads, streams.out, streams.err);
   else
     std::fputs(command_line.app.help().c_str(), streams.out);
   return 0;

@@ -167,4 +167,22 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   std::fflush(out);
 }
 
+data::PrepareSummary prepare_command(const data::PrepareOptions& o, int threads, std::FILE* out,
+                                     std::FILE* progress) {
+  set_threads(threads);
+  CountProgress shown(progress, "prepare", "MB read", {.interactive = is_interactive(progress)});
+  const data::PrepareSummary s = data::prepare_shards(o, [&](const data::PrepareProgress& p) {
+    shown.update(p.bytes_read >> 20, p.total_bytes < 0 ? -1 : p.total_bytes >> 20);
+  });
+  shown.finish();
+  const double mb = static_cast<double>(s.done.bytes_read) / 1e6;
+  std::fprintf(out, "prepared %s documents (%.1f MB) in %.1f s (%.1f MB/s): %s train tokens in %zu shards, %s "
+               "validation tokens in %zu, in %s\n",
+               model::thousands(s.done.documents).c_str(), mb, s.done.seconds, mb / std::max(s.done.seconds, 1e-9),
+               model::thousands(s.train_tokens).c_str(), s.train_shards.size(), model::thousands(s.val_tokens).c_str(),
+               s.val_shards.size(), o.out.c_str());
+  std::fflush(out);
+  return s;
+}
+
 }  // namespace attograd::train::cli

@@ -1,5 +1,5 @@
 #pragma once
-// The four things the attograd program does, as functions the command line
+// The five things the attograd program does, as functions the command line
 // (train/cli/cli.cpp) and the tests call alike. Each prints to `out` and throws
 // attograd::Error on a user mistake.
 #include <cstdint>
@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "train/data/prepare.h"
 #include "train/options.h"
 
 namespace attograd::train::cli {
@@ -63,5 +64,11 @@ struct AttentionPlotOptions {
   int threads = 0;
 };
 void attention_command(const AttentionPlotOptions& options, std::FILE* out);
+
+// Text to token shards (train/data/prepare.h) on `threads` threads (0:
+// every core): a progress line on `progress` while it runs (not for stdin,
+// whose size is not known ahead), then one line on `out`.
+data::PrepareSummary prepare_command(const data::PrepareOptions& options, int threads, std::FILE* out,
+                                     std::FILE* progress = nullptr);
 
 }  // namespace attograd::train::cli

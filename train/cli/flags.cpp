@@ -211,6 +211,21 @@ void add_attention_command(CLI::App& app, AttentionFlags& flags) {
   add_number(c, "--threads", o.threads, "CPU threads (0: every core)");
 }
 
+void add_prepare_command(CLI::App& app, PrepareFlags& flags) {
+  flags.command = app.add_subcommand(
+      "prepare", "Turn text into GPT-2 token shards in llm.c's format (each file a document, after <|endoftext|>)");
+  CLI::App& c = *flags.command;
+  data::PrepareOptions& o = flags.options;
+  c.add_option("inputs", o.inputs, "Text files, folders of them, or - for stdin")->required();
+  c.add_option("--tokenizer", o.tokenizer,
+               "Folder with GPT-2's encoder.json and vocab.bpe (tests/reference/gpt2_tokenizer.py fetch DIR)")
+      ->required();
+  c.add_option("--out", o.out, "Folder for train_NNNNNN.bin and val_NNNNNN.bin (new, or without shards)")->required();
+  c.add_option("--val-fraction", o.val_fraction, "The last fraction of the tokens, held out as validation shards");
+  add_number(c, "--shard-tokens", o.shard_tokens, "Tokens a shard holds at most");
+  add_number(c, "--threads", flags.threads, "CPU threads (0: every core)");
+}
+
 CommandLine::CommandLine()
     : app("attograd: a minimal reverse-mode autograd framework, training a small GPT", "attograd") {
   app.set_version_flag("--version", std::string("attograd ") + version());
@@ -221,6 +236,7 @@ CommandLine::CommandLine()
   add_sample_command(app, sample);
   add_eval_command(app, eval);
   add_attention_command(app, attention);
+  add_prepare_command(app, prepare);
 }
 
 }  // namespace attograd::train::cli

@@ -51,12 +51,19 @@ struct AttentionFlags {
   AttentionPlotOptions options;
 };
 
+struct PrepareFlags {
+  CLI::App* command = nullptr;
+  data::PrepareOptions options;
+  int threads = 0;
+};
+
 // Each add_*_command declares a subcommand on `app` with its flags bound to
 // the fields of `flags`, which must therefore outlive the parse in place.
 void add_train_command(CLI::App& app, TrainFlags& flags);
 void add_sample_command(CLI::App& app, SampleFlags& flags);
 void add_eval_command(CLI::App& app, EvalFlags& flags);
 void add_attention_command(CLI::App& app, AttentionFlags& flags);
+void add_prepare_command(CLI::App& app, PrepareFlags& flags);
 
 // The app with its four commands. CLI11 keeps pointers to the fields it
 // parses into, so a CommandLine is built in place and never copied or moved.
@@ -70,6 +77,7 @@ struct CommandLine {
   SampleFlags sample;
   EvalFlags eval;
   AttentionFlags attention;
+  PrepareFlags prepare;
 };
 
 }  // namespace attograd::train::cli

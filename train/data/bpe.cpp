@@ -154,11 +154,11 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& encoder_json, const std
   return BpeTokenizer(std::move(tokens), end_of_text);
 }
 
-std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, bool allow_special,
-                                               std::string_view what) const {
+std::vector<std::int64_t> BpeTokenizer::encode(std::string_view text, bool allow_special, std::string_view what,
+                                               std::size_t offset) const {
   std::vector<std::int64_t> ids;
   PieceCache cache;
-  encode_into(text, allow_special, what, cache, ids);
+  encode_into(text, allow_special, what, offset, cache, ids);
   return ids;
 }
 
@@ -169,24 +169,24 @@ std::vector<std::vector<std::int64_t>> BpeTokenizer::encode_batch(const std::vec
   parallel_tasks(0, static_cast<std::int64_t>(texts.size()), 1, [&](TaskQueue& queue) {
     PieceCache cache;
     for (std::int64_t lo, hi; queue.next(lo, hi);)
-      for (std::int64_t i = lo; i < hi; ++i) encode_into(texts[i], allow_special, "tokenizer", cache, ids[i]);
+      for (std::int64_t i = lo; i < hi; ++i) encode_into(texts[i], allow_special, "tokenizer", 0, cache, ids[i]);
   });
   return ids;
 }
 
-void BpeTokenizer::encode_into(std::string_view text, bool allow_special, std::string_view what, PieceCache& cache,
-                               std::vector<std::int64_t>& ids) const {
+void BpeTokenizer::encode_into(std::string_view text, bool allow_special, std::string_view what,
+                               std::size_t offset, PieceCache& cache, std::vector<std::int64_t>& ids) const {
   ids.reserve(ids.size() + text.size() / 3);
   const std::string_view special = kEndOfText;
   std::size_t begin = 0;
   while (allow_special) {
     const std::size_t at = text.find(special, begin);
     if (at == std::string_view::npos) break;
-    encode_ordinary(text.substr(begin, at - begin), begin, ids, cache, what);
+    encode_ordinary(text.substr(begin, at - begin), offset + begin, ids, cache, what);
     ids.push_back(end_of_text_);
     begin = at + special.size();
   }
-  encode_ordinary(text.substr(begin), begin, ids, cache, what);
+  encode_ordinary(text.substr(begin), offset + begin, ids, cache, what);
 }
 
 // The pieces GPT-2's pattern cuts `text` into, each merged. PCRE2 checks the

@@ -40,9 +40,10 @@ class BpeTokenizer {
 
   // Ids of UTF-8 text. `<|endoftext|>` in it is the special token only where
   // allow_special (tiktoken's allowed_special), else plain text. Invalid
-  // UTF-8 throws "[what] invalid UTF-8 at byte N: ...".
+  // UTF-8 throws "[what] invalid UTF-8 at byte N: ...", N counted from
+  // `offset`, where text starts in what `what` names (a chunk of a file).
   std::vector<std::int64_t> encode(std::string_view text, bool allow_special = false,
-                                   std::string_view what = "tokenizer") const;
+                                   std::string_view what = "tokenizer", std::size_t offset = 0) const;
   // encode() of each text, the texts spread over the thread pool's threads (cpu/parallel.h).
   std::vector<std::vector<std::int64_t>> encode_batch(const std::vector<std::string_view>& texts,
                                                       bool allow_special = false) const;
@@ -55,8 +56,8 @@ class BpeTokenizer {
   // The ids of pieces merged before (pieces repeat: words, the spaces before them), bounded.
   using PieceCache = std::unordered_map<std::string, std::vector<std::int64_t>>;
   BpeTokenizer(std::vector<std::string> tokens, std::int64_t end_of_text);
-  void encode_into(std::string_view text, bool allow_special, std::string_view what, PieceCache& cache,
-                   std::vector<std::int64_t>& ids) const;
+  void encode_into(std::string_view text, bool allow_special, std::string_view what, std::size_t offset,
+                   PieceCache& cache, std::vector<std::int64_t>& ids) const;
   void encode_ordinary(std::string_view text, std::size_t base, std::vector<std::int64_t>& ids, PieceCache& cache,
                        std::string_view what) const;
   void merge_piece(std::string_view piece, std::vector<std::int64_t>& ids) const;
