@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bpe_files.h"
 #include "child_process.h"
 #include "program_helpers.h"
 #include "train/data/bpe.h"
@@ -24,36 +25,6 @@ namespace {
 
 using train::data::BpeTokenizer;
 using train::data::byte_stand_ins;
-using train::data::encode_utf8;
-
-// A byte string as GPT-2's files write it.
-std::string stand_in(const std::string& bytes) {
-  std::string text;
-  for (unsigned char b : bytes) text += encode_utf8(byte_stand_ins()[b]);
-  return text;
-}
-
-// A vocabulary of the 256 bytes and `merges` ("a b": a and b as bytes), its
-// files as GPT-2's are written; ids as tiktoken gives them.
-using Merges = std::vector<std::pair<std::string, std::string>>;
-struct SmallVocabulary {
-  std::string encoder_json, vocab_bpe;
-  explicit SmallVocabulary(const Merges& merges) {
-    nlohmann::json encoder = nlohmann::json::object();
-    std::int64_t id = 0;
-    for (bool printable : {true, false})
-      for (int b = 0; b < 256; ++b)
-        if ((byte_stand_ins()[b] == char32_t(b)) == printable) encoder[stand_in(std::string(1, char(b)))] = id++;
-    vocab_bpe = "#version: 0.2\n";
-    for (const auto& [a, b] : merges) {
-      encoder[stand_in(a + b)] = id++;
-      vocab_bpe += stand_in(a) + " " + stand_in(b) + "\n";
-    }
-    encoder[BpeTokenizer::kEndOfText] = id;
-    encoder_json = encoder.dump();
-  }
-  BpeTokenizer load() const { return BpeTokenizer::from_files(encoder_json, vocab_bpe, "small"); }
-};
 
 std::int64_t byte_id(const BpeTokenizer& t, char b) {
   for (std::int64_t id = 0; id < 256; ++id)

@@ -22,10 +22,6 @@ using train::data::shard_bytes;
 using train::data::TokenFile;
 using train::data::TokenFormat;
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
-
 // An llm.c header with the given fields, then `token_bytes` bytes of tokens.
 std::string header(std::int32_t magic, std::int32_t version, std::int32_t count, std::size_t token_bytes) {
   std::vector<std::int32_t> ints(256, 0);
@@ -46,7 +42,7 @@ std::vector<std::int64_t> read_all(const TokenFile& file, std::int64_t vocab) {
 TEST_CASE("shards: an llm.c shard and a nanoGPT .bin read back the tokens written", "[shards]") {
   TempDir dir;
   const std::vector<std::uint16_t> tokens = {50256, 15496, 995, 0, 65535, 13};
-  write_bytes(dir / "train_000001.bin", shard_bytes(tokens));
+  write_text(dir / "train_000001.bin", shard_bytes(tokens));
   const TokenFile shard(dir / "train_000001.bin", TokenFormat::llmc_shard);
   REQUIRE(shard.size() == 6);
   CHECK(read_all(shard, 65536) == std::vector<std::int64_t>(tokens.begin(), tokens.end()));
@@ -55,18 +51,18 @@ TEST_CASE("shards: an llm.c shard and a nanoGPT .bin read back the tokens writte
   CHECK(window == std::vector<std::int64_t>{995, 0, 65535});
 
   const std::string raw = shard_bytes(tokens).substr(kShardHeaderBytes);
-  write_bytes(dir / "train.bin", raw);
+  write_text(dir / "train.bin", raw);
   const TokenFile bin(dir / "train.bin", TokenFormat::nanogpt_bin);
   CHECK(read_all(bin, 65536) == read_all(shard, 65536));
 
-  write_bytes(dir / "empty.bin", shard_bytes({}));
+  write_text(dir / "empty.bin", shard_bytes({}));
   CHECK(TokenFile(dir / "empty.bin", TokenFormat::llmc_shard).size() == 0);
 }
 
 TEST_CASE("shards: a bad token file is one error naming it and what is wrong", "[shards][errors]") {
   TempDir dir;
   const auto refused = [&](const std::string& bytes, TokenFormat format) -> std::string {
-    write_bytes(dir / "bad.bin", bytes);
+    write_text(dir / "bad.bin", bytes);
     try {
       TokenFile file(dir / "bad.bin", format);
     } catch (const Error& e) {
@@ -88,7 +84,7 @@ TEST_CASE("shards: a bad token file is one error naming it and what is wrong", "
   CHECK_THROWS_WITH(TokenFile(dir / "missing.bin", llmc), Catch::Contains("cannot read") && Catch::Contains("missing.bin"));
   CHECK_THROWS_WITH(TokenFile(dir.path.string(), llmc), Catch::Contains("not a regular file"));
 
-  write_bytes(dir / "big_ids.bin", shard_bytes({1, 2, 50257, 3}));
+  write_text(dir / "big_ids.bin", shard_bytes({1, 2, 50257, 3}));
   const TokenFile file(dir / "big_ids.bin", llmc);
   std::vector<std::int64_t> out(4);
   CHECK_THROWS_WITH(file.read(0, 4, 50257, out.data()),
@@ -101,7 +97,7 @@ TEST_CASE("shards: a shard of 4 GiB is mapped, not read: its last window reads a
   TempDir dir;
   const std::int32_t count = 2'000'000'000;  // 4 GB of tokens, a sparse file: no disk space, no reading
   const std::string path = dir / "huge.bin";
-  write_bytes(path, header(20240520, 1, count, 0));
+  write_text(path, header(20240520, 1, count, 0));
   const int fd = ::open(path.c_str(), O_WRONLY);
   REQUIRE(fd >= 0);
   REQUIRE(::ftruncate(fd, static_cast<off_t>(kShardHeaderBytes) + 2 * static_cast<off_t>(count)) == 0);

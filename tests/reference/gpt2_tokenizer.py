@@ -8,6 +8,10 @@ tiktoken's "gpt2" encoding is then built from them with tiktoken's own loader an
     gpt2_tokenizer.py fetch DIR            copies the two checked files into DIR
     gpt2_tokenizer.py encode IN OUT        IN: a JSON list of texts; OUT: a JSON list of their ids
                                            (encode_ordinary), then of their ids with <|endoftext|> allowed
+    gpt2_tokenizer.py check-shards DIR INPUT...
+                                           whether DIR's train_*.bin then val_*.bin (llm.c's shards) hold
+                                           <|endoftext|> and tiktoken's ids of each input file (folders: their
+                                           files, sorted), in order; exits 1 naming the first difference
 
 Exits 2, with one line on stderr, when a package is missing (the tests then report themselves skipped).
 """
@@ -15,6 +19,7 @@ import hashlib
 import json
 import pathlib
 import shutil
+import struct
 import sys
 
 # The sums tiktoken pins for OpenAI's files (tiktoken_ext/openai_public.py, gpt2()).
@@ -54,6 +59,34 @@ def encoding(data):
                              special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
 
 
+def shard_tokens(path):
+    data = path.read_bytes()
+    magic, version, count = struct.unpack("<3i", data[:12])
+    if magic != 20240520 or version != 1 or len(data) != 1024 + 2 * count:
+        sys.exit(f"gpt2_tokenizer.py: {path} is not an llm.c shard")
+    return list(struct.unpack(f"<{count}H", data[1024:]))
+
+
+def check_shards(folder_, inputs):
+    enc = encoding(folder())
+    files = []
+    for name in inputs:
+        p = pathlib.Path(name)
+        files += sorted(str(f) for f in p.rglob("*") if f.is_file()) if p.is_dir() else [name]
+    want = []
+    for f in files:
+        want += [enc.eot_token] + enc.encode_ordinary(pathlib.Path(f).read_text(encoding="utf-8"))
+    got = []
+    for split in ("train", "val"):
+        for shard in sorted(pathlib.Path(folder_).glob(f"{split}_*.bin")):
+            got += shard_tokens(shard)
+    if got != want:
+        at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        sys.exit(f"check-shards: {len(got)} tokens in the shards, tiktoken makes {len(want)}; first difference "
+                 f"at token {at}: {got[at:at + 5]} against {want[at:at + 5]}")
+    print(f"check-shards: {len(got)} tokens, every one tiktoken's")
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "locate":
         print(folder())
@@ -69,6 +102,8 @@ def main(argv):
         ordinary = enc.encode_ordinary_batch(texts)
         special = [enc.encode(t, allowed_special={"<|endoftext|>"}) for t in texts]
         pathlib.Path(argv[3]).write_text(json.dumps({"ordinary": ordinary, "special": special}))
+    elif len(argv) >= 4 and argv[1] == "check-shards":
+        check_shards(argv[2], argv[3:])
     else:
         sys.exit(__doc__)
 
