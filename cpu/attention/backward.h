@@ -138,6 +138,22 @@ struct ScoreTile {
   std::int64_t b, h, i0, nq, nqp, j0, nk, nkp, diag;
 };
 
+// One vector of a tile's dS = scale P (dP Z - delta) into ds_at, and P Z into
+// p_at (Z the dropout factors at z_at; none without dropout).
+template <typename T, typename Vec>
+AG_ALWAYS_INLINE void store_probabilities(T* __restrict p_at, T* __restrict ds_at, const Vec& probs, const Vec& dp,
+                                          const Vec& delta, const Vec& scale, bool dropout, const T* __restrict z_at) {
+  if (dropout) {
+    Vec z;
+    load(z, z_at);
+    store(ds_at, scale * probs * (dp * z - delta));
+    store(p_at, probs * z);
+  } else {
+    store(ds_at, scale * probs * (dp - delta));
+    store(p_at, probs);
+  }
+}
+
 // Recomputed tiles, queries for rows: S = q (scale k)^T and dP = do v^T from
 // the key tile transposed (w.kt, w.vt), then P = exp(S - lse), dS = scale P (dP
 // Z - delta) into ds and P Z into p.
@@ -175,15 +191,7 @@ AG_ALWAYS_INLINE void recomputed_probabilities(const Problem<T>& P, BackwardScra
       load(dp, dr + c);
       x -= shift_r;
       exp_softmax(x);  // P_ij
-      if (dropout) {
-        Vec z;
-        load(z, zr + c);
-        store(dr + c, scale * x * (dp * z - delta_r));
-        store(pr + c, x * z);
-      } else {
-        store(dr + c, scale * x * (dp - delta_r));
-        store(pr + c, x);
-      }
+      store_probabilities(pr + c, dr + c, x, dp, delta_r, scale, dropout, zr + c);
     }
   }
 }
@@ -232,15 +240,7 @@ AG_ALWAYS_INLINE void saved_probabilities(const Problem<T>& P, BackwardScratch<T
       load(dp, dc + r);
       load(delta_r, delta + t.i0 + r);
       x *= f;  // P_ij
-      if (dropout) {
-        Vec zr;
-        load(zr, zc + r);
-        store(dc + r, scale * x * (dp * zr - delta_r));
-        store(pc + r, x * zr);
-      } else {
-        store(dc + r, scale * x * (dp - delta_r));
-        store(pc + r, x);
-      }
+      store_probabilities(pc + r, dc + r, x, dp, delta_r, scale, dropout, zc + r);
     }
   }
 }
