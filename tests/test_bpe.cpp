@@ -140,6 +140,14 @@ std::vector<std::string> corpus() {
                                          "'s", "'ll", "'t", " ", "  ", "\t", "\n", "\r\n", "\u00a0", "\u2003",
                                          "\u3000", "\u0085", ".", ",", "!", "-", "_", "\u0301", "<|endoftext|>"};
   std::mt19937 rng(7);
+  // Pieces longer than the scan's limit (letters, digits, punctuation, whitespace), merged through the heap.
+  for (const char* alphabet : {"abcdefghijklmnopqrstuvwxyz", "0123456789", "!?.,;:-_", " \t\n", "th"}) {
+    const std::string letters = alphabet;
+    std::string run;
+    while (run.size() < 3000) run += letters[rng() % letters.size()];
+    texts.push_back(run);
+    texts.push_back("x " + run + " y");
+  }
   for (int i = 0; i < 300; ++i) {
     std::string text;
     const int n = 1 + static_cast<int>(rng() % 40);

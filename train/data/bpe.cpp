@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
 #include <sstream>
 #include <utility>
 
@@ -32,6 +33,10 @@ constexpr std::uint64_t kMaxTokenizerFileBytes = 64 << 20;
 // Pieces a cache holds before it starts again: a text's common words stay, and
 // a corpus of rare ones does not grow it without end.
 constexpr std::size_t kMaxCachedPieces = 1 << 16;
+
+// Pieces longer than this merge through a heap (BpeTokenizer::merge_long_piece)
+// and are not cached: words are far shorter, a run of one character need not be.
+constexpr std::size_t kLongPiece = 256;
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR message[256];
@@ -209,8 +214,10 @@ void BpeTokenizer::encode_ordinary(std::string_view text, std::size_t base, std:
     options = PCRE2_NO_UTF_CHECK;
     const PCRE2_SIZE* span = pcre2_get_ovector_pointer(match);
     const std::string_view piece = text.substr(span[0], span[1] - span[0]);
-    if (const auto known = ranks_.find(std::string(piece)); known != ranks_.end()) {
+    if (const auto known = ranks_.find(piece); known != ranks_.end()) {
       ids.push_back(known->second);
+    } else if (piece.size() > kLongPiece) {
+      merge_piece(piece, ids);
     } else {
       if (cache.size() >= kMaxCachedPieces) cache.clear();
       auto [entry, fresh] = cache.try_emplace(std::string(piece));
@@ -222,37 +229,84 @@ void BpeTokenizer::encode_ordinary(std::string_view text, std::size_t base, std:
   pcre2_match_data_free(match);
 }
 
+constexpr std::int64_t kNoRank = std::numeric_limits<std::int64_t>::max();
+
+std::int64_t BpeTokenizer::rank_of(std::string_view bytes) const {
+  const auto found = ranks_.find(bytes);
+  return found == ranks_.end() ? kNoRank : found->second;
+}
+
 // tiktoken's byte-pair merge: of the adjacent parts, the pair whose
 // concatenation has the lowest rank joins first (the leftmost of equals),
-// until no pair is a token; then each part is one.
+// until no pair is a token; then each part is one. A scan finds the pair,
+// which is quadratic in the piece's length: long pieces go to merge_long_piece.
 void BpeTokenizer::merge_piece(std::string_view piece, std::vector<std::int64_t>& ids) const {
-  constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+  if (piece.size() > kLongPiece) return merge_long_piece(piece, ids);
   struct Part {
     std::size_t start;
     std::int64_t rank;  // of this part joined with the next
   };
-  const auto rank_of = [&](std::size_t begin, std::size_t end) {
-    const auto found = ranks_.find(std::string(piece.substr(begin, end - begin)));
-    return found == ranks_.end() ? kNone : found->second;
-  };
   std::vector<Part> parts;
   parts.reserve(piece.size() + 1);
-  for (std::size_t i = 0; i + 1 < piece.size(); ++i) parts.push_back({i, rank_of(i, i + 2)});
-  parts.push_back({piece.size() - 1, kNone});
-  parts.push_back({piece.size(), kNone});
+  for (std::size_t i = 0; i + 1 < piece.size(); ++i) parts.push_back({i, rank_of(piece.substr(i, 2))});
+  parts.push_back({piece.size() - 1, kNoRank});
+  parts.push_back({piece.size(), kNoRank});
   const auto joined_rank = [&](std::size_t i) {
-    return i + 3 < parts.size() ? rank_of(parts[i].start, parts[i + 3].start) : kNone;
+    return i + 3 < parts.size() ? rank_of(piece.substr(parts[i].start, parts[i + 3].start - parts[i].start))
+                                : kNoRank;
   };
   while (parts.size() > 1) {
     std::size_t best = 0;
     for (std::size_t i = 1; i + 1 < parts.size(); ++i)
       if (parts[i].rank < parts[best].rank) best = i;
-    if (parts[best].rank == kNone) break;
+    if (parts[best].rank == kNoRank) break;
     parts[best].rank = joined_rank(best);
     if (best > 0) parts[best - 1].rank = joined_rank(best - 1);
     parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
   }
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) ids.push_back(rank_of(parts[i].start, parts[i + 1].start));
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i)
+    ids.push_back(rank_of(piece.substr(parts[i].start, parts[i + 1].start - parts[i].start)));
+}
+
+// The same merges for a long piece (a megabyte of one letter, say): the parts
+// as a linked list by their starts, the joinable pairs in a heap ordered by
+// (rank, start), which pops the pair the scan would pick; a pair whose part
+// has changed since it was pushed is skipped when it comes up.
+void BpeTokenizer::merge_long_piece(std::string_view piece, std::vector<std::int64_t>& ids) const {
+  const std::size_t n = piece.size();
+  std::vector<std::size_t> next(n), prev(n);
+  std::vector<std::uint32_t> version(n, 0);
+  for (std::size_t i = 0; i < n; ++i) next[i] = i + 1, prev[i] = i - 1;  // prev[0] unused
+  struct Pair {
+    std::int64_t rank;
+    std::size_t start;
+    std::uint32_t version;
+    bool operator>(const Pair& o) const { return rank != o.rank ? rank > o.rank : start > o.start; }
+  };
+  std::priority_queue<Pair, std::vector<Pair>, std::greater<>> heap;
+  const auto push = [&](std::size_t start) {  // the part at start joined with its next, if that is a token
+    if (next[start] >= n) return;
+    const std::size_t end = next[next[start]];
+    if (const std::int64_t rank = rank_of(piece.substr(start, end - start)); rank != kNoRank)
+      heap.push({rank, start, version[start]});
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    const Pair top = heap.top();
+    heap.pop();
+    if (top.version != version[top.start]) continue;  // its part changed after the push
+    const std::size_t s = top.start, t = next[s];
+    next[s] = next[t];
+    if (next[t] < n) prev[next[t]] = s;
+    ++version[s];
+    ++version[t];  // t is gone: its pushed pairs are stale
+    push(s);
+    if (s > 0) {
+      ++version[prev[s]];
+      push(prev[s]);
+    }
+  }
+  for (std::size_t s = 0; s < n; s = next[s]) ids.push_back(rank_of(piece.substr(s, next[s] - s)));
 }
 
 std::string BpeTokenizer::decode(const std::vector<std::int64_t>& ids) const {

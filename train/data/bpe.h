@@ -6,6 +6,7 @@
 // classes; each piece's bytes are then merged by rank.
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,9 +62,17 @@ class BpeTokenizer {
   void encode_ordinary(std::string_view text, std::size_t base, std::vector<std::int64_t>& ids, PieceCache& cache,
                        std::string_view what) const;
   void merge_piece(std::string_view piece, std::vector<std::int64_t>& ids) const;
+  void merge_long_piece(std::string_view piece, std::vector<std::int64_t>& ids) const;
+  std::int64_t rank_of(std::string_view bytes) const;  // kNoRank where no token has these bytes
+
+  // Lookups by string_view, with no string made for each (C++20's heterogeneous lookup).
+  struct BytesHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view bytes) const { return std::hash<std::string_view>{}(bytes); }
+  };
 
   std::vector<std::string> tokens_;                 // id -> bytes
-  std::unordered_map<std::string, std::int64_t> ranks_;  // bytes -> id (GPT-2's ids are its ranks)
+  std::unordered_map<std::string, std::int64_t, BytesHash, std::equal_to<>> ranks_;  // bytes -> id (= rank)
   std::int64_t end_of_text_ = -1;
   std::unique_ptr<Pattern> pattern_;
 };
