@@ -140,7 +140,12 @@ TEST_CASE("prepare: bad inputs are one error naming the flag or the file", "[pre
   o.inputs = {dir / "bad.txt"};
   CHECK_THROWS_WITH(prepare_shards(o), Catch::Contains("bad.txt") &&
                                            Catch::Contains("invalid UTF-8 at byte " + std::to_string((4 << 20) + 10)));
-  o.inputs = {dir / "good.txt"};
+  // A failed run takes back the shards it wrote: here good.txt's, its own batch, before short_bad.txt's error.
+  write_text(dir / "short_bad.txt", "the \xff");
+  o.out = dir / "out3", o.inputs = {dir / "good.txt", dir / "short_bad.txt"}, o.shard_tokens = 2, o.batch_bytes = 1;
+  CHECK_THROWS_WITH(prepare_shards(o), Catch::Contains("short_bad.txt") && Catch::Contains("at byte 4"));
+  CHECK(fs::is_empty(dir.path / "out3"));
+  o.inputs = {dir / "good.txt"}, o.shard_tokens = 100, o.batch_bytes = std::size_t(32) << 20;
   o.val_fraction = 1;
   CHECK_THROWS_WITH(prepare_shards(o), Catch::Contains("[--val-fraction]"));
   o.val_fraction = 0.1, o.shard_tokens = 0;

@@ -23,10 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Text is read and encoded in chunks of about this many bytes, a batch of
-// chunks (kBatchBytes) at a time over the threads: memory stays a few batches
-// and a shard whatever the input's size.
+// chunks (PrepareOptions::batch_bytes) at a time over the threads: memory
+// stays a batch and a shard whatever the input's size.
 constexpr std::size_t kChunkBytes = std::size_t(4) << 20;
-constexpr std::size_t kBatchBytes = std::size_t(32) << 20;
 
 // One input: a file, or stdin (path "-").
 struct Source {
@@ -189,6 +188,7 @@ class ShardWriter {
 void check_options(const PrepareOptions& o) {
   AG_CHECK(o.val_fraction >= 0 && o.val_fraction < 1, "--val-fraction", "must be in [0, 1), got {}", o.val_fraction);
   AG_CHECK(o.shard_tokens >= 1, "--shard-tokens", "must be at least 1, got {}", o.shard_tokens);
+  AG_CHECK(o.batch_bytes >= 1, "prepare", "batch_bytes must be at least 1");
   AG_CHECK(o.shard_tokens <= INT32_MAX, "--shard-tokens", "must fit the shard header's int32 count, got {}",
            o.shard_tokens);
   AG_CHECK(!o.out.empty(), "--out", "is empty: it needs a folder");
@@ -239,27 +239,18 @@ std::vector<std::string> split_off_validation(const std::vector<std::string>& tr
   return val.paths();
 }
 
-}  // namespace
-
-PrepareSummary prepare_shards(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  check_options(o);
-  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
-  AG_CHECK(tokenizer.size() <= 65536, "--tokenizer", "{} tokens do not fit llm.c's uint16 shards", tokenizer.size());
-  std::vector<Source> sources = expand_inputs(o.inputs);
-  PrepareSummary summary;
-  PrepareProgress& done = summary.done;
-  done.total_bytes = 0;
-  for (const Source& s : sources) done.total_bytes = s.bytes < 0 || done.total_bytes < 0 ? -1 : done.total_bytes + s.bytes;
-  ChunkReader reader(std::move(sources), o.stdin_stream);
-  ShardWriter train(o.out, "train", o.shard_tokens);
+// Every chunk of the reader's sources, encoded a batch at a time on the
+// thread pool and added to the train shards in order; progress after each batch.
+void encode_documents(ChunkReader& reader, const BpeTokenizer& tokenizer, std::size_t batch_bytes, ShardWriter& train,
+                      PrepareProgress& done, const std::function<void(const PrepareProgress&)>& progress,
+                      std::chrono::steady_clock::time_point start) {
   std::vector<Chunk> batch;
   std::vector<std::vector<std::uint16_t>> encoded;
   for (bool more = true; more;) {
     batch.clear();
     std::size_t bytes = 0;
     Chunk chunk;
-    while (bytes < kBatchBytes && (more = reader.next(chunk))) {
+    while (bytes < batch_bytes && (more = reader.next(chunk))) {
       bytes += chunk.text.size();
       batch.push_back(std::move(chunk));
     }
@@ -281,7 +272,31 @@ PrepareSummary prepare_shards(const PrepareOptions& o, const std::function<void(
     done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (progress) progress(done);
   }
-  train.flush();
+}
+
+}  // namespace
+
+PrepareSummary prepare_shards(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  check_options(o);
+  const BpeTokenizer tokenizer = BpeTokenizer::load(o.tokenizer);
+  AG_CHECK(tokenizer.size() <= 65536, "--tokenizer", "{} tokens do not fit llm.c's uint16 shards", tokenizer.size());
+  std::vector<Source> sources = expand_inputs(o.inputs);
+  PrepareSummary summary;
+  PrepareProgress& done = summary.done;
+  done.total_bytes = 0;
+  for (const Source& s : sources) done.total_bytes = s.bytes < 0 || done.total_bytes < 0 ? -1 : done.total_bytes + s.bytes;
+  ChunkReader reader(std::move(sources), o.stdin_stream);
+  ShardWriter train(o.out, "train", o.shard_tokens);
+  try {
+    encode_documents(reader, tokenizer, o.batch_bytes, train, done, progress, start);
+    train.flush();
+  } catch (...) {
+    // A failed run leaves no shards behind, so the folder can take the next try.
+    std::error_code ignored;
+    for (const std::string& path : train.paths()) fs::remove(path, ignored);
+    throw;
+  }
   const auto val_tokens = static_cast<std::int64_t>(std::llround(o.val_fraction * static_cast<double>(train.total())));
   summary.val_tokens = val_tokens;
   summary.train_tokens = train.total() - val_tokens;

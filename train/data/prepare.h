@@ -20,6 +20,7 @@ struct PrepareOptions {
   std::string out;                           // a folder for train_NNNNNN.bin and val_NNNNNN.bin
   double val_fraction = 0.1;                 // in [0, 1)
   std::int64_t shard_tokens = 100'000'000;   // llm.c's FineWeb shards hold 1e8
+  std::size_t batch_bytes = std::size_t(32) << 20;  // text encoded at a time over the threads
   std::FILE* stdin_stream = stdin;           // what "-" reads (tests give another)
 };
 
