@@ -346,7 +346,7 @@ AG_ALWAYS_INLINE void backward_head(const Problem<T>& P, const BackwardIo<T>& io
           return NoOp{};
         }
       }();
-      auto prefetch_next_tile = [&next_tile] {
+      auto prefetch_next_tile = [&] {  // [&]: next_tile is unused on the recomputed path
         if constexpr (kSaved) next_tile.step();
       };
       successor.request(successor_rows_per_tile);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "train/data/bpe.h"
 #include "train/data/shards.h"
 #include "train/data/text_data.h"
 #include "train/data/tokenizer.h"
@@ -71,6 +72,22 @@ int shard(const std::uint8_t* data, std::size_t size) {
       (void)sum;
     } catch (const Error&) {
     }
+  }
+  return 0;
+}
+
+int tokenizer(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const std::size_t first = input.find('\0');
+  const std::size_t second = first == std::string_view::npos ? first : input.find('\0', first + 1);
+  if (second == std::string_view::npos) return 0;
+  try {
+    const train::data::BpeTokenizer t = train::data::BpeTokenizer::from_files(
+        std::string(input.substr(0, first)), std::string(input.substr(first + 1, second - first - 1)), "fuzz");
+    const std::string_view text = input.substr(second + 1);
+    for (const bool special : {false, true})
+      if (t.decode(t.encode(text, special)) != text) __builtin_trap();
+  } catch (const Error&) {
   }
   return 0;
 }

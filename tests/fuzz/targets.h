@@ -23,4 +23,8 @@ int text(const std::uint8_t* data, std::size_t size);
 // both formats: what parses has every token readable.
 int shard(const std::uint8_t* data, std::size_t size);
 
+// GPT-2 tokenizer files (`--tokenizer DIR`), "<encoder.json>\0<vocab.bpe>\0<text>":
+// what loads encodes the text and decodes it back to its bytes.
+int tokenizer(const std::uint8_t* data, std::size_t size);
+
 }  // namespace attograd::fuzz
