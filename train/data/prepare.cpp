@@ -171,10 +171,12 @@ class ShardWriter {
     char name[32];
     std::snprintf(name, sizeof name, "%s_%06zu.bin", split_.c_str(), paths_.size());
     paths_.push_back((fs::path(out_) / name).string());
+    sizes_.push_back(static_cast<std::int64_t>(buffer_.size()));
     write_file_atomically("prepare", paths_.back(), shard_bytes(buffer_));
     buffer_.clear();
   }
   const std::vector<std::string>& paths() const { return paths_; }
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }  // tokens of each shard written
   std::int64_t total() const { return total_; }
 
  private:
@@ -182,6 +184,7 @@ class ShardWriter {
   std::int64_t shard_tokens_;
   std::vector<std::uint16_t> buffer_;
   std::vector<std::string> paths_;
+  std::vector<std::int64_t> sizes_;
   std::int64_t total_ = 0;
 };
 
@@ -204,14 +207,12 @@ void check_options(const PrepareOptions& o) {
 
 // Moves the last `val_tokens` of the train shards into val shards: those
 // shards' tails are copied a shard at a time and the train shards cut.
-std::vector<std::string> split_off_validation(const std::vector<std::string>& train_paths, std::int64_t val_tokens,
+std::vector<std::string> split_off_validation(const ShardWriter& train, std::int64_t val_tokens,
                                               const PrepareOptions& o, std::vector<std::string>& kept_train) {
   ShardWriter val(o.out, "val", o.shard_tokens);
-  std::int64_t remaining = val_tokens, total = 0;
-  std::vector<std::int64_t> sizes;
-  for (const std::string& path : train_paths) sizes.push_back(TokenFile(path, TokenFormat::llmc_shard, "prepare").size());
-  for (std::int64_t s : sizes) total += s;
-  const std::int64_t split = total - remaining;
+  const std::vector<std::string>& train_paths = train.paths();
+  const std::vector<std::int64_t>& sizes = train.sizes();
+  const std::int64_t split = train.total() - val_tokens;
   std::int64_t start = 0;
   std::vector<std::int64_t> ids;
   std::vector<std::uint16_t> tokens;
@@ -301,7 +302,7 @@ PrepareSummary prepare_shards(const PrepareOptions& o, const std::function<void(
   summary.val_tokens = val_tokens;
   summary.train_tokens = train.total() - val_tokens;
   if (val_tokens > 0)
-    summary.val_shards = split_off_validation(train.paths(), val_tokens, o, summary.train_shards);
+    summary.val_shards = split_off_validation(train, val_tokens, o, summary.train_shards);
   else
     summary.train_shards = train.paths();
   done.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
