@@ -115,7 +115,7 @@ TEST_CASE("every train flag is validated: one line naming the flag and value, ex
   TempDir tmp;
   const std::string out = tmp / "run";
   write_text(tmp / "short.txt", "only a few characters of text here, for sure not enough.");
-  write_text(tmp / "binary.bin", std::string("GIF89a\x01\x00\x01\x00\x00\x00\x00", 13));
+  write_text(tmp / "binary.gif", std::string("GIF89a\x01\x00\x01\x00\x00\x00\x00", 13));
   write_text(tmp / "a_file", "x");
   struct Case {
     std::vector<std::string> args;
@@ -165,7 +165,11 @@ TEST_CASE("every train flag is validated: one line naming the flag and value, ex
       {{"--task", "sort", "--data", tmp / "short.txt"}, {"[--task]", "--data"}},
       // Data: a block longer than the file allows, a binary file, a path through a file.
       {{"--data", tmp / "short.txt", "--block", "64"}, {"[--data]", "short.txt", "--block 64"}},
-      {{"--data", tmp / "binary.bin"}, {"[--data", "binary.bin", "binary", "NUL byte at byte 7"}},
+      {{"--data", tmp / "binary.gif"}, {"[--data", "binary.gif", "binary", "NUL byte at byte 7"}},
+      {{"--data", tmp / "binary.gif", "--data-format", "shards"}, {"[--val-data] is needed", "binary.gif"}},
+      {{"--data", tmp / "nothing_*.bin"}, {"[--data]", "nothing_*.bin' matches no file"}},
+      {{"--data-format", "csv", "--data", tmp / "binary.gif"}, {"[--data-format] unknown format 'csv'"}},
+      {{"--vocab-size", "100"}, {"[--vocab-size] applies to --data, not to the tasks"}},
       {{"--data", tmp / "a_file/book.txt"}, {"[--data]", "a_file/book.txt", "cannot read"}},
       // Output: a file where the directory would be, a directory that cannot be created.
       {{"--out", tmp / "a_file"}, {"[--out]", "a_file", "not a directory"}},

@@ -151,7 +151,8 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--dtype", "bf16"}, {"[--dtype] unknown dtype 'bf16' (float32, bfloat16)"}},
       {{"--data", tmp / "missing.txt"}, {"[--data]", "missing.txt"}},
       {{"--data", tmp / "empty.txt"}, {"[--data", "empty"}},
-      {{"--data", tmp.path.string()}, {"[--data]", "is a directory"}},
+      {{"--data", tmp.path.string()}, {"[--data]", "*train*.bin' matches no file"}},
+      {{"--data", tmp.path.string(), "--data-format", "text"}, {"[--data]", "is a directory"}},
       {{"--data", tmp / "bad.txt"}, {"invalid UTF-8 at byte 3"}},
       {{"--layers", "two"}, {"--layers", "two"}},
       {{"--no-such-flag"}, {"--no-such-flag"}},
@@ -359,11 +360,11 @@ TEST_CASE("task batches: loss only on answer positions, a pure function of the s
   const auto tokens = b.tokens.to_vector<std::int64_t>(), targets = b.targets.to_vector<std::int64_t>();
   for (int r = 0; r < 5; ++r) {
     const train::data::Problem p = sort.train_problem(3 * 5 + r);
-    CHECK(sort.tokenizer().decode({tokens.begin() + r * 8, tokens.begin() + r * 8 + 8}) == (p.prompt + p.answer).substr(0, 8));
+    CHECK(sort.vocabulary().decode({tokens.begin() + r * 8, tokens.begin() + r * 8 + 8}) == (p.prompt + p.answer).substr(0, 8));
     for (int t = 0; t < 8; ++t) {
       // Positions 0..3 predict prompt tokens 1..4 ("=" is the 5th): ignored; 4..7 predict the answer.
       if (t < 4) CHECK(targets[r * 8 + t] == train::data::kIgnoreIndex);
-      else CHECK(sort.tokenizer().symbol(targets[r * 8 + t]) == static_cast<char32_t>(p.answer[t - 4]));
+      else CHECK(sort.vocabulary().characters().symbol(targets[r * 8 + t]) == static_cast<char32_t>(p.answer[t - 4]));
     }
   }
   CHECK(same_bits(sort.train_batch(3, 5, 8).tokens, b.tokens));
@@ -386,7 +387,7 @@ TEST_CASE("UTF-8 decoding reports invalid bytes with their offset", "[train]") {
 TEST_CASE("text data: vocabulary by code point, disjoint split, contiguous windows", "[train]") {
   const std::string text = "h\xC3\xA9llo w\xC3\xB6rld, " + long_english_text();
   train::data::TextData data(text, "mem.txt", 5);
-  const train::data::Tokenizer& tok = data.tokenizer();
+  const train::data::Tokenizer& tok = data.vocabulary().characters();
   CHECK(tok.contains(0xE9));
   CHECK(tok.contains(0xF6));
   CHECK(tok.decode(tok.encode(text)) == text);
@@ -597,7 +598,7 @@ TEST_CASE("a tiny run writes a checkpoint, metrics.jsonl and loss.svg", "[train]
   CHECK(ck.optimizer_name == "adamw");
   CHECK(ck.optimizer_steps == 6);
   CHECK(ck.optimizer_state.count("exp_avg.wte.weight") == 1);
-  CHECK(ck.info.tokenizer.size() == 12);
+  CHECK(ck.info.vocabulary.size() == 12);
 }
 
 TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary, bad checkpoints refused", "[train]") {
@@ -617,7 +618,7 @@ TEST_CASE("checkpoint round trip: parameters bitwise, config, vocabulary, bad ch
     CHECK(same_bits(pa[k].tensor, pb[k].tensor));
   }
   CHECK(train::config_to_json(a.info.config) == train::config_to_json(b.info.config));
-  CHECK(a.info.tokenizer.to_json() == b.info.tokenizer.to_json());
+  CHECK(a.info.vocabulary.to_json() == b.info.vocabulary.to_json());
   CHECK(a.model->drop.generator->offset() == b.model->drop.generator->offset());
   CHECK(a.model->drop.generator->offset() > 0);  // dropout drew numbers
 
@@ -775,7 +776,7 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
   // The windows, worked out here from the file: the last 10% of its characters, tiled from the start
   // by non-overlapping windows of block inputs and block shifted targets.
   train::output::LoadedCheckpoint ck = train::output::load_checkpoint(ckpt);
-  const std::vector<std::int64_t> ids = ck.info.tokenizer.encode(text);
+  const std::vector<std::int64_t> ids = ck.info.vocabulary.encode(text, "test");
   const auto n = static_cast<std::int64_t>(ids.size());
   const std::int64_t split = std::llround(static_cast<double>(n) * 0.9);
   const std::int64_t windows = (n - split - 1) / block;
@@ -789,7 +790,7 @@ TEST_CASE("eval reads every window of the validation split, and --max-batches ca
     for (std::int64_t w0 = 0; w0 < count; w0 += 7) {
       const std::int64_t B = std::min<std::int64_t>(7, count - w0);
       std::vector<std::int64_t> x(ids.begin() + split + w0 * block, ids.begin() + split + (w0 + B) * block);
-      const std::int64_t V = ck.info.tokenizer.size();
+      const std::int64_t V = ck.info.vocabulary.size();
       const auto logits = ck.model->forward(from_vector(x, {B, block})).to_vector<float>();  // (B, T, V)
       for (std::int64_t i = 0; i < B * block; ++i) {
         const float* row = logits.data() + i * V;
@@ -911,7 +912,7 @@ TEST_CASE("exact match from one forward pass equals greedy decoding of every ans
   train::data::Task task({train::data::TaskKind::add, 2, o.seed, o.heldout});
   const train::model::EvalResult fast = train::model::evaluate(*ck.model, task);
   std::int64_t exact = 0;
-  const train::data::Tokenizer& tok = task.tokenizer();
+  const train::data::Tokenizer& tok = task.vocabulary().characters();
   for (const train::data::Problem& p : task.heldout()) {
     const auto seq = train::model::generate(*ck.model, tok.encode(p.prompt),
                               {.tokens = static_cast<std::int64_t>(p.answer.size()), .temperature = 0});
@@ -938,7 +939,7 @@ TEST_CASE("attention command draws every head as a causal heat map", "[train]") 
   TempDir tmp;
   train::cli::train_command(tiny(tmp / "run"), null_out());
   train::output::LoadedCheckpoint ck = train::output::load_checkpoint(tmp / "run/ckpt.safetensors");
-  const Tensor tokens = from_vector(ck.info.tokenizer.encode("3141="), {1, 5});
+  const Tensor tokens = from_vector(ck.info.vocabulary.encode("3141=", "test"), {1, 5});
   const auto maps = train::model::attention_weights(*ck.model, tokens);
   REQUIRE(maps.size() == 1);     // layers
   REQUIRE(maps[0].size() == 2);  // heads

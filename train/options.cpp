@@ -53,6 +53,11 @@ void validate(const TrainOptions& o) {
     AG_CHECK(o.block >= needed, "--block", "{} with --task-size {} needs a block of at least {}, got {}", o.task,
              o.task_size, needed, o.block);
   }
+  AG_CHECK(o.data_format.empty() || o.data_format == "auto" || o.data_format == "text" || o.data_format == "shards" ||
+               o.data_format == "nanogpt",
+           "--data-format", "unknown format '{}' (auto, text, shards, nanogpt)", o.data_format);
+  AG_CHECK(o.vocab_size >= 0 && o.vocab_size <= 1 << 24, "--vocab-size", "must be in [1, 16777216] (0: the tokenizer's), got {}",
+           o.vocab_size);
   AG_CHECK(o.layers >= 1 && o.layers <= 256, "--layers", "must be in [1, 256], got {}", o.layers);
   AG_CHECK(o.heads >= 1, "--heads", "must be >= 1, got {}", o.heads);
   AG_CHECK(o.width >= 1 && o.width <= 65536, "--width", "must be in [1, 65536], got {}", o.width);
@@ -113,6 +118,10 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--task-size", str(o.task_size)},
           {"--heldout", str(o.heldout)},
           {"--data", o.data},
+          {"--data-format", o.data_format},
+          {"--val-data", o.val_data},
+          {"--vocab-size", str(o.vocab_size)},
+          {"--tokenizer", o.tokenizer},
           {"--layers", str(o.layers)},
           {"--heads", str(o.heads)},
           {"--width", str(o.width)},
@@ -154,7 +163,8 @@ std::string config_to_json(const TrainOptions& o) {
       {"lr", o.lr},               {"warmup", o.warmup},       {"min_lr_ratio", o.min_lr_ratio},
       {"weight_decay", o.weight_decay}, {"beta1", o.beta1},   {"beta2", o.beta2},
       {"momentum", o.momentum},   {"grad_clip", o.grad_clip}, {"seed", o.seed},
-      {"dtype", dtype_name(compute_dtype(o))}};
+      {"dtype", dtype_name(compute_dtype(o))}, {"data_format", o.data_format}, {"val_data", o.val_data},
+      {"vocab_size", o.vocab_size}};
   return j.dump();
 }
 
@@ -211,6 +221,10 @@ TrainOptions config_from_json(const std::string& json) {
     read_field(j, "grad_clip", o.grad_clip);
     read_field(j, "seed", o.seed);
     if (j.contains("dtype")) read_field(j, "dtype", o.dtype);  // float32 in checkpoints from before it was kept
+    // Text or tasks in checkpoints from before token files.
+    if (j.contains("data_format")) read_field(j, "data_format", o.data_format);
+    if (j.contains("val_data")) read_field(j, "val_data", o.val_data);
+    if (j.contains("vocab_size")) read_field(j, "vocab_size", o.vocab_size);
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint", "config metadata is malformed: {}", e.what());
   }
@@ -224,7 +238,15 @@ TrainOptions config_from_json(const std::string& json) {
 DType compute_dtype(const TrainOptions& o) { return o.dtype == "bfloat16" ? DType::bf16 : DType::f32; }
 
 data::DatasetSpec dataset_spec(const TrainOptions& o) {
-  return {.text_file = o.data, .task = o.task, .task_size = o.task_size, .heldout = o.heldout, .seed = o.seed};
+  return {.data = o.data,
+          .format = o.data_format,
+          .val_data = o.val_data,
+          .tokenizer = o.tokenizer,
+          .vocab_size = o.vocab_size,
+          .task = o.task,
+          .task_size = o.task_size,
+          .heldout = o.heldout,
+          .seed = o.seed};
 }
 
 }  // namespace attograd::train

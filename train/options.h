@@ -14,11 +14,14 @@
 namespace attograd::train {
 
 struct TrainOptions {
-  // ---- data: a synthetic task, or character-level text when `data` is set
+  // ---- data: a synthetic task, or language modelling when `data` is set
   std::string task = "sort";
   int task_size = 8;             // digits (sort, reverse, copy) or digits per operand (add)
   std::int64_t heldout = 2000;   // held-out problems evaluated
-  std::string data;              // a UTF-8 text file
+  std::string data;              // a UTF-8 text file (characters), or token files (train/data/token_data.h)
+  std::string data_format;       // text, shards or nanogpt; "" (auto): token files by their name
+  std::string val_data;          // token files held out ("": found beside `data`)
+  std::int64_t vocab_size = 0;   // token ids with no tokenizer ("0": the tokenizer's)
 
   // ---- model
   std::int64_t layers = 2, heads = 4, width = 64;
@@ -47,6 +50,9 @@ struct TrainOptions {
   std::int64_t eval_interval = 100; // steps between evaluations (and checkpoints)
   std::string out;                  // run directory; empty: runs/<task or file name>
   std::string resume;               // checkpoint to continue from
+  // GPT-2's tokenizer files for token data (a checkpoint keeps which
+  // tokenizer, by fingerprint and folder: train/data/vocabulary.h).
+  std::string tokenizer;
   std::int64_t stop_at = 0;         // stop (and save) after this step; 0: run to `steps`
   bool quiet = false;               // no progress line (evaluations and the summary still print)
   // MiB of softmax probabilities each attention layer may keep for its backward on the CPU

@@ -81,8 +81,9 @@ void apply_resume_rules(TrainFlags& train) {
     AG_CHECK(!f.fixed_on_resume || f.option->count() == 0 || f.option->get_name() == "--steps", "--resume",
              "{} cannot be changed when resuming: the checkpoint's config is used", f.option->get_name());
   // --data may name the run's own text again, at another path (checked by its fingerprint).
-  AG_CHECK(!flag_given(train, "--task"), "--resume",
-           "--task cannot be changed when resuming: the checkpoint's config is used");
+  for (const char* name : {"--task", "--data-format"})
+    AG_CHECK(!flag_given(train, name), "--resume", "{} cannot be changed when resuming: the checkpoint's config is used",
+             name);
   if (!flag_given(train, "--steps")) train.options.steps = 0;  // 0: the checkpoint's
   if (!flag_given(train, "--eval-interval")) train.options.eval_interval = 0;
 }
@@ -98,6 +99,8 @@ void apply_preset_rules(TrainFlags& train) {
   // A flag that does nothing in this run is refused, not ignored: the run would seem to have used it.
   for (const char* name : {"--task-size", "--heldout"})
     AG_CHECK(o.data.empty() || !flag_given(train, name), name, "applies to the tasks, not to --data");
+  for (const char* name : {"--data-format", "--val-data", "--tokenizer", "--vocab-size"})
+    AG_CHECK(!o.data.empty() || !flag_given(train, name), name, "applies to --data, not to the tasks");
   for (const char* name : {"--beta1", "--beta2"})
     AG_CHECK(o.optimizer != "sgd" || !flag_given(train, name), name, "applies to AdamW, not to --optimizer sgd");
   AG_CHECK(o.optimizer != "adamw" || !flag_given(train, "--momentum"), "--momentum",

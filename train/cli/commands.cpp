@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "base/error.h"
@@ -61,17 +62,19 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   set_threads(o.threads);
   output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
   const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
-  const data::Tokenizer& tok = ckpt.info.tokenizer;
+  const data::Vocabulary tok = ckpt.info.vocabulary.attached(o.tokenizer, "--tokenizer");
 
   std::string prompt;
   if (o.prompt) {
     prompt = *o.prompt;
+  } else if (const auto eot = tok.end_of_text()) {
+    prompt = tok.decode({*eot});  // unconditional: a document's start
   } else {
     // The run's own default context; a text file that has gone away still leaves its vocabulary.
     try {
       prompt = data::make_dataset(dataset_spec(ckpt.info.config), &tok)->default_prompt();
     } catch (const Error&) {
-      prompt = data::encode_utf8(tok.symbol(0));
+      prompt = tok.token_label(0);
     }
   }
   AG_CHECK(!prompt.empty(), "--prompt", "must hold at least one character");
@@ -106,10 +109,12 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   TrainOptions config = ckpt.info.config;
   if (!o.data.empty()) {
-    AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text", o.ckpt, config.task);
+    AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text or tokens", o.ckpt,
+             config.task);
     config.data = o.data;
   }
-  const auto data = data::make_dataset(dataset_spec(config), &ckpt.info.tokenizer);
+  const auto data = data::make_dataset(dataset_spec(config), &ckpt.info.vocabulary);
+  const char* unit = ckpt.info.vocabulary.kind() == data::Vocabulary::Kind::characters ? "characters" : "tokens";
   if (!device.is_cpu()) ckpt.model->to(device);
 
   const std::int64_t block = ckpt.model->config().block_size;
@@ -132,11 +137,13 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   if (config.data.empty())
     line += fmt::format("{} held-out problems ({} answer tokens{})", covered, model::thousands(r.targets), capped);
   else if (r.whole())
-    line += fmt::format("the whole validation split: {} windows of {} characters ({} tokens)", covered, block,
+    line += fmt::format("the whole validation split: {} windows of {} {} ({} tokens)", covered, block, unit,
                         model::thousands(r.targets));
   else
-    line += fmt::format("{} windows of {} characters of the validation split ({} tokens{})", covered, block,
+    line += fmt::format("{} windows of {} {} of the validation split ({} tokens{})", covered, block, unit,
                         model::thousands(r.targets), capped);
+  // A language model's loss as the number of equally likely next tokens it amounts to.
+  if (!config.data.empty()) line += fmt::format(", perplexity {:.2f}", std::exp(r.loss));
   if (r.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *r.accuracy);
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);
@@ -151,12 +158,12 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
            parent.string());
   check_replaceable("--out", o.out);
   output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
-  const data::Tokenizer& tok = ckpt.info.tokenizer;
+  const data::Vocabulary tok = ckpt.info.vocabulary.attached(o.tokenizer, "--tokenizer");
   const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");
   const std::int64_t T = static_cast<std::int64_t>(ids.size()), block = ckpt.info.config.block;
-  AG_CHECK(T >= 1 && T <= block, "--text", "must be 1 to {} characters (the block size), got {}", block, T);
+  AG_CHECK(T >= 1 && T <= block, "--text", "must be 1 to {} tokens (the block size), got {}", block, T);
   output::AttentionMaps maps;
-  for (std::int64_t id : ids) maps.tokens.push_back(data::encode_utf8(tok.symbol(id)));
+  for (std::int64_t id : ids) maps.tokens.push_back(tok.token_label(id));
   maps.weights = model::attention_weights(*ckpt.model, from_vector(ids, {1, T}));
   const std::filesystem::path path(o.out);
   const std::string svg = output::attention_svg(maps, fmt::format("attention of {} on \"{}\"", o.ckpt, o.text));

@@ -37,6 +37,7 @@ struct SampleOptions {
   int threads = 0;
   std::string device = "cpu";
   std::string dtype;                  // float32 or bfloat16; "": the checkpoint's
+  std::string tokenizer;              // GPT-2's files, where the checkpoint's have moved or it kept none
 };
 std::string sample_command(const SampleOptions& options, std::FILE* out);  // returns prompt + generated text
 
@@ -60,6 +61,7 @@ EvalSummary eval_command(const EvalOptions& options, std::FILE* out, std::FILE* 
 
 struct AttentionPlotOptions {
   std::string ckpt, text;
+  std::string tokenizer;  // as SampleOptions::tokenizer
   std::string out = "attention.svg";
   int threads = 0;
 };

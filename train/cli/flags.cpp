@@ -81,8 +81,20 @@ void add_train_problem_flags(TrainFlags& t) {
   add_preset_flag(t, &TrainOptions::heldout, "--heldout",
                   "Held-out problems evaluated for exact match (all of them when fewer exist)");
   c.add_option("--data", t.options.data,
-               "Character-level language modelling on this UTF-8 text file instead of a task (with --resume: the "
-               "run's own text, where it has moved)");
+               "Language modelling instead of a task: a UTF-8 text file (characters), or token files: a folder of "
+               "llm.c shards (*train*.bin, *val*.bin), a shard, a glob of them (quoted) or nanoGPT's train.bin (with "
+               "--resume: the run's own data, where it has moved)");
+  c.add_option("--data-format", t.options.data_format,
+               "text, shards (llm.c's) or nanogpt (headerless uint16 .bin); auto: token files for a folder, a glob or "
+               "a .bin name, else text")
+      ->default_str("auto");
+  c.add_option("--val-data", t.options.val_data,
+               "Held-out token files (default: the folder's *val*.bin, or --data's name with \"val\" for \"train\")");
+  c.add_option("--tokenizer", t.options.tokenizer,
+               "Folder with GPT-2's encoder.json and vocab.bpe, for token files (tests/reference/gpt2_tokenizer.py "
+               "fetch DIR)");
+  add_preset_flag(t, &TrainOptions::vocab_size, "--vocab-size",
+                  "Token files without --tokenizer: ids below this (0: the tokenizer's size)");
 }
 
 void add_train_model_flags(TrainFlags& t) {
@@ -181,6 +193,8 @@ void add_sample_command(CLI::App& app, SampleFlags& flags) {
   c.add_option("--device", o.device, "cpu or cuda");
   c.add_option("--dtype", o.dtype, "float32 or bfloat16 (default: the checkpoint's)");
   c.add_flag("--no-cache", flags.no_cache, "Recompute the whole context for every token (slower; same tokens)");
+  c.add_option("--tokenizer", o.tokenizer,
+               "GPT-2's tokenizer folder, where the checkpoint's has moved (or for a model trained on ids alone)");
 }
 
 void add_eval_command(CLI::App& app, EvalFlags& flags) {
@@ -208,6 +222,7 @@ void add_attention_command(CLI::App& app, AttentionFlags& flags) {
   c.add_option("--ckpt", o.ckpt, "Checkpoint file")->required();
   c.add_option("--text", o.text, "Text to attend over (at most the block size)")->required();
   c.add_option("--out", o.out, "SVG file to write");
+  c.add_option("--tokenizer", o.tokenizer, "GPT-2's tokenizer folder, as for sample");
   add_number(c, "--threads", o.threads, "CPU threads (0: every core)");
 }
 

@@ -15,6 +15,8 @@
 #include "cpu/parallel.h"
 #include "train/data/tasks.h"
 #include "train/data/text_data.h"
+#include "train/data/token_data.h"
+#include "train/model/evaluate.h"
 #include "train/model/gpt.h"
 
 namespace attograd::train::cli {
@@ -34,6 +36,11 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
              o.resume);
     c.data = o.data;
   }
+  if (!o.val_data.empty()) {  // likewise for the held-out tokens
+    AG_CHECK(data::reads_token_files(dataset_spec(c)), "--val-data", "'{}' is not a run on token files", o.resume);
+    c.val_data = o.val_data;
+  }
+  c.tokenizer = o.tokenizer;
   if (c.out.empty()) c.out = ".";
   AG_CHECK(c.steps >= resumed.info.step, "--steps", "{} is before the checkpoint's step {}", c.steps,
            resumed.info.step);
@@ -101,11 +108,24 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vec
                                                                                       .weight_decay = o.weight_decay});
 }
 
+std::string run_name(const TrainOptions& o) {
+  if (o.data.empty()) return o.task;
+  return data::reads_token_files(dataset_spec(o)) ? data::token_data_name(o.data)
+                                                  : std::filesystem::path(o.data).stem().string();
+}
+
 std::string describe_data(const TrainOptions& o, const data::Dataset& data) {
-  if (!o.data.empty()) {
-    const auto& text = dynamic_cast<const data::TextData&>(data);
+  if (const auto* text = dynamic_cast<const data::TextData*>(&data))
     return fmt::format("text '{}' ({} train / {} validation characters, vocabulary {}, unigram entropy {:.3f})", o.data,
-                       text.train_tokens(), text.validation_tokens(), data.tokenizer().size(), text.unigram_entropy());
+                       text->train_tokens(), text->validation_tokens(), data.vocabulary().size(),
+                       text->unigram_entropy());
+  if (const auto* tokens = dynamic_cast<const data::TokenData*>(&data)) {
+    const data::Vocabulary& v = data.vocabulary();
+    return fmt::format("tokens '{}' ({} train / {} validation tokens, {})", o.data,
+                       model::thousands(tokens->train_tokens()), model::thousands(tokens->validation_tokens()),
+                       v.kind() == data::Vocabulary::Kind::gpt2
+                           ? fmt::format("GPT-2's tokenizer, vocabulary {}", v.size())
+                           : fmt::format("vocabulary {} ids, no tokenizer", v.size()));
   }
   const auto& task = dynamic_cast<const data::Task&>(data);
   return fmt::format("task {} (size {}, e.g. {}{}; {} held out)", o.task, o.task_size, task.heldout()[0].prompt,

@@ -42,7 +42,9 @@ int default_threads(const distributed::Communicator& comm);
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, std::vector<nn::NamedParameter> params);
 
-// The first line of a run: "task sort (size 8, e.g. ...)" or "text 'f' (...)".
+// The name of the run's default directory, runs/<name>: the task, or the data's name.
+std::string run_name(const TrainOptions& o);
+// The first line of a run: "task sort (size 8, e.g. ...)", "text 'f' (...)" or "tokens 'd' (...)".
 std::string describe_data(const TrainOptions& o, const data::Dataset& data);
 
 // Runs `setup` on every process. A failure on any of them stops all of them at

@@ -106,6 +106,9 @@ class TrainingRun {
     if (!o_.resume.empty()) {
       resumed_ = output::load_checkpoint(o_.resume, "--resume");
       o_ = resumed_options(o_, resumed_);
+      // A tokenizer given now is attached (checked against the one the model was trained with, if any).
+      if (!o_.tokenizer.empty())
+        resumed_.info.vocabulary = resumed_.info.vocabulary.attached(o_.tokenizer, "--tokenizer");
     }
     validate(o_);
     comm_.set_timeout(o_.comm_timeout);
@@ -113,15 +116,14 @@ class TrainingRun {
     dtype_ = compute_dtype(o_);
     check_process_split(o_, comm_);
     if (o_.out.empty())
-      o_.out = output::first_free_run_dir(fs::path("runs") / (o_.data.empty() ? o_.task : fs::path(o_.data).stem().string()))
-                   .string();
+      o_.out = output::first_free_run_dir(fs::path("runs") / run_name(o_)).string();
     data_ = o_.resume.empty() ? data::make_dataset(dataset_spec(o_))
-                              : data::make_dataset(dataset_spec(o_), &resumed_.info.tokenizer,
+                              : data::make_dataset(dataset_spec(o_), &resumed_.info.vocabulary,
                                                    resumed_.info.data_fingerprint);
-    if (const auto* text = dynamic_cast<const data::TextData*>(data_.get())) text->check_block(o_.block);
+    data_->check_block(o_.block);
     if (reporter_) output::check_output_dir(o_.out, o_.resume);
-    check_memory(o_, data_->tokenizer().size(), comm_.local_size(), comm_.size());
-    model_ = o_.resume.empty() ? model::build_model(o_, data_->tokenizer().size()) : std::move(resumed_.model);
+    check_memory(o_, data_->vocabulary().size(), comm_.local_size(), comm_.size());
+    model_ = o_.resume.empty() ? model::build_model(o_, data_->vocabulary().size()) : std::move(resumed_.model);
 
     if (o_.threads > 0)
       set_num_threads(o_.threads);
@@ -178,11 +180,12 @@ class TrainingRun {
       for (const char* name : output::kRunFiles) remove_stale_temporaries(o_.out, name);
       metrics_.emplace((run_dir / "metrics.jsonl").string(), first_step_);
     });
-    info_ = output::CheckpointInfo{o_, data_->tokenizer(), 0};
-    if (const auto* text = dynamic_cast<const data::TextData*>(data_.get())) {
-      // Absolute: a resumed run, eval or sample then finds the text from any directory.
+    info_ = output::CheckpointInfo{o_, data_->vocabulary(), 0};
+    if (!o_.data.empty()) {
+      // Absolute: a resumed run, eval or sample then finds the data from any directory.
       info_.config.data = fs::absolute(o_.data).lexically_normal().string();
-      info_.data_fingerprint = text->fingerprint();
+      if (!o_.val_data.empty()) info_.config.val_data = fs::absolute(o_.val_data).lexically_normal().string();
+      info_.data_fingerprint = data_->fingerprint();
     }
     // The last checkpoint known to be good: the one resumed from until this run writes its own.
     good_checkpoint_ = o_.resume;
@@ -364,7 +367,7 @@ class TrainingRun {
 
   std::string plot_title() const {
     return o_.data.empty() ? fmt::format("attograd: {} {}", o_.task, o_.task_size)
-                           : fmt::format("attograd: {}", fs::path(o_.data).filename().string());
+                           : fmt::format("attograd: {}", run_name(o_));
   }
 
   // ---- 5. the summary: the last line, and what train_command returns
@@ -377,14 +380,15 @@ class TrainingRun {
     summary.final_train_loss = progress_->smoothed_loss();
     summary.val_loss = last_eval_.loss;
     summary.accuracy = last_eval_.accuracy;
-    if (!o_.data.empty()) summary.unigram_entropy = dynamic_cast<const data::TextData&>(*data_).unigram_entropy();
+    const auto* text = dynamic_cast<const data::TextData*>(data_.get());
+    if (text) summary.unigram_entropy = text->unigram_entropy();
     summary.seconds = elapsed();
     summary.stop_signal = stopped_at_ < last_step_ ? stopped_by_ : 0;
     std::string line = fmt::format("done: step {} in {:.1f} s ({:.1f} s training); held-out loss {:.4f}",
                                    summary.steps_done, summary.seconds, train_seconds_, summary.val_loss);
     if (!last_eval_.whole()) line += fmt::format(" over the first {} validation windows", model::coverage(last_eval_));
     if (summary.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *summary.accuracy);
-    if (!o_.data.empty()) line += fmt::format(" (unigram entropy {:.4f})", summary.unigram_entropy);
+    if (text) line += fmt::format(" (unigram entropy {:.4f})", summary.unigram_entropy);
     if (comm_.size() > 1)
       line += fmt::format("; {} processes, {:.0f}% of the steps' time in communication", comm_.size(),
                           train_seconds_ > 0 ? 100 * comm_seconds_ / train_seconds_ : 0.0);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "base/fnv.h"
 #include "cpu/parallel.h"
 #include "train/data/utf8.h"
 #include "train/files.h"
@@ -77,8 +78,13 @@ struct BpeTokenizer::Pattern {
 BpeTokenizer::BpeTokenizer(std::vector<std::string> tokens, std::int64_t end_of_text)
     : tokens_(std::move(tokens)), end_of_text_(end_of_text), pattern_(std::make_unique<Pattern>()) {
   ranks_.reserve(tokens_.size());
-  for (std::int64_t id = 0; id < size(); ++id)
+  std::uint64_t hash = kFnv1aOffset;
+  for (std::int64_t id = 0; id < size(); ++id) {
     if (id != end_of_text_) ranks_.emplace(tokens_[id], id);
+    const std::uint64_t length = tokens_[id].size();  // so that "ab","c" and "a","bc" differ
+    hash = fnv1a64(tokens_[id], fnv1a64(&length, sizeof length, hash));
+  }
+  fingerprint_ = fmt::format("{:016x}", fnv1a64(&end_of_text_, sizeof end_of_text_, hash));
 }
 
 BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;

@@ -51,6 +51,10 @@ class BpeTokenizer {
   // The bytes the ids stand for: decode(encode(text)) == text.
   std::string decode(const std::vector<std::int64_t>& ids) const;
   const std::string& token_bytes(std::int64_t id) const;
+  // 16 hex digits of FNV-1a 64 over every token's bytes in id order: equal
+  // exactly when two tokenizers give the same ids (a checkpoint keeps it, to
+  // know the files it is later given are the ones it was trained with).
+  const std::string& fingerprint() const { return fingerprint_; }
 
  private:
   struct Pattern;
@@ -74,6 +78,7 @@ class BpeTokenizer {
   std::vector<std::string> tokens_;                 // id -> bytes
   std::unordered_map<std::string, std::int64_t, BytesHash, std::equal_to<>> ranks_;  // bytes -> id (= rank)
   std::int64_t end_of_text_ = -1;
+  std::string fingerprint_;
   std::unique_ptr<Pattern> pattern_;
 };
 

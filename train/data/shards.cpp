@@ -80,15 +80,24 @@ TokenFile::~TokenFile() {
   if (map_) ::munmap(map_, map_bytes_);
 }
 
-void TokenFile::read(std::int64_t first, std::int64_t n, std::int64_t vocab_size, std::int64_t* out) const {
+void TokenFile::check_range(std::int64_t first, std::int64_t n) const {
   AG_CHECK(first >= 0 && n >= 0 && first + n <= span_.count, flag_, "{}: tokens [{}, {}) are outside its {}", path_,
            first, first + n, span_.count);
+}
+
+void TokenFile::read(std::int64_t first, std::int64_t n, std::int64_t vocab_size, std::int64_t* out) const {
+  check_range(first, n);
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t token = span_[first + i];
     AG_CHECK(token < vocab_size, flag_, "{}: token {} at position {} is not below the model's vocabulary of {}",
              path_, token, first + i, vocab_size);
     out[i] = token;
   }
+}
+
+std::string_view TokenFile::token_bytes(std::int64_t first, std::int64_t n) const {
+  check_range(first, n);
+  return {reinterpret_cast<const char*>(span_.data) + 2 * first, static_cast<std::size_t>(2 * n)};
 }
 
 std::string shard_bytes(const std::vector<std::uint16_t>& tokens) {

@@ -45,8 +45,12 @@ class TokenFile {
   // vocab_size ("[--data] f.bin: token 50257 at position 12 is not below the
   // model's vocabulary of 50257"): a file is checked where it is read.
   void read(std::int64_t first, std::int64_t n, std::int64_t vocab_size, std::int64_t* out) const;
+  // The raw little-endian bytes of tokens [first, first + n), unchecked (for fingerprints).
+  std::string_view token_bytes(std::int64_t first, std::int64_t n) const;
 
  private:
+  void check_range(std::int64_t first, std::int64_t n) const;
+
   std::string path_, flag_;
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;

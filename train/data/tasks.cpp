@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "base/error.h"
+#include "base/fnv.h"
 
 namespace attograd::train::data {
 
@@ -15,12 +16,6 @@ constexpr std::uint64_t kHeldoutHashKey = 0x68656c646f7574ULL;  // "heldout"
 constexpr std::uint64_t kHeldoutDrawKey = 0x6576616c736574ULL;  // "evalset"
 // Problem spaces up to this size are enumerated to find every held-out problem.
 constexpr double kEnumerateLimit = 1e6;
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 }  // namespace
 
 const char* task_name(TaskKind kind) {
@@ -47,9 +42,9 @@ std::int64_t task_sequence_length(TaskKind kind, int size) {
 
 std::int64_t task_answer_length(TaskKind kind, int size) { return kind == TaskKind::add ? size + 1 : size; }
 
-Tokenizer Task::vocabulary() { return Tokenizer::from_text("0123456789+="); }
+Tokenizer Task::symbols() { return Tokenizer::from_text("0123456789+="); }
 
-Task::Task(TaskSpec spec) : spec_(spec), tokenizer_(vocabulary()) {
+Task::Task(TaskSpec spec) : spec_(spec), vocabulary_(Vocabulary::of_characters(symbols())) {
   AG_CHECK(spec_.size >= 1 && spec_.size <= kMaxSize, "--task-size", "must be in [1, {}], got {}", kMaxSize,
            spec_.size);
   AG_CHECK(spec_.heldout >= 1 && spec_.heldout <= 100000, "--heldout", "must be in [1, 100000], got {}",
@@ -96,7 +91,7 @@ Problem Task::make(const std::vector<int>& digits) const {
 }
 
 bool Task::is_heldout(const Problem& p) const {
-  return philox4x32(fnv1a(p.prompt), spec_.seed ^ kHeldoutHashKey).v[0] % kHeldoutOneIn == 0;
+  return philox4x32(fnv1a64(p.prompt), spec_.seed ^ kHeldoutHashKey).v[0] % kHeldoutOneIn == 0;
 }
 
 std::vector<int> Task::draw_digits(CounterRng& rng) const {
@@ -155,7 +150,7 @@ Batch Task::to_batch(const std::vector<Problem>& problems) const {
   const std::int64_t answer_from = prompt_length();  // index in the sequence of the first answer token
   std::vector<std::int64_t> tokens(B * T), targets(B * T);
   for (std::int64_t b = 0; b < B; ++b) {
-    const std::vector<std::int64_t> seq = tokenizer_.encode(problems[b].prompt + problems[b].answer);
+    const std::vector<std::int64_t> seq = vocabulary_.characters().encode(problems[b].prompt + problems[b].answer);
     for (std::int64_t t = 0; t < T; ++t) {
       tokens[b * T + t] = seq[t];
       // Position t predicts sequence element t + 1: only answer elements carry loss.

@@ -47,8 +47,8 @@ class Task final : public Dataset {
   static constexpr std::uint32_t kHeldoutOneIn = 10;
 
   explicit Task(TaskSpec spec);
-  // Every task's vocabulary: the digits, '+' and '='.
-  static Tokenizer vocabulary();
+  // Every task's symbols: the digits, '+' and '='.
+  static Tokenizer symbols();
   const TaskSpec& spec() const { return spec_; }
   // Tokens of a whole problem, prompt + answer; the model sees sequence_length() - 1 of them.
   std::int64_t sequence_length() const;
@@ -62,7 +62,7 @@ class Task final : public Dataset {
   const std::vector<Problem>& heldout() const { return heldout_; }
 
   // Dataset
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  const Vocabulary& vocabulary() const override { return vocabulary_; }
   Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const override;
   // The held-out rows are heldout(), in order: every held-out problem.
   std::int64_t eval_sequences(std::int64_t block) const override;
@@ -79,7 +79,7 @@ class Task final : public Dataset {
   void build_heldout();
 
   TaskSpec spec_;
-  Tokenizer tokenizer_;
+  Vocabulary vocabulary_;
   std::vector<Problem> heldout_;
 };
 

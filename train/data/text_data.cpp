@@ -14,14 +14,13 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "base/fnv.h"
 
 namespace attograd::train::data {
 
 namespace {
 std::string text_fingerprint(const std::string& bytes) {
-  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a 64
-  for (const unsigned char c : bytes) hash = (hash ^ c) * 1099511628211ull;
-  return fmt::format("{} bytes, FNV-1a 64 {:016x}", bytes.size(), hash);
+  return fmt::format("{} bytes, FNV-1a 64 {:016x}", bytes.size(), fnv1a64(bytes));
 }
 }  // namespace
 
@@ -39,8 +38,8 @@ TextData::TextData(const std::string& text, std::string path, std::uint64_t seed
   const std::size_t nul = text.find('\0');
   AG_CHECK(nul == std::string::npos, what, "a binary file, not text: NUL byte at byte {}", nul);
   // Both paths report invalid UTF-8 with its byte offset.
-  tokenizer_ = tokenizer ? *tokenizer : Tokenizer::from_text(text, what);
-  std::vector<std::int64_t> ids = tokenizer_.encode(text, what);
+  vocabulary_ = Vocabulary::of_characters(tokenizer ? *tokenizer : Tokenizer::from_text(text, what));
+  std::vector<std::int64_t> ids = vocabulary_.encode(text, what);
   AG_CHECK(!ids.empty(), what, "is empty");
   const auto split = static_cast<std::size_t>(std::llround(ids.size() * (1.0 - kValidationFraction)));
   train_.assign(ids.begin(), ids.begin() + split);
@@ -48,7 +47,7 @@ TextData::TextData(const std::string& text, std::string path, std::uint64_t seed
 }
 
 double TextData::unigram_entropy() const {
-  std::vector<double> counts(tokenizer_.size());
+  std::vector<double> counts(vocabulary_.size());
   for (std::int64_t id : train_) counts[id] += 1;
   double h = 0;
   for (double c : counts)
@@ -98,7 +97,7 @@ Batch TextData::eval_batch(std::int64_t first, std::int64_t count, std::int64_t 
 
 std::string TextData::default_prompt() const {
   // The text's first character: a context the model has seen.
-  return tokenizer_.decode({train_.front()});
+  return vocabulary_.decode({train_.front()});
 }
 
 }  // namespace attograd::train::data

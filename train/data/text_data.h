@@ -35,10 +35,10 @@ class TextData final : public Dataset {
   double unigram_entropy() const;
   // "N bytes, FNV-1a 64 H" of the file's bytes: a checkpoint keeps it, and --resume
   // continues only on the same text (another text would not be the same run).
-  const std::string& fingerprint() const { return fingerprint_; }
+  std::string fingerprint() const override { return fingerprint_; }
 
   // Dataset
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
+  const Vocabulary& vocabulary() const override { return vocabulary_; }
   Batch train_batch(std::uint64_t step, std::int64_t batch, std::int64_t block) const override;
   // The held-out rows are the non-overlapping windows that tile the validation
   // split from its start: window w is characters [w * block, (w + 1) * block]
@@ -50,13 +50,13 @@ class TextData final : public Dataset {
   bool has_answers() const override { return false; }
   std::string default_prompt() const override;
   // Throws "[--data] 'f' is too short for --block N ..." unless both splits hold a window.
-  void check_block(std::int64_t block) const;
+  void check_block(std::int64_t block) const override;
 
  private:
   std::string path_;
   std::string fingerprint_;
   std::uint64_t seed_;
-  Tokenizer tokenizer_;
+  Vocabulary vocabulary_;
   std::vector<std::int64_t> train_, validation_;
 };
 

@@ -13,6 +13,7 @@
 #include "autograd/grad_mode.h"
 #include "autograd/ops.h"
 #include "base/error.h"
+#include "base/fnv.h"
 #include "cuda/runtime.h"
 #include "tensor/kernels.h"
 #include "tensor/shape.h"
@@ -179,16 +180,12 @@ void broadcast_parameters(const std::vector<nn::NamedParameter>& params, Communi
 }
 
 std::string parameter_checksum(const std::vector<nn::NamedParameter>& params) {
-  std::uint64_t hash = 14695981039346656037ull;  // FNV-1a, 64 bits
+  std::uint64_t hash = kFnv1aOffset;
   std::vector<float> buffer;
   for (const auto& p : params) {
     buffer.resize(static_cast<std::size_t>(p.tensor.numel()));
     read_floats(p.tensor, buffer.data());
-    const auto* bytes = reinterpret_cast<const unsigned char*>(buffer.data());
-    for (std::size_t i = 0; i < buffer.size() * sizeof(float); ++i) {
-      hash ^= bytes[i];
-      hash *= 1099511628211ull;
-    }
+    hash = fnv1a64(buffer.data(), buffer.size() * sizeof(float), hash);
   }
   return fmt::format("{:016x}", hash);
 }

@@ -37,7 +37,7 @@ void check_finite(const std::string& name, const Tensor& t, const std::string& p
 // The model's tensors (names without "optim.") must be float32, and the model
 // the config describes must be about the size of the tensors the file holds:
 // the config may ask for any size, the file only holds what it holds.
-void check_parameters_fit(const nn::StateDict& params, const TrainOptions& config, const data::Tokenizer& vocab,
+void check_parameters_fit(const nn::StateDict& params, const TrainOptions& config, const data::Vocabulary& vocab,
                           const std::string& path) {
   std::int64_t held = 0;
   for (const auto& [name, t] : params) {
@@ -64,13 +64,14 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
   // The config and vocabulary name their own fields in errors; say which file they came from.
   try {
     out.info.config = config_from_json(entry(meta, "config", path));
-    out.info.tokenizer = data::Tokenizer::from_json(entry(meta, "vocab", path));
+    out.info.vocabulary = data::Vocabulary::from_json(entry(meta, "vocab", path));
   } catch (const Error& e) {
     fail(path, "invalid checkpoint metadata: {}", e.what());
   }
   // A task's batches are drawn with the task's own vocabulary: the saved one must be it.
-  AG_CHECK(!out.info.config.data.empty() || out.info.tokenizer.to_json() == data::Task::vocabulary().to_json(), path,
-           "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", out.info.tokenizer.size(),
+  AG_CHECK(!out.info.config.data.empty() ||
+               out.info.vocabulary == data::Vocabulary::of_characters(data::Task::symbols()),
+           path, "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", out.info.vocabulary.size(),
            out.info.config.task);
   if (const auto data = meta.find("data"); data != meta.end()) out.info.data_fingerprint = data->second;
   const std::string& step = entry(meta, "step", path);
@@ -106,9 +107,9 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
         params.emplace(name, t);
       }
     }
-    check_parameters_fit(params, out.info.config, out.info.tokenizer, path);
+    check_parameters_fit(params, out.info.config, out.info.vocabulary, path);
     for (const auto& [name, t] : params) check_finite(name, t, path);
-    out.model = model::build_model(out.info.config, out.info.tokenizer.size());
+    out.model = model::build_model(out.info.config, out.info.vocabulary.size());
     try {
       out.model->load_state_dict(params);  // names and shapes all checked, nothing changed on error
     } catch (const Error& e) {
@@ -140,7 +141,7 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const Optimi
   meta["format"] = kCheckpointFormat;
   meta["step"] = std::to_string(info.step);
   meta["config"] = config_to_json(info.config);
-  meta["vocab"] = info.tokenizer.to_json();
+  meta["vocab"] = info.vocabulary.to_json();
   meta["rng"] = nlohmann::json{{"data_seed", info.config.seed},
                                {"dropout_seed", dropout.seed()},
                                {"dropout_offset", dropout.offset()}}

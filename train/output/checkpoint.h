@@ -4,8 +4,9 @@
 //             float32, loadable by safetensors/torch as a state dict), and the
 //             optimizer's buffers as "optim.<buffer>.<parameter>"
 //             ("optim.exp_avg.wte.weight")
-//   metadata  format, step, config (the run's options), vocab (the
-//             tokenizer), rng (data seed, dropout generator seed and offset)
+//   metadata  format, step, config (the run's options), vocab (what the ids
+//             stand for: train/data/vocabulary.h), data (the data's
+//             fingerprint), rng (data seed, dropout generator seed and offset)
 //             and optimizer (its name and step count), each a JSON string
 // Together they continue a run bit for bit: batches are a function of
 // (seed, step) and dropout masks of the generator's (seed, offset).
@@ -16,7 +17,7 @@
 #include <string_view>
 
 #include "nn/gpt.h"
-#include "train/data/tokenizer.h"
+#include "train/data/vocabulary.h"
 #include "train/optim/optimizer.h"
 #include "train/options.h"
 
@@ -26,10 +27,11 @@ inline constexpr const char* kCheckpointFormat = "attograd.checkpoint.v1";
 
 struct CheckpointInfo {
   TrainOptions config;  // data, model and optimisation fields
-  data::Tokenizer tokenizer;
+  data::Vocabulary vocabulary;
   std::int64_t step = 0;  // optimizer steps taken
-  // A text run's file as TextData::fingerprint() gives it, checked by --resume;
-  // empty for tasks (and in checkpoints from before it was kept).
+  // A text run's file or a token run's files as their dataset's fingerprint()
+  // gives it, checked by --resume; empty for tasks (and in checkpoints from
+  // before it was kept).
   std::string data_fingerprint;
 };
 
