@@ -182,10 +182,35 @@ TEST_CASE("hf_gpt2: GPT-2's vocabulary is written with <|endoftext|> as bos and 
 
 namespace {
 
-// A GPT-2 folder as older transformers wrote it, made here by hand: n_ctx for
-// n_positions, no "transformer." prefix, the causal-mask buffers, no lm_head
-// (tied). Tensor k holds k * 1000 + its flat index, so every place is known.
-void hf_write_by_hand(const std::string& dir, DType dtype) {
+// Tensor k's element i in the hand-made folder: m / 1024 with m < 2048, exact in
+// a half, unique within each tensor.
+float hf_hand_value(std::size_t k, std::int64_t i) {
+  return static_cast<float>((static_cast<std::int64_t>(k) * 37 + i) % 2048) / 1024;
+}
+
+// v's bytes as `dtype` stores it: F32 as it is, BF16 its top half (truncated),
+// F16 its half, which these values have exactly; and the value read back.
+std::string hf_hand_bytes(float v, const std::string& dtype) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  if (dtype == "F32") return std::string(reinterpret_cast<const char*>(&bits), 4);
+  std::uint16_t h = static_cast<std::uint16_t>(bits >> 16);
+  if (dtype == "F16")
+    h = bits == 0 ? 0 : static_cast<std::uint16_t>(((((bits >> 23) & 0xffu) - 112) << 10) | ((bits >> 13) & 0x3ffu));
+  return std::string(reinterpret_cast<const char*>(&h), 2);
+}
+float hf_hand_read(float v, const std::string& dtype) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  if (dtype == "BF16") bits &= 0xffff0000u;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// A GPT-2 folder as older transformers wrote it, made here byte by byte:
+// n_ctx for n_positions, no "transformer." prefix, the causal-mask buffers, no
+// lm_head (tied), tensors in `dtype`.
+void hf_write_by_hand(const std::string& dir, const std::string& dtype) {
   std::filesystem::create_directories(dir);
   write_text(dir + "/config.json", R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"],
     "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 8, "n_embd": 8, "n_head": 2, "n_layer": 1,
@@ -197,23 +222,26 @@ void hf_write_by_hand(const std::string& dir, DType dtype) {
       {"h.0.attn.c_proj.bias", {8}},    {"h.0.ln_2.weight", {8}},        {"h.0.ln_2.bias", {8}},
       {"h.0.mlp.c_fc.weight", {8, 32}}, {"h.0.mlp.c_fc.bias", {32}},     {"h.0.mlp.c_proj.weight", {32, 8}},
       {"h.0.mlp.c_proj.bias", {8}},     {"ln_f.weight", {8}},            {"ln_f.bias", {8}}};
-  train::output::NamedTensors tensors;
+  nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
+  std::string data;
   for (std::size_t k = 0; k < shapes.size(); ++k) {
+    const std::size_t begin = data.size();
     std::int64_t n = 1;
     for (std::int64_t d : shapes[k].second) n *= d;
-    std::vector<float> values(static_cast<std::size_t>(n));
-    for (std::int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(k * 1000 + i) / 1024;
-    tensors.emplace_back(shapes[k].first, kernels::cast(from_vector(values, shapes[k].second), dtype));
+    for (std::int64_t i = 0; i < n; ++i) data += hf_hand_bytes(hf_hand_value(k, i), dtype);
+    header[shapes[k].first] = {{"dtype", dtype}, {"shape", shapes[k].second}, {"data_offsets", {begin, data.size()}}};
   }
-  write_text(dir + "/model.safetensors", train::output::serialize_safetensors(tensors));
+  const std::string json = header.dump();
+  const std::uint64_t length = json.size();
+  write_text(dir + "/model.safetensors", std::string(reinterpret_cast<const char*>(&length), 8) + json + data);
 }
 
 }  // namespace
 
 TEST_CASE("hf_gpt2: a folder in transformers' older layout, made by hand, loads with Conv1D weights transposed",
           "[hf]") {
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    INFO(dtype_name(dtype));
+  for (const std::string dtype : {"F32", "F16", "BF16"}) {
+    INFO(dtype);
     TempDir dir;
     hf_write_by_hand(dir / "hf", dtype);
     const HfGpt2 hf = read_hf_gpt2(dir / "hf");
@@ -224,20 +252,25 @@ TEST_CASE("hf_gpt2: a folder in transformers' older layout, made by hand, loads 
     const Tensor qkv = hf.state.at("blocks.0.attn.qkv.weight");
     REQUIRE(qkv.sizes() == Shape{24, 8});
     REQUIRE(qkv.dtype() == DType::f32);
-    // Tensor k's flat index i as stored, rounded to the file's dtype.
-    auto widened = [&](int k, int i) {
-      return kernels::cast(kernels::cast(from_vector(std::vector<float>{static_cast<float>(k * 1000 + i) / 1024}, {1}),
-                                         dtype),
-                           DType::f32)
-          .to_vector<float>()[0];
-    };
+    auto stored = [&](std::size_t k, std::int64_t i) { return hf_hand_read(hf_hand_value(k, i), dtype); };
     // c_attn.weight is tensor 6: its (in 3, out 17) value is at qkv (17, 3).
-    CHECK(qkv.to_vector<float>()[17 * 8 + 3] == widened(6, 3 * 24 + 17));
+    CHECK(qkv.to_vector<float>()[17 * 8 + 3] == stored(6, 3 * 24 + 17));
     CHECK(hf.state.at("blocks.0.mlp.proj.weight").sizes() == Shape{8, 32});
-    CHECK(hf.state.at("blocks.0.mlp.proj.weight").to_vector<float>()[1] == widened(14, 8));
-    CHECK(hf.state.at("ln_f.bias").to_vector<float>()[2] == widened(17, 2));
+    CHECK(hf.state.at("blocks.0.mlp.proj.weight").to_vector<float>()[1] == stored(14, 8));
+    CHECK(hf.state.at("wpe.weight").to_vector<float>()[9] == stored(1, 9));
+    CHECK(hf.state.at("ln_f.bias").to_vector<float>()[2] == stored(17, 2));
     CHECK(hf_logits(*hf_model_of(hf), {1, 2, 3}).size() == 3 * 10);
   }
+}
+
+TEST_CASE("hf_gpt2: F16 is widened only where asked: a checkpoint's reader refuses it", "[hf]") {
+  TempDir dir;
+  hf_write_by_hand(dir / "hf", "F16");
+  CHECK_THROWS_WITH(train::output::load_safetensors(dir / "hf/model.safetensors"),
+                    Catch::Contains("has unknown dtype \"F16\" (F32, F64, I64, BF16)"));
+  CHECK(train::output::load_safetensors(dir / "hf/model.safetensors", "--ckpt", {.widen_f16 = true})
+            .tensors.at("wte.weight")
+            .dtype() == DType::f32);
 }
 
 namespace {

@@ -132,16 +132,16 @@ bool hf_same_values(const Tensor& a, const Tensor& b) {
 }
 
 // The file's tensors under transformers' names without the prefix, float32;
-// the attention buffers left out.
+// the attention buffers left out. F16 (widened by the reader) and BF16 become float32.
 std::map<std::string, Tensor> hf_read_tensors(const std::string& path) {
-  Safetensors file = load_safetensors(path, path.c_str());
+  Safetensors file = load_safetensors(path, path.c_str(), {.widen_f16 = true});
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : file.tensors) {
     const bool prefixed = name.rfind(kHfPrefix, 0) == 0;
     const std::string bare = prefixed ? name.substr(std::strlen(kHfPrefix)) : name;
     if (bare.ends_with(".attn.bias") || bare.ends_with(".attn.masked_bias")) continue;
     AG_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16, path,
-             "'{}' is {}; GPT-2's weights are read as F32 or BF16", name, dtype_name(t.dtype()));
+             "'{}' is {}; GPT-2's weights are read as F32, F16 or BF16", name, dtype_name(t.dtype()));
     AG_CHECK(!out.contains(bare), path, "'{}' is there twice, with and without the '{}' prefix", bare, kHfPrefix);
     out.emplace(bare, t.dtype() == DType::f32 ? t : kernels::cast(t, DType::f32));
   }

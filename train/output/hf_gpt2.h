@@ -21,7 +21,7 @@
 //     null or 4 n_embd, n_embd not a multiple of n_head, sizes that are not
 //     positive integers below 2^31;
 //   - a missing tensor, an unexpected one, a shape other than the config's,
-//     a dtype other than F32 or BF16 (BF16 is widened to float32);
+//     a dtype other than F32, F16 or BF16 (both widened to float32);
 //   - an lm_head.weight that differs from wte.weight while tie_word_embeddings
 //     is true (transformers would tie them and drop it), or none while it is false.
 // The buffers attn.bias and attn.masked_bias (the causal mask older
