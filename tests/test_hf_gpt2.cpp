@@ -354,6 +354,14 @@ TEST_CASE("hf_gpt2: a missing, unexpected, mis-shaped or mis-typed tensor is ref
     const std::string f = hf_with_tensors(dir, true, [](Tensors& t) { t.erase("transformer.h.1.mlp.c_fc.bias"); });
     hf_check_refusal(hf_error(f), file, {"'h.1.mlp.c_fc.bias' is missing"});
   }
+  SECTION("a whole layer missing") {
+    const std::string f = hf_with_config(dir, true, [](nlohmann::json& j) { j["n_layer"] = 3; });
+    hf_check_refusal(hf_error(f), file, {"'h.2.ln_1.weight' is missing", "n_layer 3"});
+  }
+  SECTION("more layers than the file could hold, refused before a list of them is made") {
+    const std::string f = hf_with_config(dir, true, [](nlohmann::json& j) { j["n_layer"] = (1LL << 31) - 1; });
+    hf_check_refusal(hf_error(f), file, {"holds 28 weights, too few for config.json's n_layer 2147483647"});
+  }
   SECTION("unexpected") {
     const std::string f =
         hf_with_tensors(dir, true, [](Tensors& t) { t["transformer.h.2.ln_1.weight"] = zeros({32}); });

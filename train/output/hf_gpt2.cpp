@@ -182,6 +182,9 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
   out.config.tie_weights = hf_take_head(tensors, out.config, path, &head);
   if (head && !out.config.tie_weights) tensors.emplace(kLmHead, *head);
 
+  // The list of expected tensors grows with n_layer (12 a layer): bounded by the file's first.
+  AG_CHECK(out.config.n_layer <= static_cast<std::int64_t>(tensors.size()), path,
+           "holds {} weights, too few for config.json's n_layer {}", tensors.size(), out.config.n_layer);
   NoGradGuard no_grad;
   const std::vector<HfTensor> expected = hf_gpt2_tensors(out.config);
   std::set<std::string> known;
