@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -43,10 +44,25 @@ bool parse_dtype(const std::string& name, DType* t) {
 
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype;  // in memory: float32 for a widened F16
   Shape shape;
   std::uint64_t begin, end;
+  bool f16 = false;  // stored as IEEE half, widened on reading
 };
+
+// An IEEE half's value as a float, which holds every half exactly.
+float f16_to_f32(std::uint16_t h) {
+  const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  float value;
+  if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -24);  // zero or subnormal
+  } else {
+    const std::uint32_t bits = exponent == 0x1fu ? 0x7f800000u | (mantissa << 13)  // inf, NaN
+                                                 : ((exponent + 112) << 23) | (mantissa << 13);
+    std::memcpy(&value, &bits, 4);
+  }
+  return h & 0x8000u ? -value : value;
+}
 
 }  // namespace
 
@@ -78,7 +94,7 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   return out;
 }
 
-Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
+Safetensors parse_safetensors(std::string_view bytes, std::string_view what, SafetensorsRead read) {
   AG_CHECK(bytes.size() >= 8, what, "truncated: {} bytes, too short for the 8-byte header length", bytes.size());
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
@@ -110,8 +126,11 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
     AG_CHECK(info.is_object() && info.contains("dtype") && info.contains("shape") && info.contains("data_offsets"),
              what, "'{}' needs dtype, shape and data_offsets", name);
     Entry e{name, DType::f32, {}, 0, 0};
-    AG_CHECK(info["dtype"].is_string() && parse_dtype(info["dtype"].get<std::string>(), &e.dtype), what,
-             "'{}' has unknown dtype {} (F32, F64, I64, BF16)", name, info["dtype"].dump());
+    e.f16 = read.widen_f16 && info["dtype"] == "F16";
+    AG_CHECK(e.f16 || (info["dtype"].is_string() && parse_dtype(info["dtype"].get<std::string>(), &e.dtype)), what,
+             "'{}' has unknown dtype {} (F32, F64, I64, BF16{})", name, info["dtype"].dump(),
+             read.widen_f16 ? ", F16" : "");
+    const std::uint64_t element = e.f16 ? 2 : dtype_size(e.dtype);
     const auto& shape = info["shape"];
     AG_CHECK(shape.is_array(), what, "'{}' shape must be an array", name);
     // A saturating product: absurd shapes cannot overflow, and they then fail the size check below.
@@ -133,9 +152,9 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
     AG_CHECK(e.begin <= e.end && e.end <= data.size(), what,
              "'{}' data_offsets [{}, {}] are out of range: the data section holds {} bytes", name, e.begin, e.end,
              data.size());
-    AG_CHECK(numel < kSaturated && e.end - e.begin == numel * dtype_size(e.dtype), what,
+    AG_CHECK(numel < kSaturated && e.end - e.begin == numel * element, what,
              "'{}' data_offsets [{}, {}] hold {} bytes, but {} of shape {} needs {}", name, e.begin, e.end,
-             e.end - e.begin, info["dtype"].get<std::string>(), shape.dump(), numel * dtype_size(e.dtype));
+             e.end - e.begin, info["dtype"].get<std::string>(), shape.dump(), numel * element);
     entries.push_back(std::move(e));
   }
 
@@ -157,7 +176,16 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what) {
 
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, {e.dtype});
-    if (e.end > e.begin) std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
+    if (e.f16) {
+      float* out = t.data<float>();
+      for (std::uint64_t i = 0; i < (e.end - e.begin) / 2; ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, data.data() + e.begin + 2 * i, 2);
+        out[i] = f16_to_f32(h);
+      }
+    } else if (e.end > e.begin) {
+      std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
+    }
     out.tensors.emplace(e.name, t);
   }
   return out;
@@ -167,12 +195,12 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   write_file_atomically("checkpoint", path, serialize_safetensors(tensors, metadata));
 }
 
-Safetensors load_safetensors(const std::string& path, const char* flag) {
+Safetensors load_safetensors(const std::string& path, const char* flag, SafetensorsRead read) {
   // Checkpoints are files we wrote: a device or a pipe (/dev/zero) is refused, not read without end.
   std::error_code ec;
   AG_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), flag,
            "'{}' is not a regular file", path);
-  return parse_safetensors(read_file(path, flag, std::numeric_limits<std::uint64_t>::max()), path);
+  return parse_safetensors(read_file(path, flag, std::numeric_limits<std::uint64_t>::max()), path, read);
 }
 
 }  // namespace attograd::train::output

@@ -31,11 +31,19 @@ inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 // The whole file's bytes; tensors are laid out in the given order.
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+struct SafetensorsRead {
+  // F16 tensors, for which attograd has no dtype, become float32 ones (exactly:
+  // every half is a float). Otherwise F16 is refused as an unknown dtype, as
+  // a checkpoint, which attograd writes, never holds one.
+  bool widen_f16 = false;
+};
+
 // `what` names the file in errors: "[checkpoint.safetensors] data_offsets of 'w' ...".
-Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "safetensors");
+Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "safetensors",
+                              SafetensorsRead read = {});
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 // `flag` names the option the path came from in errors about the file itself ("[--resume] ...").
-Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt");
+Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt", SafetensorsRead read = {});
 
 }  // namespace attograd::train::output
