@@ -145,6 +145,7 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--eval-interval", str(o.eval_interval)},
           {"--out", o.out},
           {"--resume", o.resume},
+          {"--init-from", o.init_from},
           {"--stop-at", str(o.stop_at)},
           {"--quiet", str(o.quiet)},
           {"--attention-memory", str(o.attention_memory)},

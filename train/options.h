@@ -50,6 +50,9 @@ struct TrainOptions {
   std::int64_t eval_interval = 100; // steps between evaluations (and checkpoints)
   std::string out;                  // run directory; empty: runs/<task or file name>
   std::string resume;               // checkpoint to continue from
+  // Weights a new run starts from (an attograd checkpoint or a Hugging Face GPT-2
+  // folder): its model's shape and vocabulary; a shorter block crops the positions.
+  std::string init_from;
   // GPT-2's tokenizer files for token data (a checkpoint keeps which
   // tokenizer, by fingerprint and folder: train/data/vocabulary.h).
   std::string tokenizer;
@@ -75,6 +78,10 @@ struct TrainOptions {
 // `options.task`, `options.data` and (for the block size) `options.task_size`
 // when `task_size_given`. The struct's own defaults are sort's preset.
 TrainOptions preset_for(const TrainOptions& options, bool task_size_given);
+
+// Whether the options train a synthetic task: not text or tokens, and not a
+// model imported with no data of its own (whose task is empty).
+inline bool is_task_run(const TrainOptions& o) { return o.data.empty() && !o.task.empty(); }
 
 // Throws "[--flag] ..." naming the first invalid flag and its value.
 // Checks what needs no file: sizes, ranges, finiteness, heads dividing width,

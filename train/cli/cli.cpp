@@ -66,7 +66,7 @@ std::optional<int> parse_command_line(CLI::App& app, const std::vector<std::stri
 // An empty path ("--resume $UNSET") would read as "not given": a new run, say.
 void refuse_empty_paths(const CLI::App& app) {
   for (const CLI::App* sub : app.get_subcommands())
-    for (const char* name : {"--data", "--out", "--resume", "--ckpt", "--tokenizer"})
+    for (const char* name : {"--data", "--out", "--resume", "--ckpt", "--tokenizer", "--init-from", "--val-data", "--hf"})
       if (const CLI::Option* opt = sub->get_option_no_throw(name); opt && opt->count() > 0)
         AG_CHECK(!opt->results().front().empty(), name, "is empty: it needs a path");
 }
@@ -101,6 +101,12 @@ void apply_preset_rules(TrainFlags& train) {
     AG_CHECK(o.data.empty() || !flag_given(train, name), name, "applies to the tasks, not to --data");
   for (const char* name : {"--data-format", "--val-data", "--tokenizer", "--vocab-size"})
     AG_CHECK(!o.data.empty() || !flag_given(train, name), name, "applies to --data, not to the tasks");
+  if (!o.init_from.empty()) {
+    // The model is the weights': their shape, their vocabulary, and their positions unless --block crops them.
+    for (const char* name : {"--layers", "--heads", "--width", "--vocab-size"})
+      AG_CHECK(!flag_given(train, name), name, "comes from the weights of --init-from, which cannot change it");
+    if (!flag_given(train, "--block")) o.block = 0;
+  }
   for (const char* name : {"--beta1", "--beta2"})
     AG_CHECK(o.optimizer != "sgd" || !flag_given(train, name), name, "applies to AdamW, not to --optimizer sgd");
   AG_CHECK(o.optimizer != "adamw" || !flag_given(train, "--momentum"), "--momentum",
@@ -109,6 +115,8 @@ void apply_preset_rules(TrainFlags& train) {
 
 // Returns 0, or the exit status of a run stopped by a signal (after its checkpoint is saved).
 int run_train(TrainFlags& train, const Streams& streams) {
+  AG_CHECK(train.options.resume.empty() || train.options.init_from.empty(), "--init-from",
+           "starts a new run: it cannot go with --resume, which continues one");
   if (!train.options.resume.empty())
     apply_resume_rules(train);
   else
@@ -149,6 +157,8 @@ int run_chosen_command(CommandLine& command_line, const Streams& streams) {
     attention_command(command_line.attention.options, streams.out);
   else if (command_line.prepare.command->parsed())
     prepare_command(command_line.prepare.options, command_line.prepare.threads, streams.out, streams.err);
+  else if (command_line.export_.command->parsed())
+    export_command(command_line.export_.options, streams.out);
   else
     std::fputs(command_line.app.help().c_str(), streams.out);
   return 0;

@@ -18,6 +18,7 @@
 #include "train/model/generate.h"
 #include "train/model/gpt.h"
 #include "train/output/checkpoint.h"
+#include "train/output/hf_gpt2.h"
 #include "train/output/safetensors.h"
 #include "train/output/svg.h"
 
@@ -81,7 +82,7 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   const std::vector<std::int64_t> ids = tok.encode(prompt, "--prompt");
   const TrainOptions& config = ckpt.info.config;
   const std::int64_t tokens = o.tokens                ? *o.tokens
-                              : config.data.empty() ? data::task_answer_length(data::parse_task(config.task), config.task_size)
+                              : is_task_run(config) ? data::task_answer_length(data::parse_task(config.task), config.task_size)
                                                     : 200;
   if (!device.is_cpu()) ckpt.model->to(device);
   const std::vector<std::int64_t> seq = model::generate(
@@ -109,10 +110,14 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   TrainOptions config = ckpt.info.config;
   if (!o.data.empty()) {
-    AG_CHECK(!config.data.empty(), "--data", "'{}' was trained on the {} task, not on text or tokens", o.ckpt,
+    AG_CHECK(!is_task_run(config), "--data", "'{}' was trained on the {} task, not on text or tokens", o.ckpt,
              config.task);
     config.data = o.data;
   }
+  AG_CHECK(!config.data.empty() || is_task_run(config), "--data",
+           "'{}' holds no data of its own (a model imported from Hugging Face's layout): name token files to "
+           "evaluate on",
+           o.ckpt);
   const auto data = data::make_dataset(dataset_spec(config), &ckpt.info.vocabulary);
   const char* unit = ckpt.info.vocabulary.kind() == data::Vocabulary::Kind::characters ? "characters" : "tokens";
   if (!device.is_cpu()) ckpt.model->to(device);
@@ -121,7 +126,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
   model::EvaluateOptions options{.batch = model::eval_batch_rows(ckpt.model->config()), .device = device, .dtype = dtype};
   const std::int64_t batches = ceil_div(data->eval_sequences(block), options.batch);
   if (o.max_batches && *o.max_batches < batches) options.max_sequences = *o.max_batches * options.batch;
-  CountProgress shown(progress, "eval", config.data.empty() ? "problems" : "windows",
+  CountProgress shown(progress, "eval", is_task_run(config) ? "problems" : "windows",
                       {.interactive = is_interactive(progress)});
   options.after_batch = [&](std::int64_t done, std::int64_t total) { shown.update(done, total); };
   const model::EvalResult r = model::evaluate(*ckpt.model, *data, options);
@@ -134,7 +139,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
       r.whole() ? "" : fmt::format("; --max-batches {} of {} batches", r.batches, r.total_batches);
   const std::string covered = r.whole() ? model::coverage(r) : "the first " + model::coverage(r);
   std::string line = fmt::format("{} (step {}): held-out loss {:.4f} over ", o.ckpt, ckpt.info.step, r.loss);
-  if (config.data.empty())
+  if (is_task_run(config))
     line += fmt::format("{} held-out problems ({} answer tokens{})", covered, model::thousands(r.targets), capped);
   else if (r.whole())
     line += fmt::format("the whole validation split: {} windows of {} {} ({} tokens)", covered, block, unit,
@@ -143,7 +148,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
     line += fmt::format("{} windows of {} {} of the validation split ({} tokens{})", covered, block, unit,
                         model::thousands(r.targets), capped);
   // A language model's loss as the number of equally likely next tokens it amounts to.
-  if (!config.data.empty()) line += fmt::format(", perplexity {:.2f}", std::exp(r.loss));
+  if (!is_task_run(config)) line += fmt::format(", perplexity {:.2f}", std::exp(r.loss));
   if (r.accuracy) line += fmt::format(", exact match {:.2f}%", 100 * *r.accuracy);
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);
@@ -171,6 +176,28 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   std::fprintf(out, "wrote %s: %zu layers x %zu heads, %lld x %lld weights each\n", o.out.c_str(), maps.weights.size(),
                maps.weights.empty() ? size_t{0} : maps.weights[0].size(), static_cast<long long>(T),
                static_cast<long long>(T));
+  std::fflush(out);
+}
+
+void export_command(const ExportOptions& o, std::FILE* out) {
+  AG_CHECK(!o.hf.empty(), "--hf", "must name a folder");
+  AG_CHECK(!std::filesystem::exists(o.hf) || std::filesystem::is_directory(o.hf), "--hf", "'{}' is not a folder", o.hf);
+  const output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const data::Vocabulary& kept = ckpt.info.vocabulary;
+  // GPT-2's files go with the weights, checked to be the model's own, as transformers names them.
+  const bool with_tokenizer = kept.kind() == data::Vocabulary::Kind::gpt2 || !o.tokenizer.empty();
+  const data::Vocabulary vocabulary = with_tokenizer ? kept.attached(o.tokenizer, "--tokenizer") : kept;
+  output::write_hf_gpt2(o.hf, *ckpt.model, {.vocab_size = vocabulary.size()});
+  if (with_tokenizer) {
+    const data::BpeFiles from = data::BpeFiles::in(vocabulary.folder());
+    const std::filesystem::path to(o.hf);
+    for (const auto& [source, name] : {std::pair{from.encoder, "vocab.json"}, std::pair{from.merges, "merges.txt"}})
+      write_file_atomically("--hf", (to / name).string(), read_file(source.string(), "--tokenizer", std::uint64_t{64} << 20));
+  }
+  std::fprintf(out, "wrote %s: GPT-2 of %lld layers, width %lld, %lld positions, vocabulary %lld%s\n", o.hf.c_str(),
+               static_cast<long long>(ckpt.info.config.layers), static_cast<long long>(ckpt.info.config.width),
+               static_cast<long long>(ckpt.info.config.block), static_cast<long long>(vocabulary.size()),
+               with_tokenizer ? ", with GPT-2's tokenizer" : "");
   std::fflush(out);
 }
 

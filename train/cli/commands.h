@@ -1,5 +1,5 @@
 #pragma once
-// The five things the attograd program does, as functions the command line
+// The six things the attograd program does, as functions the command line
 // (train/cli/cli.cpp) and the tests call alike. Each prints to `out` and throws
 // attograd::Error on a user mistake.
 #include <cstdint>
@@ -66,6 +66,16 @@ struct AttentionPlotOptions {
   int threads = 0;
 };
 void attention_command(const AttentionPlotOptions& options, std::FILE* out);
+
+struct ExportOptions {
+  std::string ckpt;
+  std::string hf;         // the folder to write
+  std::string tokenizer;  // GPT-2's files, where the checkpoint's have moved
+};
+// Writes the checkpoint's model as Hugging Face's GPT-2 (train/output/hf_gpt2.h)
+// into options.hf, with the tokenizer's files as vocab.json and merges.txt when
+// the model reads GPT-2 tokens; one line on `out`.
+void export_command(const ExportOptions& options, std::FILE* out);
 
 // Text to token shards (train/data/prepare.h) on `threads` threads (0:
 // every core): a progress line on `progress` while it runs (not for stdin,

@@ -140,6 +140,9 @@ void add_train_run_flags(TrainFlags& t) {
   c.add_option("--out", t.options.out, "Run directory (default: runs/<task>, or runs/<file name> for --data; with --resume, the checkpoint's)");
   c.add_option("--resume", t.options.resume,
                "Continue from this checkpoint: its config is used, and N + N steps give exactly the weights of 2N");
+  c.add_option("--init-from", t.options.init_from,
+               "Start a new run from these weights (a checkpoint, or a Hugging Face GPT-2 folder): their shape and "
+               "vocabulary, with this run's data, schedule, dropout and steps (--block may crop the positions)");
   add_number(c, "--stop-at", t.options.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
   c.add_flag("--quiet", t.options.quiet, "No progress line (evaluations and the summary still print)");
 }
@@ -241,6 +244,16 @@ void add_prepare_command(CLI::App& app, PrepareFlags& flags) {
   add_number(c, "--threads", flags.threads, "CPU threads (0: every core)");
 }
 
+void add_export_command(CLI::App& app, ExportFlags& flags) {
+  flags.command = app.add_subcommand(
+      "export", "Write a checkpoint as Hugging Face's GPT-2 (config.json, model.safetensors, the tokenizer's files)");
+  CLI::App& c = *flags.command;
+  ExportOptions& o = flags.options;
+  c.add_option("--ckpt", o.ckpt, "Checkpoint file")->required();
+  c.add_option("--hf", o.hf, "Folder to write (transformers' GPT2LMHeadModel.from_pretrained reads it)")->required();
+  c.add_option("--tokenizer", o.tokenizer, "GPT-2's tokenizer folder, where the checkpoint's has moved");
+}
+
 CommandLine::CommandLine()
     : app("attograd: a minimal reverse-mode autograd framework, training a small GPT", "attograd") {
   app.set_version_flag("--version", std::string("attograd ") + version());
@@ -252,6 +265,7 @@ CommandLine::CommandLine()
   add_eval_command(app, eval);
   add_attention_command(app, attention);
   add_prepare_command(app, prepare);
+  add_export_command(app, export_);
 }
 
 }  // namespace attograd::train::cli

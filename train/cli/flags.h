@@ -51,6 +51,11 @@ struct AttentionFlags {
   AttentionPlotOptions options;
 };
 
+struct ExportFlags {
+  CLI::App* command = nullptr;
+  ExportOptions options;
+};
+
 struct PrepareFlags {
   CLI::App* command = nullptr;
   data::PrepareOptions options;
@@ -64,8 +69,9 @@ void add_sample_command(CLI::App& app, SampleFlags& flags);
 void add_eval_command(CLI::App& app, EvalFlags& flags);
 void add_attention_command(CLI::App& app, AttentionFlags& flags);
 void add_prepare_command(CLI::App& app, PrepareFlags& flags);
+void add_export_command(CLI::App& app, ExportFlags& flags);
 
-// The app with its four commands. CLI11 keeps pointers to the fields it
+// The app with its commands. CLI11 keeps pointers to the fields it
 // parses into, so a CommandLine is built in place and never copied or moved.
 struct CommandLine {
   CommandLine();
@@ -78,6 +84,7 @@ struct CommandLine {
   EvalFlags eval;
   AttentionFlags attention;
   PrepareFlags prepare;
+  ExportFlags export_;  // `export` is a keyword
 };
 
 }  // namespace attograd::train::cli

@@ -49,6 +49,20 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
   return c;
 }
 
+InitialWeights initial_weights(TrainOptions& o) {
+  output::LoadedCheckpoint source = output::load_checkpoint(o.init_from, "--init-from");
+  const TrainOptions& c = source.info.config;
+  o.layers = c.layers, o.heads = c.heads, o.width = c.width;
+  if (o.block == 0) o.block = c.block;
+  AG_CHECK(o.block <= c.block, "--block", "{} is longer than the {} positions '{}' was trained with", o.block, c.block,
+           o.init_from);
+  InitialWeights init{source.model->state_dict(), source.info.vocabulary};
+  Tensor& positions = init.state.at("wpe.weight");
+  positions = contiguous(narrow(positions, 0, 0, o.block));
+  if (!o.tokenizer.empty()) init.vocabulary = init.vocabulary.attached(o.tokenizer, "--tokenizer");
+  return init;
+}
+
 void check_process_split(const TrainOptions& o, const distributed::Communicator& comm) {
   AG_CHECK(o.batch % (comm.size() * o.grad_accum) == 0, "--batch",
            "{} sequences do not split evenly into {} processes x --grad-accum {} micro-batches", o.batch, comm.size(),

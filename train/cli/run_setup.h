@@ -25,6 +25,16 @@ namespace attograd::train::cli {
 // --data only names where the same text has moved.
 TrainOptions resumed_options(const TrainOptions& given, const output::LoadedCheckpoint& resumed);
 
+// What --init-from starts a new run from: the weights (positions cropped to the
+// run's block) and the vocabulary the data must be read with. Sets the
+// options' model shape from them: layers, heads, width, and block when it is 0
+// (not given); a longer block than the weights' is refused.
+struct InitialWeights {
+  nn::StateDict state;
+  data::Vocabulary vocabulary;
+};
+InitialWeights initial_weights(TrainOptions& options);
+
 // --batch, --fixed-split and --shard-optimizer against the process count.
 void check_process_split(const TrainOptions& o, const distributed::Communicator& comm);
 

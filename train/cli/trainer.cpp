@@ -103,7 +103,13 @@ class TrainingRun {
   // ---- 1. options: from a checkpoint when resuming, then every one validated;
   //         data, model and optimizer built (on every process: each reads the data itself)
   void build() {
+    std::optional<InitialWeights> init;
+    if (!o_.init_from.empty()) init = initial_weights(o_);
     if (!o_.resume.empty()) {
+      AG_CHECK(!std::filesystem::is_directory(o_.resume), "--resume",
+               "'{}' is a folder (Hugging Face's layout), not a run's checkpoint: start a new run from it with "
+               "--init-from",
+               o_.resume);
       resumed_ = output::load_checkpoint(o_.resume, "--resume");
       o_ = resumed_options(o_, resumed_);
       // A tokenizer given now is attached (checked against the one the model was trained with, if any).
@@ -117,13 +123,19 @@ class TrainingRun {
     check_process_split(o_, comm_);
     if (o_.out.empty())
       o_.out = output::first_free_run_dir(fs::path("runs") / run_name(o_)).string();
-    data_ = o_.resume.empty() ? data::make_dataset(dataset_spec(o_))
-                              : data::make_dataset(dataset_spec(o_), &resumed_.info.vocabulary,
-                                                   resumed_.info.data_fingerprint);
+    if (!o_.resume.empty())
+      data_ = data::make_dataset(dataset_spec(o_), &resumed_.info.vocabulary, resumed_.info.data_fingerprint);
+    else
+      data_ = data::make_dataset(dataset_spec(o_), init ? &init->vocabulary : nullptr);
+    // Text and token files are read with the weights' vocabulary; a task has its own, which must be it.
+    AG_CHECK(!init || data_->vocabulary() == init->vocabulary, "--init-from",
+             "'{}' was trained on another vocabulary ({} tokens) than the {} task's ({})", o_.init_from,
+             init ? init->vocabulary.size() : 0, o_.task, data_->vocabulary().size());
     data_->check_block(o_.block);
     if (reporter_) output::check_output_dir(o_.out, o_.resume);
     check_memory(o_, data_->vocabulary().size(), comm_.local_size(), comm_.size());
     model_ = o_.resume.empty() ? model::build_model(o_, data_->vocabulary().size()) : std::move(resumed_.model);
+    if (init) model_->load_state_dict(init->state);  // the new run's dropout and seed, the weights' values
 
     if (o_.threads > 0)
       set_num_threads(o_.threads);

@@ -91,17 +91,26 @@ BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
 BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
+BpeFiles BpeFiles::in(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "encoder.json")) return {dir / "encoder.json", dir / "vocab.bpe"};
+  return {dir / "vocab.json", dir / "merges.txt"};
+}
+
 BpeTokenizer BpeTokenizer::load(const std::filesystem::path& dir) {
-  const std::filesystem::path encoder = dir / "encoder.json", merges = dir / "vocab.bpe";
-  for (const auto& file : {encoder, merges})
+  const BpeFiles files = BpeFiles::in(dir);
+  for (const auto& file : {files.encoder, files.merges})
     AG_CHECK(std::filesystem::is_regular_file(file), "tokenizer",
-             "{} is missing: a GPT-2 tokenizer folder holds encoder.json and vocab.bpe", file.string());
-  return from_files(read_file(encoder.string(), "tokenizer", kMaxTokenizerFileBytes),
-                    read_file(merges.string(), "tokenizer", kMaxTokenizerFileBytes), dir.string());
+             "{} is missing: a GPT-2 tokenizer folder holds encoder.json and vocab.bpe (or Hugging Face's "
+             "vocab.json and merges.txt)",
+             file.string());
+  return from_files(read_file(files.encoder.string(), "tokenizer", kMaxTokenizerFileBytes),
+                    read_file(files.merges.string(), "tokenizer", kMaxTokenizerFileBytes), dir.string(),
+                    files.encoder.filename().string(), files.merges.filename().string());
 }
 
 BpeTokenizer BpeTokenizer::from_files(const std::string& encoder_json, const std::string& vocab_bpe,
-                                      const std::string& where) {
+                                      const std::string& where, const std::string& encoder_name,
+                                      const std::string& merges_name) {
   const std::vector<char32_t>& stand_ins = byte_stand_ins();
   // Ranks as tiktoken derives them: the 256 bytes in the order of their
   // stand-ins, then each merge's result in the order of vocab.bpe.
@@ -121,7 +130,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& encoder_json, const std
     }
     return bytes;
   };
-  const std::string merges_file = where + "/vocab.bpe", encoder_file = where + "/encoder.json";
+  const std::string merges_file = where + "/" + merges_name, encoder_file = where + "/" + encoder_name;
   std::istringstream lines(vocab_bpe);
   std::string line;
   for (std::int64_t number = 1; std::getline(lines, line); ++number) {
@@ -158,7 +167,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& encoder_json, const std
     ++checked;
   }
   AG_CHECK(checked == static_cast<std::int64_t>(tokens.size()), "tokenizer",
-           "{} has {} tokens besides {}, vocab.bpe makes {}", encoder_file, checked, kEndOfText, tokens.size());
+           "{} has {} tokens besides {}, {} makes {}", encoder_file, checked, kEndOfText, merges_name, tokens.size());
   AG_CHECK(end_of_text == static_cast<std::int64_t>(tokens.size()), "tokenizer",
            "{}: {} must follow the {} merged tokens, got id {}", encoder_file, kEndOfText, tokens.size(), end_of_text);
   tokens.push_back(kEndOfText);

@@ -20,17 +20,26 @@ namespace attograd::train::data {
 // for U+0100 on, in byte order.
 const std::vector<char32_t>& byte_stand_ins();
 
+// The two files of a tokenizer folder: OpenAI's encoder.json and vocab.bpe,
+// or the same files as Hugging Face names them, vocab.json and merges.txt.
+struct BpeFiles {
+  std::filesystem::path encoder, merges;
+  // OpenAI's names where encoder.json is in `dir`, else Hugging Face's (existing or not).
+  static BpeFiles in(const std::filesystem::path& dir);
+};
+
 class BpeTokenizer {
  public:
   static constexpr const char* kEndOfText = "<|endoftext|>";
 
-  // encoder.json and vocab.bpe of `dir`, checked against each other as
+  // The files of `dir` (BpeFiles::in), checked against each other as
   // tiktoken checks them (every merge's result has the next rank, the 256
   // bytes come first); a bad file gets one line naming it and what is wrong.
   static BpeTokenizer load(const std::filesystem::path& dir);
-  // The same from the files' contents; `where` names them in errors.
+  // The same from the files' contents; `where` and the names name them in errors.
   static BpeTokenizer from_files(const std::string& encoder_json, const std::string& vocab_bpe,
-                                 const std::string& where = "tokenizer");
+                                 const std::string& where = "tokenizer", const std::string& encoder_name = "encoder.json",
+                                 const std::string& merges_name = "vocab.bpe");
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;

@@ -1,12 +1,14 @@
 #include "train/output/checkpoint.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
 #include "train/data/tasks.h"
 #include "train/model/gpt.h"
+#include "train/output/hf_gpt2.h"
 #include "train/output/safetensors.h"
 
 namespace attograd::train::output {
@@ -151,7 +153,29 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const Optimi
   save_safetensors(path, tensors, meta);
 }
 
+LoadedCheckpoint load_hf_folder(const std::string& dir) {
+  HfGpt2 hf = read_hf_gpt2(dir);
+  AG_CHECK(hf.config.tie_weights, dir, "its lm_head is not tied to wte: attograd's GPT ties them");
+  LoadedCheckpoint out;
+  TrainOptions& c = out.info.config;
+  c.task.clear();  // no data of its own: neither a task nor a text
+  c.layers = hf.config.n_layer, c.heads = hf.config.n_head, c.width = hf.config.n_embd;
+  c.block = hf.config.block_size, c.dropout = hf.config.dropout;
+  c.dtype = "float32";
+  // Its tokenizer where the folder holds one (as save_pretrained writes it), else ids of its size.
+  const data::BpeFiles files = data::BpeFiles::in(dir);
+  out.info.vocabulary = std::filesystem::exists(files.encoder) ? data::Vocabulary::load_gpt2(dir, dir)
+                                                                : data::Vocabulary::of_ids(hf.config.vocab_size);
+  AG_CHECK(out.info.vocabulary.size() == hf.config.vocab_size, dir,
+           "its tokenizer holds {} tokens but its config's vocab_size is {}", out.info.vocabulary.size(),
+           hf.config.vocab_size);
+  out.model = model::build_model(c, hf.config.vocab_size);
+  out.model->load_state_dict(hf.state);
+  return out;
+}
+
 LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag) {
+  if (std::filesystem::is_directory(path)) return load_hf_folder(path);
   Safetensors file = load_safetensors(path, flag);
   return from_safetensors(std::move(file), path);
 }

@@ -64,7 +64,14 @@ struct LoadedCheckpoint {
 // file's own size before its tensors are known to fit the model its config
 // describes (dtype, vocabulary rows, parameter count, then names and shapes).
 // `flag` names the option the path came from when the file cannot be read.
+// A folder is read as Hugging Face's GPT-2 (load_hf_folder).
 LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt");
+// GPT-2 weights in Hugging Face's layout (train/output/hf_gpt2.h) as a
+// checkpoint of step 0 with no optimizer and no data of its own (its config's
+// task and data are empty): sample, eval --data and train --init-from read it.
+// Its vocabulary is the folder's tokenizer (vocab.json and merges.txt, or
+// encoder.json and vocab.bpe) where it holds one, else ids of vocab_size.
+LoadedCheckpoint load_hf_folder(const std::string& dir);
 // The same from the file's bytes; `what` names it in errors.
 LoadedCheckpoint parse_checkpoint(std::string_view bytes, const std::string& what);
 

@@ -121,7 +121,12 @@ nn::GPTConfig hf_read_config(const std::string& path) {
              j["tie_word_embeddings"].dump());
     c.tie_weights = j["tie_word_embeddings"].get<bool>();
   }
+  // attograd has one dropout rate: the folder's where its three agree (an export
+  // writes it back as it came), else none.
   c.dropout = 0.0;
+  const auto rate = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0; };
+  const double resid = rate("resid_pdrop");
+  if (resid == rate("embd_pdrop") && resid == rate("attn_pdrop") && resid >= 0 && resid < 1) c.dropout = resid;
   return c;
 }
 

@@ -36,7 +36,8 @@ namespace attograd::train::output {
 
 struct HfGpt2 {
   // vocab_size, block_size (n_positions), n_layer, n_head, n_embd and
-  // tie_weights from the folder; bias true and dropout 0 (inference) as nn's defaults.
+  // tie_weights from the folder, dropout its resid/embd/attn_pdrop where the
+  // three agree (else 0); bias true as nn's default.
   nn::GPTConfig config;
   // attograd's names and layouts ("blocks.0.attn.qkv.weight", (3C, C)),
   // float32 on the CPU: nn::GPT(config).load_state_dict(state) takes it as it is.
