@@ -165,6 +165,9 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
       {{"--attention-memory", "-2"}, {"[--attention-memory]", "-2"}},
       {{"--device", "cuda", "--attention-memory", "8"}, {"[--attention-memory] applies to the CPU's attention"}},
       {{"--optimizer", "sgd", "--beta2", "0.9"}, {"[--beta2] applies to AdamW, not to --optimizer sgd"}},
+      {{"--schedule", "step"}, {"[--schedule] unknown schedule 'step' (cosine, linear, constant, wsd)"}},
+      {{"--decay-fraction", "0.1"}, {"[--decay-fraction] applies to --schedule wsd, not to cosine"}},
+      {{"--schedule", "wsd", "--decay-fraction", "0"}, {"[--decay-fraction] must be in (0, 1], got 0"}},
       // About 11 TB of activations: refused up front, not killed by the kernel mid-step.
       {{"--batch", "1048576", "--width", "1024", "--layers", "8"},
        {"[--batch] 1048576 sequences", "raise --grad-accum"}},
@@ -430,6 +433,37 @@ TEST_CASE("learning rate: linear warm-up then cosine to min_lr", "[train]") {
   o.warmup = 0;
   CHECK(train::optim::learning_rate(o, 1) < 1.0);
   CHECK(train::optim::learning_rate(o, 1) > 0.99);
+}
+
+TEST_CASE("learning rate: linear, constant and warmup-stable-decay schedules after the same warm-up", "[train]") {
+  train::TrainOptions o;
+  o.lr = 1.0, o.warmup = 10, o.steps = 110, o.min_lr_ratio = 0.1;
+  const auto lr = [&](std::int64_t step) { return train::optim::learning_rate(o, step); };
+  o.schedule = "linear";
+  CHECK(lr(5) == Approx(0.5));
+  CHECK(lr(10) == Approx(1.0));
+  CHECK(lr(60) == Approx(0.55));  // halfway down the line
+  CHECK(lr(85) == Approx(0.325));
+  CHECK(lr(110) == Approx(0.1));
+  o.schedule = "constant";
+  CHECK(lr(5) == Approx(0.5));
+  for (std::int64_t step : {10, 60, 110}) CHECK(lr(step) == 1.0);
+  o.schedule = "wsd", o.decay_fraction = 0.2;  // stable to step 88, then down over the last 22
+  CHECK(lr(5) == Approx(0.5));
+  CHECK(lr(60) == 1.0);
+  CHECK(lr(88) == 1.0);
+  CHECK(lr(99) == Approx(0.55));
+  CHECK(lr(110) == Approx(0.1));
+  o.decay_fraction = 1.0;  // the whole run decays, but not the warm-up
+  CHECK(lr(10) == Approx(1.0));
+  CHECK(lr(60) == Approx(0.55));
+  // A run's schedule is in its checkpoint's config.
+  o.schedule = "wsd", o.decay_fraction = 0.3;
+  const train::TrainOptions back = train::config_from_json(train::config_to_json(o));
+  CHECK(back.schedule == "wsd");
+  CHECK(back.decay_fraction == 0.3);
+  CHECK(train::config_from_json(R"({"task":"sort","task_size":4,"heldout":10,"data":"","layers":1,"heads":1,"width":8,"block":8,"dropout":0,"optimizer":"adamw","batch":2,"steps":3,"lr":0.1,"warmup":0,"min_lr_ratio":0.1,"weight_decay":0,"beta1":0.9,"beta2":0.99,"momentum":0.9,"grad_clip":1,"seed":1})")
+            .schedule == "cosine");  // before there was a choice
 }
 
 TEST_CASE("gradient clipping by global norm", "[train]") {

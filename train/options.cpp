@@ -72,6 +72,10 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.steps >= 1, "--steps", "must be >= 1, got {}", o.steps);
   AG_CHECK(std::isfinite(o.lr) && o.lr > 0, "--lr", "must be a finite number > 0, got {}", o.lr);
   AG_CHECK(o.warmup >= 0, "--warmup", "must be >= 0, got {}", o.warmup);
+  AG_CHECK(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant" || o.schedule == "wsd",
+           "--schedule", "unknown schedule '{}' (cosine, linear, constant, wsd)", o.schedule);
+  AG_CHECK(std::isfinite(o.decay_fraction) && o.decay_fraction > 0 && o.decay_fraction <= 1, "--decay-fraction",
+           "must be in (0, 1], got {}", o.decay_fraction);
   AG_CHECK(std::isfinite(o.min_lr_ratio) && o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--min-lr-ratio",
            "must be in [0, 1], got {}", o.min_lr_ratio);
   AG_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, "--weight-decay", "must be finite and >= 0, got {}",
@@ -133,6 +137,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--lr", str(o.lr)},
           {"--warmup", str(o.warmup)},
           {"--min-lr-ratio", str(o.min_lr_ratio)},
+          {"--schedule", o.schedule},
+          {"--decay-fraction", str(o.decay_fraction)},
           {"--weight-decay", str(o.weight_decay)},
           {"--beta1", str(o.beta1)},
           {"--beta2", str(o.beta2)},
@@ -165,7 +171,7 @@ std::string config_to_json(const TrainOptions& o) {
       {"weight_decay", o.weight_decay}, {"beta1", o.beta1},   {"beta2", o.beta2},
       {"momentum", o.momentum},   {"grad_clip", o.grad_clip}, {"seed", o.seed},
       {"dtype", dtype_name(compute_dtype(o))}, {"data_format", o.data_format}, {"val_data", o.val_data},
-      {"vocab_size", o.vocab_size}};
+      {"vocab_size", o.vocab_size}, {"schedule", o.schedule}, {"decay_fraction", o.decay_fraction}};
   return j.dump();
 }
 
@@ -226,6 +232,8 @@ TrainOptions config_from_json(const std::string& json) {
     if (j.contains("data_format")) read_field(j, "data_format", o.data_format);
     if (j.contains("val_data")) read_field(j, "val_data", o.val_data);
     if (j.contains("vocab_size")) read_field(j, "vocab_size", o.vocab_size);
+    if (j.contains("schedule")) read_field(j, "schedule", o.schedule);  // cosine before there was a choice
+    if (j.contains("decay_fraction")) read_field(j, "decay_fraction", o.decay_fraction);
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint", "config metadata is malformed: {}", e.what());
   }

@@ -32,8 +32,10 @@ struct TrainOptions {
   std::string optimizer = "adamw";  // adamw | sgd
   std::int64_t batch = 64, steps = 400;
   double lr = 5e-3;
-  std::int64_t warmup = 30;         // linear warm-up steps, then cosine decay to lr * min_lr_ratio
+  std::int64_t warmup = 30;         // linear warm-up steps, then the schedule's decay to lr * min_lr_ratio
   double min_lr_ratio = 0.1;
+  std::string schedule = "cosine";  // cosine | linear | constant | wsd (train/optim/schedule.h)
+  double decay_fraction = 0.2;      // wsd: the last fraction of the steps that decays
   double weight_decay = 0.1;        // AdamW: decoupled; SGD: L2 (never on biases, norms, embeddings)
   double beta1 = 0.9, beta2 = 0.99; // AdamW
   double momentum = 0.9;            // SGD

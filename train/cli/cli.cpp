@@ -111,6 +111,8 @@ void apply_preset_rules(TrainFlags& train) {
     AG_CHECK(o.optimizer != "sgd" || !flag_given(train, name), name, "applies to AdamW, not to --optimizer sgd");
   AG_CHECK(o.optimizer != "adamw" || !flag_given(train, "--momentum"), "--momentum",
            "applies to SGD, not to --optimizer adamw");
+  AG_CHECK(o.schedule == "wsd" || !flag_given(train, "--decay-fraction"), "--decay-fraction",
+           "applies to --schedule wsd, not to {}", o.schedule);
 }
 
 // Returns 0, or the exit status of a run stopped by a signal (after its checkpoint is saved).

@@ -113,8 +113,12 @@ void add_train_optimization_flags(TrainFlags& t) {
                   "Optimizer steps in the whole run (the schedule's length; may be raised on --resume)");
   add_preset_flag(t, &TrainOptions::lr, "--lr", "Peak learning rate");
   add_preset_flag(t, &TrainOptions::warmup, "--warmup",
-                  "Linear warm-up steps, then cosine decay to lr * --min-lr-ratio");
+                  "Linear warm-up steps, then the schedule's decay to lr * --min-lr-ratio");
   add_preset_flag(t, &TrainOptions::min_lr_ratio, "--min-lr-ratio", "Final learning rate / peak");
+  add_preset_flag(t, &TrainOptions::schedule, "--schedule",
+                  "After warm-up: cosine (to the last step), linear (to the last step), constant, or wsd (constant, "
+                  "then linear over the last --decay-fraction of the steps)");
+  add_preset_flag(t, &TrainOptions::decay_fraction, "--decay-fraction", "wsd: the fraction of the steps that decays");
   add_preset_flag(t, &TrainOptions::weight_decay, "--weight-decay",
                   "AdamW: decoupled weight decay; SGD: L2. Applied to Linear weights only: never to biases, "
                   "LayerNorm or embeddings");

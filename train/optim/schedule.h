@@ -1,6 +1,12 @@
 #pragma once
 // The learning-rate schedule: linear warm-up from lr / warmup to lr over the
-// first `warmup` steps, then cosine decay to lr * min_lr_ratio at the last step.
+// first `warmup` steps, then, by options.schedule, to lr * min_lr_ratio:
+//   cosine    a cosine to the last step (nanoGPT's)
+//   linear    a straight line to the last step (llm.c's)
+//   constant  none: lr to the end
+//   wsd       warmup-stable-decay: lr until the last decay_fraction of the
+//             steps, then a straight line (MiniCPM's; a run may be continued
+//             from a checkpoint of its stable part with more steps)
 #include <cstdint>
 
 #include "train/options.h"
