@@ -315,6 +315,24 @@ TEST_CASE("token runs with GPT-2's tokenizer: train, eval with perplexity, sampl
   greedy.ckpt = ckpt, greedy.tokens = 5, greedy.temperature = 0;
   const std::string text = train::cli::sample_command(greedy, null_out());
   CHECK(text == "<|endoftext|> the cat");
+  // A document ends at <|endoftext|>, unless --no-stop.
+  const CliResult stop = cli({"sample", "--ckpt", ckpt, "--temperature", "0", "--max-tokens", "20"});
+  CHECK(stop.out == "<|endoftext|> the cat<|endoftext|>\n");
+  const CliResult on = cli({"sample", "--ckpt", ckpt, "--temperature", "0", "--max-tokens", "7", "--no-stop"});
+  CHECK(on.out == "<|endoftext|> the cat<|endoftext|> the\n");
+  // Several samples, each its own, between nanoGPT's separators; a prompt from a file.
+  write_text(dir / "prompt.txt", " the");
+  const CliResult many = cli({"sample", "--ckpt", ckpt, "--prompt-file", dir / "prompt.txt", "--num-samples", "3",
+                              "--temperature", "3", "--max-tokens", "6", "--seed", "4"});
+  INFO(many.err);
+  REQUIRE(many.code == 0);
+  std::size_t separators = 0;
+  for (auto at = many.out.find("\n---------------\n"); at != std::string::npos; at = many.out.find("\n---------------\n", at + 1))
+    ++separators;
+  CHECK(separators == 2);
+  CHECK(many.out.rfind(" the", 0) == 0);
+  CHECK_THAT(cli({"sample", "--ckpt", ckpt, "--prompt", "x", "--prompt-file", dir / "prompt.txt"}).err,
+             Catch::Contains("[--prompt-file] cannot go with --prompt"));
   fs::rename(dir / "tok", dir / "tok2");
   const CliResult gone = cli({"sample", "--ckpt", ckpt});
   CHECK(gone.code != 0);

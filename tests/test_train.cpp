@@ -935,6 +935,27 @@ TEST_CASE("generation with the KV cache gives the tokens of generation without i
   CHECK(train::model::pick_token(logits, {.temperature = 5, .top_k = 1}, 0.99) == 1);
   CHECK(train::model::pick_token(logits, {.temperature = 1, .top_k = 2}, 0.999) == 3);
   CHECK(train::model::pick_token(logits, {.temperature = 1}, 0.0) == 0);
+  // top-p: probabilities e^0, e^2, e^1, e^3 (0.03, 0.24, 0.09, 0.64): 0.6 keeps token 3 alone, 0.7 tokens 3 and 1.
+  const std::vector<float> ranked = {0.0f, 2.0f, 1.0f, 3.0f};
+  for (double u : {0.0, 0.5, 0.999}) CHECK(train::model::pick_token(ranked, {.top_p = 0.6}, u) == 3);
+  CHECK(train::model::pick_token(ranked, {.top_p = 0.7}, 0.1) == 1);
+  CHECK(train::model::pick_token(ranked, {.top_p = 0.7}, 0.9) == 3);
+  CHECK(train::model::pick_token(ranked, {.top_p = 1.0}, 0.0) == 0);
+  // Padded rows past vocab_limit are never drawn, greedy or not.
+  CHECK(train::model::pick_token(ranked, {.temperature = 0, .vocab_limit = 3}, 0.5) == 1);
+  for (double u : {0.0, 0.5, 0.999}) CHECK(train::model::pick_token(ranked, {.vocab_limit = 3}, u) != 3);
+  // Generation ends after the stop token; each stream is its own draws, stream 0 the default.
+  const std::vector<std::int64_t> greedy = train::model::generate(*model, {3, 1}, {.tokens = 6, .temperature = 0});
+  const std::vector<std::int64_t> stopped =
+      train::model::generate(*model, {3, 1}, {.tokens = 6, .temperature = 0, .stop_token = greedy[2]});
+  CHECK(stopped == std::vector<std::int64_t>(greedy.begin(), greedy.begin() + 3));
+  const auto drawn = [&](std::uint64_t stream) {
+    return train::model::generate(*model, {3}, {.tokens = 30, .temperature = 2, .seed = 5, .stream = stream});
+  };
+  CHECK(drawn(0) == train::model::generate(*model, {3}, {.tokens = 30, .temperature = 2, .seed = 5}));
+  CHECK(drawn(1) != drawn(0));
+  CHECK(drawn(1) == drawn(1));
+  REQUIRE_THROWS_WITH(train::model::generate(*model, {3}, {.top_p = 0}), Catch::Contains("[--top-p] must be in (0, 1]"));
 }
 
 TEST_CASE("exact match from one forward pass equals greedy decoding of every answer", "[train]") {

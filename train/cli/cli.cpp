@@ -139,6 +139,7 @@ void run_sample(SampleFlags& sample, const Streams& streams) {
   if (sample.prompt_flag->count() > 0) sample.options.prompt = sample.prompt;
   if (sample.tokens_flag->count() > 0) sample.options.tokens = sample.tokens;
   sample.options.use_cache = !sample.no_cache;
+  sample.options.stop_at_end_of_text = !sample.no_stop;
   sample_command(sample.options, streams.out);
 }
 

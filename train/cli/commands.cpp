@@ -59,6 +59,9 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   AG_CHECK(std::isfinite(o.temperature) && o.temperature >= 0, "--temperature", "must be finite and >= 0, got {}",
            o.temperature);
   AG_CHECK(o.top_k >= 0, "--top-k", "must be >= 0 (0: all), got {}", o.top_k);
+  AG_CHECK(o.num_samples >= 1 && o.num_samples <= 10000, "--num-samples", "must be in [1, 10000], got {}",
+           o.num_samples);
+  AG_CHECK(!o.prompt || o.prompt_file.empty(), "--prompt-file", "cannot go with --prompt: give one of them");
   const Device device = checked_device(o.device);
   set_threads(o.threads);
   output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
@@ -68,6 +71,8 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   std::string prompt;
   if (o.prompt) {
     prompt = *o.prompt;
+  } else if (!o.prompt_file.empty()) {
+    prompt = read_file(o.prompt_file, "--prompt-file", std::uint64_t{16} << 20);
   } else if (const auto eot = tok.end_of_text()) {
     prompt = tok.decode({*eot});  // unconditional: a document's start
   } else {
@@ -79,25 +84,32 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
     }
   }
   AG_CHECK(!prompt.empty(), "--prompt", "must hold at least one character");
-  const std::vector<std::int64_t> ids = tok.encode(prompt, "--prompt");
+  const std::vector<std::int64_t> ids = tok.encode(prompt, o.prompt_file.empty() ? "--prompt" : "--prompt-file");
   const TrainOptions& config = ckpt.info.config;
   const std::int64_t tokens = o.tokens                ? *o.tokens
                               : is_task_run(config) ? data::task_answer_length(data::parse_task(config.task), config.task_size)
                                                     : 200;
   if (!device.is_cpu()) ckpt.model->to(device);
-  const std::vector<std::int64_t> seq = model::generate(
-      *ckpt.model, ids,
-      {.tokens = tokens,
-       .temperature = o.temperature,
-       .top_k = o.top_k,
-       .seed = o.seed,
-       .use_cache = o.use_cache,
-       .dtype = dtype},
-      device);
-  const std::string text = tok.decode(seq);
-  std::fprintf(out, "%s\n", text.c_str());
+  model::GenerateOptions generate{.tokens = tokens,
+                                  .temperature = o.temperature,
+                                  .top_k = o.top_k,
+                                  .top_p = o.top_p,
+                                  .seed = o.seed,
+                                  .use_cache = o.use_cache,
+                                  .dtype = dtype,
+                                  .vocab_limit = tok.size()};
+  // A GPT-2 document ends at <|endoftext|>: what follows would be another.
+  if (o.stop_at_end_of_text && tok.end_of_text()) generate.stop_token = *tok.end_of_text();
+  std::string printed;
+  for (std::int64_t n = 0; n < o.num_samples; ++n) {
+    generate.stream = static_cast<std::uint64_t>(n);
+    if (n > 0) printed += std::string(kSampleSeparator) + "\n";
+    printed += tok.decode(model::generate(*ckpt.model, ids, generate, device)) + "\n";
+  }
+  std::fputs(printed.c_str(), out);
   std::fflush(out);
-  return text;
+  printed.pop_back();  // the caller gets the text, not the line's end
+  return printed;
 }
 
 EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progress) {

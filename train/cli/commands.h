@@ -26,12 +26,20 @@ struct TrainSummary {
 // `options` must have its presets applied (the CLI does); validated here.
 TrainSummary train_command(TrainOptions options, std::FILE* out);
 
+// Printed between samples (nanoGPT's).
+inline constexpr const char* kSampleSeparator = "---------------";
+
 struct SampleOptions {
   std::string ckpt;
-  std::optional<std::string> prompt;  // none: a held-out problem's prompt (tasks) or the text's first character
+  std::optional<std::string> prompt;  // none: a held-out problem's prompt (tasks), the text's first character, or
+                                      // GPT-2's <|endoftext|> (unconditional samples)
+  std::string prompt_file;            // the prompt from this file instead
   std::optional<std::int64_t> tokens;  // none: the answer's length for tasks, 200 characters for text
   double temperature = 1.0;           // 0: greedy
   std::int64_t top_k = 0;             // 0: the whole vocabulary
+  double top_p = 1.0;                 // nucleus sampling (train/model/generate.h); 1: off
+  std::int64_t num_samples = 1;       // samples from the same prompt, each its own draws
+  bool stop_at_end_of_text = true;    // GPT-2 models: a sample ends at <|endoftext|>
   std::uint64_t seed = 0;
   bool use_cache = true;              // a key/value cache: each new token costs one position
   int threads = 0;
@@ -39,7 +47,9 @@ struct SampleOptions {
   std::string dtype;                  // float32 or bfloat16; "": the checkpoint's
   std::string tokenizer;              // GPT-2's files, where the checkpoint's have moved or it kept none
 };
-std::string sample_command(const SampleOptions& options, std::FILE* out);  // returns prompt + generated text
+// Prints each sample (prompt + generated text) on its own lines, kSampleSeparator between; returns what it printed
+// without the last line's end.
+std::string sample_command(const SampleOptions& options, std::FILE* out);
 
 struct EvalOptions {
   std::string ckpt;

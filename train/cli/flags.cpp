@@ -188,13 +188,19 @@ void add_sample_command(CLI::App& app, SampleFlags& flags) {
   flags.command = app.add_subcommand("sample", "Generate text from a checkpoint (with a key/value cache)");
   CLI::App& c = *flags.command;
   SampleOptions& o = flags.options;
-  c.add_option("--ckpt", o.ckpt, "Checkpoint file")->required();
+  c.add_option("--ckpt", o.ckpt, "Checkpoint file, or a Hugging Face GPT-2 folder")->required();
   flags.prompt_flag = c.add_option(
-      "--prompt", flags.prompt, "Text to continue (default: a held-out problem for tasks, the text's first character)");
+      "--prompt", flags.prompt,
+      "Text to continue (default: a held-out problem for tasks, the text's first character, <|endoftext|> for GPT-2 "
+      "tokens)");
   flags.tokens_flag =
-      add_number(c, "--tokens", flags.tokens, "Tokens to generate (tasks: the answer's length unless given)");
+      add_number(c, "--tokens,--max-tokens", flags.tokens, "Tokens to generate at most (tasks: the answer's length unless given)");
   c.add_option("--temperature", o.temperature, "Softmax temperature (0: greedy)");
   add_number(c, "--top-k", o.top_k, "Sample among the k likeliest tokens (0: all)");
+  c.add_option("--top-p", o.top_p, "Sample among the likeliest tokens holding this much probability (1: all)");
+  add_number(c, "--num-samples", o.num_samples, "Samples from the prompt, each its own draws");
+  c.add_option("--prompt-file", o.prompt_file, "Read the prompt from this file");
+  c.add_flag("--no-stop", flags.no_stop, "GPT-2 models: go on past <|endoftext|> (default: a sample ends there)");
   add_number(c, "--seed", o.seed, "Sampling seed");
   add_number(c, "--threads", o.threads, "CPU threads (0: every core)");
   c.add_option("--device", o.device, "cpu or cuda");
@@ -209,7 +215,7 @@ void add_eval_command(CLI::App& app, EvalFlags& flags) {
       "eval", "Held-out loss over the whole held-out set and, for tasks, exact-match accuracy of a checkpoint");
   CLI::App& c = *flags.command;
   EvalOptions& o = flags.options;
-  c.add_option("--ckpt", o.ckpt, "Checkpoint file")->required();
+  c.add_option("--ckpt", o.ckpt, "Checkpoint file, or a Hugging Face GPT-2 folder")->required();
   c.add_option("--data", o.data, "Text runs: evaluate on this file instead of the one trained on");
   flags.max_batches_flag =
       add_number(c, "--max-batches", flags.max_batches,
@@ -253,7 +259,7 @@ void add_export_command(CLI::App& app, ExportFlags& flags) {
       "export", "Write a checkpoint as Hugging Face's GPT-2 (config.json, model.safetensors, the tokenizer's files)");
   CLI::App& c = *flags.command;
   ExportOptions& o = flags.options;
-  c.add_option("--ckpt", o.ckpt, "Checkpoint file")->required();
+  c.add_option("--ckpt", o.ckpt, "Checkpoint file, or a Hugging Face GPT-2 folder")->required();
   c.add_option("--hf", o.hf, "Folder to write (transformers' GPT2LMHeadModel.from_pretrained reads it)")->required();
   c.add_option("--tokenizer", o.tokenizer, "GPT-2's tokenizer folder, where the checkpoint's has moved");
 }

@@ -36,6 +36,7 @@ struct SampleFlags {
   std::int64_t tokens = 200;
   CLI::Option* tokens_flag = nullptr;
   bool no_cache = false;
+  bool no_stop = false;
 };
 
 // --max-batches fills options.max_batches only when given (as SampleFlags' --tokens).

@@ -11,7 +11,26 @@
 
 namespace attograd::train::model {
 
-std::int64_t pick_token(const std::vector<float>& logits, const GenerateOptions& options, double uniform) {
+namespace {
+// Zeroes every probability outside the smallest set of the likeliest ones that
+// holds `top_p` of `total` (ties in the order of their ids).
+void keep_nucleus(std::vector<double>& p, double total, double top_p) {
+  std::vector<std::int64_t> order(p.size());
+  for (std::size_t i = 0; i < p.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return p[a] > p[b]; });
+  double kept = 0;
+  std::size_t n = 0;
+  while (n < order.size() && p[order[n]] > 0 && (n == 0 || kept < top_p * total)) kept += p[order[n++]];
+  for (std::size_t i = n; i < order.size(); ++i) p[order[i]] = 0;
+}
+}  // namespace
+
+std::int64_t pick_token(const std::vector<float>& all_logits, const GenerateOptions& options, double uniform) {
+  // Padded rows are no token: never drawn.
+  const std::vector<float> logits(all_logits.begin(),
+                                  options.vocab_limit > 0 && options.vocab_limit < static_cast<std::int64_t>(all_logits.size())
+                                      ? all_logits.begin() + options.vocab_limit
+                                      : all_logits.end());
   const auto V = static_cast<std::int64_t>(logits.size());
   if (options.temperature == 0) return std::max_element(logits.begin(), logits.end()) - logits.begin();
   // Top-k: everything below the k-th largest logit is excluded (ties at the threshold are kept).
@@ -27,6 +46,11 @@ std::int64_t pick_token(const std::vector<float>& logits, const GenerateOptions&
   for (std::int64_t i = 0; i < V; ++i) {
     p[i] = logits[i] >= threshold ? std::exp((logits[i] - top) / options.temperature) : 0.0;
     total += p[i];
+  }
+  if (options.top_p < 1) {
+    keep_nucleus(p, total, options.top_p);
+    total = 0;
+    for (double x : p) total += x;
   }
   // Inverse CDF; the last token with probability takes any rounding remainder.
   double cumulative = 0, target = uniform * total;
@@ -46,6 +70,8 @@ std::vector<std::int64_t> generate(nn::GPT& model, const std::vector<std::int64_
   AG_CHECK(std::isfinite(options.temperature) && options.temperature >= 0, "--temperature",
            "must be finite and >= 0, got {}", options.temperature);
   AG_CHECK(options.top_k >= 0, "--top-k", "must be >= 0, got {}", options.top_k);
+  AG_CHECK(std::isfinite(options.top_p) && options.top_p > 0 && options.top_p <= 1, "--top-p",
+           "must be in (0, 1], got {}", options.top_p);
   AG_CHECK(options.tokens >= 0, "--tokens", "must be >= 0, got {}", options.tokens);
   NoGradGuard no_grad;
   model.eval();
@@ -78,8 +104,10 @@ std::vector<std::int64_t> generate(nn::GPT& model, const std::vector<std::int64_
     } else {
       logits = model.forward(as_tensor(seq.end() - 1, seq.end()), cache);
     }
-    const double u = philox_uniform(options.seed, 0, static_cast<std::uint64_t>(i));
+    // Streams start 2^40 counters apart: no sample's draws are another's.
+    const double u = philox_uniform(options.seed, options.stream << 40, static_cast<std::uint64_t>(i));
     seq.push_back(pick_token(last_row(logits), options, u));
+    if (seq.back() == options.stop_token) break;
   }
   return seq;
 }

@@ -13,12 +13,20 @@
 namespace attograd::train::model {
 
 struct GenerateOptions {
-  std::int64_t tokens = 100;  // new tokens to generate
+  std::int64_t tokens = 100;  // new tokens to generate (at most)
   double temperature = 1.0;   // 0: greedy (argmax)
   std::int64_t top_k = 0;     // 0: the whole vocabulary
-  std::uint64_t seed = 0;     // the draw for new token i is philox(seed, i): reproducible
+  // Nucleus sampling: only the likeliest tokens whose probabilities (after the
+  // temperature and top-k) add up to top_p are drawn from; 1: all of them.
+  double top_p = 1.0;
+  std::uint64_t seed = 0;     // the draw for new token i is philox(seed, i) of the stream: reproducible
+  std::uint64_t stream = 0;   // another sample from the same seed (below 2^24)
   bool use_cache = true;
   DType dtype = DType::f32;   // bfloat16: the forward under autocast (autograd/autocast.h)
+  std::int64_t stop_token = -1;  // generation ends after this token (GPT-2's <|endoftext|>); -1: none
+  // Ids at or above this are never drawn (a vocabulary padded past its
+  // tokenizer, as nanoGPT's 50304 rows for GPT-2's 50257 tokens); 0: none are excluded.
+  std::int64_t vocab_limit = 0;
 };
 
 // Returns prompt + generated tokens. The prompt must not be empty.
