@@ -46,6 +46,8 @@ const GPTConfig& GPT::checked(const GPTConfig& c) {
   AG_CHECK(c.vocab_size > 0 && c.block_size > 0 && c.n_layer > 0 && c.n_head > 0 && c.n_embd > 0, "GPT",
            "sizes must be positive: vocab_size {}, block_size {}, n_layer {}, n_head {}, n_embd {}", c.vocab_size,
            c.block_size, c.n_layer, c.n_head, c.n_embd);
+  AG_CHECK(c.token_count >= 0 && c.token_count <= c.vocab_size, "GPT", "token_count {} is not in [0, vocab_size {}]",
+           c.token_count, c.vocab_size);
   return c;
 }
 
@@ -117,8 +119,13 @@ Tensor GPT::forward(const Tensor& tokens, KVCache& cache) const {
   return run(tokens, &cache);
 }
 
+Tensor GPT::token_logits(const Tensor& logits) const {
+  const std::int64_t tokens = config_.token_count;
+  return tokens > 0 && tokens < config_.vocab_size ? narrow(logits, -1, 0, tokens) : logits;
+}
+
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets, std::int64_t ignore_index) const {
-  return cross_entropy(forward(tokens), targets, ignore_index);
+  return cross_entropy(token_logits(forward(tokens)), targets, ignore_index);
 }
 
 }  // namespace attograd::nn

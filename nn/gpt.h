@@ -28,6 +28,10 @@ namespace attograd::nn {
 
 struct GPTConfig {
   std::int64_t vocab_size = 65;
+  // Rows of the vocabulary that are tokens; those past it pad the embedding and
+  // head for speed (nanoGPT's 50304 for GPT-2's 50257) and their logits enter
+  // no loss. 0: every row is a token.
+  std::int64_t token_count = 0;
   std::int64_t block_size = 128;  // longest sequence (positions 0 .. block_size-1)
   std::int64_t n_layer = 4;
   std::int64_t n_head = 4;
@@ -76,8 +80,10 @@ class GPT : public Module {
   // a graph. cache.length() + T_new must not exceed block_size.
   Tensor forward(const Tensor& tokens, KVCache& cache) const;
   // Mean cross-entropy of forward(tokens) against int64 targets (B, T),
-  // skipping targets equal to ignore_index.
+  // skipping targets equal to ignore_index, over the tokens' logits only.
   Tensor loss(const Tensor& tokens, const Tensor& targets, std::int64_t ignore_index = -100) const;
+  // The logits of the tokens: (B, T, token_count) of forward's (B, T, vocab_size), a view.
+  Tensor token_logits(const Tensor& logits) const;
 
   KVCache make_cache() const { return KVCache(config_.n_layer); }
   const GPTConfig& config() const { return config_; }

@@ -14,7 +14,9 @@
 #include "program_helpers.h"
 #include "train/cli/commands.h"
 #include "train/data/shards.h"
+#include "autograd/ops.h"
 #include "train/data/vocabulary.h"
+#include "train/model/gpt.h"
 #include "train/output/checkpoint.h"
 #include "train/output/safetensors.h"
 
@@ -131,6 +133,40 @@ TEST_CASE("init-from: a new run starts from the weights with its own data, sched
   CHECK_THAT(error({"--init-from", run.ckpt, "--task", "sort"}),
              Catch::Contains("[--init-from]") && Catch::Contains("another vocabulary (260 tokens) than the sort task's"));
   CHECK_THAT(error({"--init-from", run.dir / "missing"}), Catch::Contains("[--init-from]") && Catch::Contains("missing"));
+}
+
+}  // namespace attograd::test
+
+namespace attograd::test {
+
+TEST_CASE("a padded vocabulary: padded logits enter no loss, their rows never learn, export writes the tokens' rows",
+          "[hf][tokens]") {
+  SmallBpeRun run;
+  const CliResult r = cli({"train", "--data", run.dir / "data", "--tokenizer", run.dir / "tok", "--vocab-size", "320",
+                           "--out", run.dir / "padded", "--layers", "1", "--width", "16", "--heads", "2", "--block", "8",
+                           "--batch", "4", "--steps", "4", "--eval-interval", "4", "--quiet"});
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const train::output::LoadedCheckpoint padded = train::output::load_checkpoint(run.dir / "padded/ckpt.safetensors");
+  padded.model->eval();  // no dropout: the two losses below see the same logits
+  const nn::GPT& model = *padded.model;
+  REQUIRE(model.config().vocab_size == 320);
+  REQUIRE(model.config().token_count == 260);
+  // The loss is over the 260 tokens' logits: not the cross-entropy over all 320 rows.
+  const Tensor tokens = from_vector(std::vector<std::int64_t>{258, 3, 5, 259, 258, 7}, {1, 6});
+  const Tensor targets = from_vector(std::vector<std::int64_t>{3, 5, 259, 258, 7, 1}, {1, 6});
+  const Tensor logits = model.forward(tokens);
+  const double loss = model.loss(tokens, targets).item();
+  CHECK(loss == Approx(cross_entropy(narrow(logits, -1, 0, 260), targets).item()).epsilon(1e-6));
+  CHECK(loss != Approx(cross_entropy(logits, targets).item()).epsilon(1e-6));
+  // No gradient reaches the padded rows: after training they are as initialised.
+  const std::unique_ptr<nn::GPT> fresh = train::model::build_model(padded.info.config, 260);
+  const std::vector<float> trained = floats(model.wte.weight), initial = floats(fresh->wte.weight);
+  CHECK(std::equal(trained.begin() + 260 * 16, trained.end(), initial.begin() + 260 * 16));
+  CHECK_FALSE(std::equal(trained.begin(), trained.begin() + 260 * 16, initial.begin()));
+  // Transformers sees the tokens' 260 rows.
+  REQUIRE(cli({"export", "--ckpt", run.dir / "padded/ckpt.safetensors", "--hf", run.dir / "hf"}).code == 0);
+  CHECK(train::output::load_checkpoint(run.dir / "hf").model->config().vocab_size == 260);
 }
 
 }  // namespace attograd::test

@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string data;              // a UTF-8 text file (characters), or token files (train/data/token_data.h)
   std::string data_format;       // text, shards or nanogpt; "" (auto): token files by their name
   std::string val_data;          // token files held out ("": found beside `data`)
-  std::int64_t vocab_size = 0;   // token ids with no tokenizer ("0": the tokenizer's)
+  std::int64_t vocab_size = 0;   // the model's rows: ids with no tokenizer, or padding past it (0: the tokenizer's)
 
   // ---- model
   std::int64_t layers = 2, heads = 4, width = 64;

@@ -94,7 +94,9 @@ void add_train_problem_flags(TrainFlags& t) {
                "Folder with GPT-2's encoder.json and vocab.bpe, for token files (tests/reference/gpt2_tokenizer.py "
                "fetch DIR)");
   add_preset_flag(t, &TrainOptions::vocab_size, "--vocab-size",
-                  "Token files without --tokenizer: ids below this (0: the tokenizer's size)");
+                  "Token files: without --tokenizer, their ids are below this; with it, a larger size pads the "
+                  "vocabulary (50304 for GPT-2: whole tiles for the products; padded logits enter no loss and no "
+                  "sample). 0: the tokenizer's size");
 }
 
 void add_train_model_flags(TrainFlags& t) {

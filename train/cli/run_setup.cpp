@@ -52,7 +52,7 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
 InitialWeights initial_weights(TrainOptions& o) {
   output::LoadedCheckpoint source = output::load_checkpoint(o.init_from, "--init-from");
   const TrainOptions& c = source.info.config;
-  o.layers = c.layers, o.heads = c.heads, o.width = c.width;
+  o.layers = c.layers, o.heads = c.heads, o.width = c.width, o.vocab_size = c.vocab_size;
   if (o.block == 0) o.block = c.block;
   AG_CHECK(o.block <= c.block, "--block", "{} is longer than the {} positions '{}' was trained with", o.block, c.block,
            o.init_from);

@@ -16,8 +16,9 @@ Vocabulary token_vocabulary(const DatasetSpec& spec) {
            "token files need their vocabulary: --tokenizer DIR (GPT-2's encoder.json and vocab.bpe) or --vocab-size N");
   if (spec.tokenizer.empty()) return Vocabulary::of_ids(spec.vocab_size);
   Vocabulary gpt2 = Vocabulary::load_gpt2(spec.tokenizer, "--tokenizer");
-  AG_CHECK(spec.vocab_size == 0 || spec.vocab_size == gpt2.size(), "--vocab-size",
-           "{} is not the size of the tokenizer in '{}' ({})", spec.vocab_size, spec.tokenizer, gpt2.size());
+  AG_CHECK(spec.vocab_size == 0 || spec.vocab_size >= gpt2.size(), "--vocab-size",
+           "{} is smaller than the tokenizer in '{}' ({} tokens): it may only pad it", spec.vocab_size, spec.tokenizer,
+           gpt2.size());
   return gpt2;
 }
 

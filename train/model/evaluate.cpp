@@ -30,7 +30,7 @@ EvalResult evaluate(nn::GPT& model, const data::Dataset& data, const EvaluateOpt
   std::int64_t counted = 0, exact = 0, batches = 0;
   for (std::int64_t first = 0; first < rows; first += o.batch) {
     const data::Batch b = data.eval_batch(first, std::min(o.batch, rows - first), model.config().block_size);
-    const Tensor logits = model.forward(to(b.tokens, o.device));  // (B, T, V)
+    const Tensor logits = model.token_logits(model.forward(to(b.tokens, o.device)));  // (B, T, tokens)
     const Tensor targets = b.targets;
     const auto target = targets.to_vector<std::int64_t>();
     const std::int64_t n = data::counted_targets(target);

@@ -16,9 +16,10 @@ std::int64_t saved_probs_limit(const TrainOptions& o) {
 
 }  // namespace
 
-nn::GPTConfig gpt_config(const TrainOptions& o, std::int64_t vocab_size) {
+nn::GPTConfig gpt_config(const TrainOptions& o, std::int64_t tokens) {
   nn::GPTConfig c;
-  c.vocab_size = vocab_size;
+  c.vocab_size = std::max(o.vocab_size, tokens);  // --vocab-size past the tokenizer's pads it
+  c.token_count = tokens;
   c.block_size = o.block;
   c.n_layer = o.layers;
   c.n_head = o.heads;

@@ -9,8 +9,10 @@
 
 namespace attograd::train::model {
 
-nn::GPTConfig gpt_config(const TrainOptions& options, std::int64_t vocab_size);
-std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t vocab_size);
+// `tokens` is the vocabulary's size; the model's rows are options.vocab_size
+// where that is larger (padding, GPTConfig::token_count).
+nn::GPTConfig gpt_config(const TrainOptions& options, std::int64_t tokens);
+std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t tokens);
 // The number of parameters build_model would allocate, computed without
 // allocating: a checkpoint's config is checked against its tensors with it
 // before a model of attacker-chosen size is built.

@@ -46,12 +46,14 @@ void check_parameters_fit(const nn::StateDict& params, const TrainOptions& confi
     AG_CHECK(t.dtype() == DType::f32, path, "parameter '{}' is {}, expected float32", name, dtype_name(t.dtype()));
     held += t.numel();
   }
+  const nn::GPTConfig model = model::gpt_config(config, vocab.size());
   const auto wte = params.find("wte.weight");
   if (wte != params.end() && wte->second.dim() == 2)
-    AG_CHECK(wte->second.size(0) == vocab.size(), path,
-             "the vocabulary holds {} symbols but wte.weight has {} rows: they belong to different models",
-             vocab.size(), wte->second.size(0));
-  const std::int64_t wanted = model::parameter_count(model::gpt_config(config, vocab.size()));
+    AG_CHECK(wte->second.size(0) == model.vocab_size, path,
+             "the vocabulary holds {} symbols ({} rows with the config's vocab_size) but wte.weight has {} rows: they "
+             "belong to different models",
+             vocab.size(), model.vocab_size, wte->second.size(0));
+  const std::int64_t wanted = model::parameter_count(model);
   AG_CHECK(wanted <= held + kUnheldParameterSlack, path,
            "its config ({} layers, width {}, block {}, vocabulary {}) describes {} parameters, but its tensors hold {}",
            config.layers, config.width, config.block, vocab.size(), wanted, held);
@@ -169,6 +171,7 @@ LoadedCheckpoint load_hf_folder(const std::string& dir) {
   AG_CHECK(out.info.vocabulary.size() == hf.config.vocab_size, dir,
            "its tokenizer holds {} tokens but its config's vocab_size is {}", out.info.vocabulary.size(),
            hf.config.vocab_size);
+  c.vocab_size = hf.config.vocab_size;
   out.model = model::build_model(c, hf.config.vocab_size);
   out.model->load_state_dict(hf.state);
   return out;
