@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 #include <string>
@@ -338,6 +339,77 @@ TEST_CASE("token runs with GPT-2's tokenizer: train, eval with perplexity, sampl
   CHECK(gone.code != 0);
   CHECK_THAT(gone.err, Catch::Contains("[--tokenizer]") && Catch::Contains("give --tokenizer DIR"));
   CHECK(cli({"sample", "--ckpt", ckpt, "--tokenizer", dir / "tok2", "--prompt", " the"}).code == 0);
+}
+
+}  // namespace attograd::test
+
+namespace attograd::test {
+
+TEST_CASE("keep-best keeps the weights of the lowest held-out loss; samples while training change nothing", "[tokens]") {
+  TempDir dir;
+  fs::create_directories(dir / "data");
+  write_counting_shard(dir / "data/train_000000.bin", 0, 600);
+  write_counting_shard(dir / "data/val_000000.bin", 600, 200);
+  const auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", dir / "data", "--vocab-size", "800", "--out", dir / out,
+                                     "--layers", "1", "--width", "16", "--heads", "2", "--block", "8", "--batch", "4",
+                                     "--steps", "8", "--eval-interval", "2", "--lr", "0.05", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  run("plain", {});
+  run("best", {"--keep-best"});
+  std::vector<double> losses;
+  std::ifstream metrics(dir / "best/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);)
+    if (line.find("\"eval\"") != std::string::npos) losses.push_back(nlohmann::json::parse(line)["val_loss"].get<double>());
+  REQUIRE(losses.size() == 4);
+  const train::output::LoadedCheckpoint best = train::output::load_checkpoint(dir / "best/best.safetensors");
+  REQUIRE(best.info.val_loss.has_value());
+  CHECK(*best.info.val_loss == *std::min_element(losses.begin(), losses.end()));
+  CHECK(best.info.step == 2 * (std::min_element(losses.begin(), losses.end()) - losses.begin() + 1));
+  CHECK(best.optimizer_name.empty());
+  // Keeping the best changes nothing of the run itself.
+  const auto a = train::output::load_safetensors(dir / "plain/ckpt.safetensors");
+  const auto b = train::output::load_safetensors(dir / "best/ckpt.safetensors");
+  for (const auto& [name, t] : a.tensors)
+    CHECK(std::memcmp(t.raw_data(), b.tensors.at(name).raw_data(), t.numel() * sizeof(float)) == 0);
+}
+
+TEST_CASE("samples while training: printed every --sample-interval steps, the run's weights unchanged", "[tokens][tokenizer]") {
+  TempDir dir;
+  fs::create_directories(dir / "tok");
+  write_small_tokenizer(dir / "tok");
+  const Vocabulary vocabulary = Vocabulary::load_gpt2(dir / "tok", "test");
+  const std::vector<std::int64_t> document = vocabulary.encode(" the cat<|endoftext|>", "test");
+  std::vector<std::uint16_t> tokens;
+  for (int i = 0; i < 100; ++i) tokens.insert(tokens.end(), document.begin(), document.end());
+  fs::create_directories(dir / "data");
+  write_text(dir / "data/train_000000.bin", train::data::shard_bytes(tokens));
+  write_text(dir / "data/val_000000.bin", train::data::shard_bytes(tokens));
+  const auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"train", "--data", dir / "data", "--tokenizer", dir / "tok", "--out", dir / out,
+                                     "--layers", "1", "--width", "16", "--heads", "2", "--block", "8", "--batch", "4",
+                                     "--steps", "6", "--eval-interval", "3", "--dropout", "0.1", "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliResult r = cli(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    return r.out;
+  };
+  const std::string plain = run("plain", {});
+  const std::string sampled = run("sampled", {"--sample-interval", "2"});
+  CHECK(plain.find("sample at step") == std::string::npos);
+  for (const char* step : {"sample at step 2:\n<|endoftext|>", "sample at step 4:\n", "sample at step 6:\n"})
+    CHECK_THAT(sampled, Catch::Contains(step));
+  const auto a = train::output::load_safetensors(dir / "plain/ckpt.safetensors");
+  const auto b = train::output::load_safetensors(dir / "sampled/ckpt.safetensors");
+  for (const auto& [name, t] : a.tensors)
+    CHECK(std::memcmp(t.raw_data(), b.tensors.at(name).raw_data(), t.numel() * sizeof(float)) == 0);
+  CHECK(a.metadata.at("rng") == b.metadata.at("rng"));
 }
 
 }  // namespace attograd::test

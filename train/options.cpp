@@ -90,6 +90,7 @@ void validate(const TrainOptions& o) {
   AG_CHECK(o.threads >= 0 && o.threads <= 1024, "--threads", "must be in [1, 1024] (0: every core), got {}",
            o.threads);
   AG_CHECK(o.eval_interval >= 1, "--eval-interval", "must be >= 1, got {}", o.eval_interval);
+  AG_CHECK(o.sample_interval >= 0, "--sample-interval", "must be >= 0 (0: no samples), got {}", o.sample_interval);
   AG_CHECK(o.stop_at >= 0, "--stop-at", "must be >= 1 (0: run to --steps), got {}", o.stop_at);
   AG_CHECK(o.grad_accum >= 1 && o.grad_accum <= o.batch, "--grad-accum", "must be in [1, --batch {}], got {}", o.batch,
            o.grad_accum);
@@ -154,6 +155,8 @@ std::vector<std::pair<std::string, std::string>> flag_values(const TrainOptions&
           {"--init-from", o.init_from},
           {"--stop-at", str(o.stop_at)},
           {"--quiet", str(o.quiet)},
+          {"--keep-best", str(o.keep_best)},
+          {"--sample-interval", str(o.sample_interval)},
           {"--attention-memory", str(o.attention_memory)},
           {"--grad-accum", str(o.grad_accum)},
           {"--shard-optimizer", str(o.shard_optimizer)},

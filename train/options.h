@@ -60,6 +60,8 @@ struct TrainOptions {
   std::string tokenizer;
   std::int64_t stop_at = 0;         // stop (and save) after this step; 0: run to `steps`
   bool quiet = false;               // no progress line (evaluations and the summary still print)
+  bool keep_best = false;           // also keep the weights of the lowest held-out loss (best.safetensors)
+  std::int64_t sample_interval = 0; // steps between samples printed while training; 0: none
   // MiB of softmax probabilities each attention layer may keep for its backward on the CPU
   // (AttentionOptions::saved_probs_limit); -1: automatic, 64 on heads of 64 values or more.
   std::int64_t attention_memory = -1;

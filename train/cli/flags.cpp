@@ -151,6 +151,11 @@ void add_train_run_flags(TrainFlags& t) {
                "vocabulary, with this run's data, schedule, dropout and steps (--block may crop the positions)");
   add_number(c, "--stop-at", t.options.stop_at, "Stop after this step, saving a checkpoint to --resume from (0: run to --steps)");
   c.add_flag("--quiet", t.options.quiet, "No progress line (evaluations and the summary still print)");
+  c.add_flag("--keep-best", t.options.keep_best,
+             "Also keep the weights of the lowest held-out loss so far, as best.safetensors (no optimizer state: for "
+             "sample, eval, export and --init-from)");
+  add_number(c, "--sample-interval", t.options.sample_interval,
+             "Print a sample from the model every N steps (0: none): the default prompt, 64 tokens");
 }
 
 // Memory, and the processes of a run under mpirun.

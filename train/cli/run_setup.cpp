@@ -26,6 +26,7 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
   c.steps = o.steps > 0 ? o.steps : c.steps;  // the schedule may be lengthened
   c.eval_interval = o.eval_interval > 0 ? o.eval_interval : preset_for(c, true).eval_interval;
   c.threads = o.threads, c.device = o.device, c.stop_at = o.stop_at, c.quiet = o.quiet, c.resume = o.resume;
+  c.keep_best = o.keep_best, c.sample_interval = o.sample_interval;
   c.grad_accum = o.grad_accum, c.shard_optimizer = o.shard_optimizer, c.fixed_split = o.fixed_split;
   if (!o.dtype.empty()) c.dtype = o.dtype;  // else the checkpoint's: the run continues as it was
   c.out = o.out.empty() ? std::filesystem::path(o.resume).parent_path().string() : o.out;

@@ -30,6 +30,7 @@
 #include "train/distributed/step.h"
 #include "train/files.h"
 #include "train/model/evaluate.h"
+#include "train/model/generate.h"
 #include "train/model/gpt.h"
 #include "train/optim/grad_clip.h"
 #include "train/optim/schedule.h"
@@ -53,6 +54,8 @@ namespace {
 // Also at most this many tokens: at GPT-2 size (block 1024) 256 windows took
 // 175 s of a 6-step run's 202; past block 256, fewer windows are read.
 constexpr std::int64_t kTrainEvalWindows = 256, kTrainEvalTokens = 65536;
+// Tokens of each --sample-interval sample.
+constexpr std::int64_t kSampleTokens = 64;
 
 // "eval step 250: val loss 1.8412 over the first 256 of 4,120 validation windows", or, read whole,
 // "eval step 100: val loss 0.0123, exact match 99.10% of 2000".
@@ -199,6 +202,10 @@ class TrainingRun {
       if (!o_.val_data.empty()) info_.config.val_data = fs::absolute(o_.val_data).lexically_normal().string();
       info_.data_fingerprint = data_->fingerprint();
     }
+    // A resumed run's best so far is the one its run directory keeps.
+    best_path_ = (run_dir / output::kBestCheckpointName).string();
+    if (o_.keep_best && reporter_ && fs::exists(best_path_))
+      best_loss_ = output::load_checkpoint(best_path_, "--keep-best").info.val_loss;
     // The last checkpoint known to be good: the one resumed from until this run writes its own.
     good_checkpoint_ = o_.resume;
     good_step_ = first_step_;
@@ -258,6 +265,7 @@ class TrainingRun {
       for (std::int64_t step = first_step_ + 1; step <= last_step_; ++step) {
         const StepResult r = train_step(step);
         report_step(step, r);
+        if (o_.sample_interval > 0 && step % o_.sample_interval == 0) print_sample(step);
         const bool stop_now = r.signal != 0;
         if (stop_now) {
           stopped_at_ = step;
@@ -342,6 +350,21 @@ class TrainingRun {
     progress_->update(step, r.loss, r.lr, train_tokens_ / train_seconds_);  // the run's average: a steadier figure
   }
 
+  // A sample from the default prompt (rank 0's): how the model writes by now. It
+  // changes no state training reads (eval mode draws no dropout), so a run with
+  // samples is the same run.
+  void print_sample(std::int64_t step) {
+    const data::Vocabulary& vocabulary = data_->vocabulary();
+    if (!reporter_ || !vocabulary.has_text()) return;
+    const std::string prompt = data_->default_prompt();
+    if (prompt.empty()) return;
+    model::GenerateOptions options{.tokens = kSampleTokens, .seed = static_cast<std::uint64_t>(step), .dtype = dtype_,
+                                   .vocab_limit = vocabulary.size()};
+    if (const auto eot = vocabulary.end_of_text()) options.stop_token = *eot;
+    const std::vector<std::int64_t> ids = model::generate(*model_, vocabulary.encode(prompt, "sample"), options, device_);
+    progress_->message(fmt::format("sample at step {}:\n{}", step, vocabulary.decode(ids)));
+  }
+
   void checkpoint_and_evaluate(std::int64_t step) {
     // Processes that drifted apart (they never should) would make a checkpoint
     // that is nobody's model: compare every parameter's bits first.
@@ -364,6 +387,12 @@ class TrainingRun {
       last_eval_ = model::evaluate(*model_, *data_, eval_options());
       metrics_->log(output::EvalRecord{step, last_eval_.loss, last_eval_.accuracy, elapsed()});
       progress_->message(eval_line(step, last_eval_));
+      if (o_.keep_best && (!best_loss_ || last_eval_.loss < *best_loss_)) {
+        // Weights only: the best is for sampling, evaluating, exporting and starting new runs, not for --resume.
+        at.val_loss = best_loss_ = last_eval_.loss;
+        output::save_checkpoint(best_path_, *model_, output::OptimizerState{}, at);
+        progress_->message(fmt::format("best so far: {}", best_path_));
+      }
       write_file_atomically("loss.svg", (fs::path(o_.out) / "loss.svg").string(),
                             output::loss_plot_svg(metrics_->train(), metrics_->eval(), plot_title()));
     }
@@ -433,7 +462,8 @@ class TrainingRun {
   std::int64_t first_step_ = 0, last_step_ = 0;
 
   // The run directory and what is written there (rank 0's).
-  std::string ckpt_path_;
+  std::string ckpt_path_, best_path_;
+  std::optional<double> best_loss_;  // --keep-best: the held-out loss of best.safetensors
   std::optional<output::RunDirectory> run_directory_;
   std::optional<output::MetricsLog> metrics_;
   output::CheckpointInfo info_;

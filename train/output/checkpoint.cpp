@@ -1,6 +1,7 @@
 #include "train/output/checkpoint.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -78,6 +79,13 @@ LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
            path, "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", out.info.vocabulary.size(),
            out.info.config.task);
   if (const auto data = meta.find("data"); data != meta.end()) out.info.data_fingerprint = data->second;
+  if (const auto loss = meta.find("val_loss"); loss != meta.end()) {
+    char* end = nullptr;
+    const double value = std::strtod(loss->second.c_str(), &end);
+    AG_CHECK(!loss->second.empty() && *end == '\0' && std::isfinite(value) && value >= 0, path,
+             "val_loss '{}' is not a finite loss", loss->second);
+    out.info.val_loss = value;
+  }
   const std::string& step = entry(meta, "step", path);
   const auto digits = step.find_first_not_of("0123456789");
   AG_CHECK(!step.empty() && step.size() <= 18 && digits == std::string::npos, path, "step '{}' is not a count", step);
@@ -152,6 +160,7 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const Optimi
                     .dump();
   meta["optimizer"] = nlohmann::json{{"name", optimizer.name}, {"step_count", optimizer.step_count}}.dump();
   if (!info.data_fingerprint.empty()) meta["data"] = info.data_fingerprint;
+  if (info.val_loss) meta["val_loss"] = fmt::format("{:.17g}", *info.val_loss);
   save_safetensors(path, tensors, meta);
 }
 

@@ -12,6 +12,7 @@
 // (seed, step) and dropout masks of the generator's (seed, offset).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct CheckpointInfo {
   // gives it, checked by --resume; empty for tasks (and in checkpoints from
   // before it was kept).
   std::string data_fingerprint;
+  // The held-out loss of these weights, where it is known when they are saved (--keep-best's best.safetensors).
+  std::optional<double> val_loss;
 };
 
 // What a checkpoint keeps of an optimizer. A sharded optimizer's state is

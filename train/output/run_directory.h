@@ -10,7 +10,8 @@ namespace attograd::train::output {
 
 // The files a run writes into its directory.
 inline constexpr const char* kCheckpointName = "ckpt.safetensors";
-inline constexpr const char* kRunFiles[] = {kCheckpointName, "metrics.jsonl", "loss.svg"};
+inline constexpr const char* kBestCheckpointName = "best.safetensors";  // --keep-best
+inline constexpr const char* kRunFiles[] = {kCheckpointName, kBestCheckpointName, "metrics.jsonl", "loss.svg"};
 
 // Fails with "[--out] ..." unless `dir` is a writable directory or can be
 // created as one, and holds no other run: a checkpoint there is replaced only
