@@ -123,6 +123,18 @@ Tensor embedding(const Tensor& weight, const Tensor& ids);  // weight (V, C), in
 // logits (N, V) or (..., V) with targets of the leading shape, int64; mean over
 // targets != ignore_index.                                              -> loss.cpp
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t ignore_index = -100);
+// cross_entropy(linear(x, weight[:classes]), targets, ignore_index) without the
+// (N, classes) logits or their gradient ever whole: made chunk_rows rows at a
+// time, each chunk's gradients for x and the weight made at once in the
+// forward (where a gradient is wanted) and scaled by the backward, as llm.c
+// fuses its classifier. x (..., in), weight (rows, in)
+// with classes <= rows (0: all; the rest, a padded vocabulary's, get zero
+// gradient), targets of x's leading shape. chunk_rows 0: rows of about 32 MiB
+// of float32 logits (classifier_chunk_rows). One chunk gives cross_entropy's
+// bits.                                                                  -> loss.cpp
+Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                            std::int64_t ignore_index = -100, std::int64_t classes = 0, std::int64_t chunk_rows = 0);
+std::int64_t classifier_chunk_rows(std::int64_t classes);
 // Inverted dropout: identity when !training or p == 0.                   -> dropout.cpp
 Tensor dropout(const Tensor& x, double p, bool training, Generator& gen = default_generator());
 

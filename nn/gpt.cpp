@@ -95,6 +95,11 @@ void GPT::init_gpt2() {
 }
 
 Tensor GPT::run(const Tensor& tokens, KVCache* cache) const {
+  const Tensor x = features(tokens, cache);
+  return lm_head ? (*lm_head)(x) : linear(x, wte.weight);  // (B, T, vocab_size)
+}
+
+Tensor GPT::features(const Tensor& tokens, KVCache* cache) const {
   AG_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.dtype() == DType::i64, "GPT",
            "tokens must be int64 (B, T), got {}", tokens.defined() ? tokens.str() : "undefined");
   const std::int64_t past = cache ? cache->length() : 0, t = tokens.size(1);
@@ -108,8 +113,7 @@ Tensor GPT::run(const Tensor& tokens, KVCache* cache) const {
       arange(static_cast<double>(past), static_cast<double>(past + t), 1, {DType::i64, tokens.device()});
   Tensor x = drop(wte(tokens) + wpe(positions));  // (B, T, C) + (T, C)
   for (std::size_t i = 0; i < blocks.size(); ++i) x = blocks[i].forward(x, cache ? &cache->layers[i] : nullptr);
-  x = ln_f.feeding_products(x);
-  return lm_head ? (*lm_head)(x) : linear(x, wte.weight);  // (B, T, vocab_size)
+  return ln_f.feeding_products(x);
 }
 
 Tensor GPT::forward(const Tensor& tokens) const { return run(tokens, nullptr); }
@@ -125,7 +129,10 @@ Tensor GPT::token_logits(const Tensor& logits) const {
 }
 
 Tensor GPT::loss(const Tensor& tokens, const Tensor& targets, std::int64_t ignore_index) const {
-  return cross_entropy(token_logits(forward(tokens)), targets, ignore_index);
+  // The head and the loss fused: the (B, T, vocab) logits are never whole in memory, nor their gradient.
+  const Tensor& head = lm_head ? lm_head->weight : wte.weight;
+  return linear_cross_entropy(features(tokens, nullptr), head, targets, ignore_index,
+                              config_.token_count > 0 ? config_.token_count : config_.vocab_size);
 }
 
 }  // namespace attograd::nn

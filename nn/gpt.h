@@ -80,7 +80,8 @@ class GPT : public Module {
   // a graph. cache.length() + T_new must not exceed block_size.
   Tensor forward(const Tensor& tokens, KVCache& cache) const;
   // Mean cross-entropy of forward(tokens) against int64 targets (B, T),
-  // skipping targets equal to ignore_index, over the tokens' logits only.
+  // skipping targets equal to ignore_index, over the tokens' logits only;
+  // the head and the loss a chunk of positions at a time (linear_cross_entropy).
   Tensor loss(const Tensor& tokens, const Tensor& targets, std::int64_t ignore_index = -100) const;
   // The logits of the tokens: (B, T, token_count) of forward's (B, T, vocab_size), a view.
   Tensor token_logits(const Tensor& logits) const;
@@ -91,6 +92,8 @@ class GPT : public Module {
  private:
   static const GPTConfig& checked(const GPTConfig& config);
   Tensor run(const Tensor& tokens, KVCache* cache) const;
+  // The final LayerNorm's output (B, T, n_embd), which the head reads.
+  Tensor features(const Tensor& tokens, KVCache* cache) const;
   void init_gpt2();
 
   GPTConfig config_;

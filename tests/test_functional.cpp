@@ -326,6 +326,74 @@ TEST_CASE("cross_entropy errors: bad targets and shapes", "[functional][errors]"
   REQUIRE_THROWS_WITH(cross_entropy(logits, zeros({4})), Catch::Contains("targets must be int64"));
 }
 
+// ---- linear_cross_entropy: the classifier and its loss a chunk of rows at a time -------------------
+
+TEST_CASE("linear_cross_entropy equals cross_entropy of linear, for every chunk size, ignored rows and padded classes",
+          "[functional]") {
+  const Tensor targets = ids_tensor({3, -100, 6, 0, 2, 5, -100, 1, 4, 6, 0}, {11});
+  for (const std::int64_t classes : {7, 9 - 2}) {
+    for (const std::int64_t chunk : {1, 2, 3, 4, 10, 11, 64, 0}) {
+      INFO("classes " << classes << ", chunk " << chunk);
+      // The weight has 9 rows, of which the first `classes` are classes (the rest a padded vocabulary's).
+      const Fn fused = [&](const std::vector<Tensor>& v) {
+        return linear_cross_entropy(v[0], v[1], targets, -100, classes, chunk);
+      };
+      const Fn composed = [&](const std::vector<Tensor>& v) {
+        return cross_entropy(linear(v[0], narrow(v[1], 0, 0, classes)), targets);
+      };
+      require_same("linear_cross_entropy", fused, composed, {leaf({11, 5}, 1), leaf({9, 5}, 2)});
+      require_same("linear_cross_entropy float32", fused, composed,
+                   {leaf_as({11, 5}, DType::f32, 1), leaf_as({9, 5}, DType::f32, 2)});
+    }
+  }
+  // The padded rows get a zero gradient, not none.
+  Tensor weight = leaf({9, 5}, 2);
+  backward(linear_cross_entropy(leaf({11, 5}, 1), weight, targets, -100, 7, 3));
+  const auto g = values(weight.grad());
+  for (std::size_t i = 7 * 5; i < g.size(); ++i) CHECK(g[i] == 0.0);
+  // Every row ignored: loss 0, not NaN, and zero gradients.
+  Tensor x = leaf({4, 5}, 3);
+  const Tensor loss = linear_cross_entropy(x, leaf({9, 5}, 4), ids_tensor({-100, -100, -100, -100}, {4}), -100, 0, 3);
+  CHECK(loss.item() == 0.0);
+  backward(loss);
+  for (double v : values(x.grad())) CHECK(v == 0.0);
+}
+
+TEST_CASE("linear_cross_entropy in one chunk gives cross_entropy of linear bit for bit", "[functional]") {
+  const Tensor targets = ids_tensor({3, 0, 6, 1, 2, 5}, {2, 3});
+  Tensor xa = leaf_as({2, 3, 8}, DType::f32, 1), wa = leaf_as({7, 8}, DType::f32, 2);
+  Tensor xb = leaf_as({2, 3, 8}, DType::f32, 1), wb = leaf_as({7, 8}, DType::f32, 2);
+  const Tensor fused = linear_cross_entropy(xa, wa, targets);
+  const Tensor composed = cross_entropy(linear(xb, wb), targets);
+  CHECK(fused.item() == composed.item());
+  backward(fused);
+  backward(composed);
+  CHECK(values(xa.grad()) == values(xb.grad()));
+  CHECK(values(wa.grad()) == values(wb.grad()));
+}
+
+TEST_CASE("gradcheck linear_cross_entropy over chunks, on transposed and 3-D inputs", "[functional][gradcheck]") {
+  const Tensor t11 = ids_tensor({3, -100, 6, 0, 2, 5, -100, 1, 4, 6, 0}, {11});
+  Fn fn = [t11](const std::vector<Tensor>& v) { return linear_cross_entropy(v[0], v[1], t11, -100, 7, 4); };
+  REQUIRE_GRADCHECK("linear_cross_entropy", fn, {leaf({11, 5}, 1), leaf({9, 5}, 2)});
+  REQUIRE_GRADCHECK("linear_cross_entropy", fn, {transposed_leaf({11, 5}, 3), transposed_leaf({9, 5}, 4)});
+  const Tensor t3 = ids_tensor({0, 1, 2, 3, 4, 5, -100, 0}, {2, 4});
+  Fn fn3 = [t3](const std::vector<Tensor>& v) { return linear_cross_entropy(v[0], v[1], t3, -100, 0, 3); };
+  REQUIRE_GRADCHECK("linear_cross_entropy 3-d", fn3, {leaf({2, 4, 6}, 5), leaf({6, 6}, 6)});
+}
+
+TEST_CASE("linear_cross_entropy errors name the op and the shapes", "[functional][errors]") {
+  const Tensor x = zeros({4, 5}), w = zeros({7, 5});
+  REQUIRE_THROWS_WITH(linear_cross_entropy(x, zeros({7, 6}), ids_tensor({0, 1, 2, 3}, {4})),
+                      Catch::Contains("[linear_cross_entropy] input [4,5] does not match weight [7,6]"));
+  REQUIRE_THROWS_WITH(linear_cross_entropy(x, w, ids_tensor({0, 1, 2}, {3})),
+                      Catch::Contains("[linear_cross_entropy] targets are [3], expected [4]"));
+  REQUIRE_THROWS_WITH(linear_cross_entropy(x, w, ids_tensor({0, 1, 2, 3}, {4}), -100, 8),
+                      Catch::Contains("classes 8 is not in [1, the weight's 7 rows]"));
+  REQUIRE_THROWS_WITH(linear_cross_entropy(x, w, ids_tensor({0, 1, 2, 6}, {4}), -100, 6, 2),
+                      Catch::Contains("[cross_entropy] target 6 out of range for 6 classes"));
+}
+
 // ---- dropout ------------------------------------------------------------------------------------
 
 TEST_CASE("dropout: eval mode and p = 0 are the identity, bad p is an error", "[functional]") {

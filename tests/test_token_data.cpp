@@ -345,7 +345,7 @@ TEST_CASE("token runs with GPT-2's tokenizer: train, eval with perplexity, sampl
 
 namespace attograd::test {
 
-TEST_CASE("keep-best keeps the weights of the lowest held-out loss; samples while training change nothing", "[tokens]") {
+TEST_CASE("keep-best keeps the weights of the lowest held-out loss, and changes nothing of the run", "[tokens]") {
   TempDir dir;
   fs::create_directories(dir / "data");
   write_counting_shard(dir / "data/train_000000.bin", 0, 600);

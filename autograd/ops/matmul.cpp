@@ -3,27 +3,13 @@
 #include "autograd/autocast.h"
 #include "autograd/node.h"
 #include "autograd/ops.h"
+#include "autograd/ops/rows.h"
 #include "tensor/kernels.h"
 
 namespace attograd {
 namespace {
-// The last two dims swapped, as a view.
-Tensor mT(const Tensor& x) {
-  Shape sizes = x.sizes(), strides = x.strides();
-  std::swap(sizes.end()[-1], sizes.end()[-2]);
-  std::swap(strides.end()[-1], strides.end()[-2]);
-  return make_view(x, sizes, strides, x.offset());
-}
-
-// x (..., in) as one (N, in) matrix, contiguous: the rows of linear's GEMM.
-// N from the leading dims, not numel / in: with in = 0 that made N = 0, and
-// the (..., out) result a view of an empty product, read past its storage.
-Tensor as_rows(const Tensor& x, std::int64_t in) {
-  std::int64_t rows = 1;
-  for (int d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
-  const Tensor c = kernels::contiguous(x);
-  return make_view(c, {rows, in}, {in, 1}, c.offset());
-}
+using rows::as_rows;
+using rows::mT;
 
 // The (N, out) rows of a product as x's leading dims (..., out).
 Tensor with_leading_dims(const Tensor& y, const Shape& x_shape) {

@@ -136,11 +136,13 @@ std::string describe_data(const TrainOptions& o, const data::Dataset& data) {
                        text->unigram_entropy());
   if (const auto* tokens = dynamic_cast<const data::TokenData*>(&data)) {
     const data::Vocabulary& v = data.vocabulary();
-    return fmt::format("tokens '{}' ({} train / {} validation tokens, {})", o.data,
+    const std::string padded = o.vocab_size > v.size() ? fmt::format(" padded to {}", o.vocab_size) : "";
+    return fmt::format("tokens '{}' ({} train / {} validation tokens, {}{})", o.data,
                        model::thousands(tokens->train_tokens()), model::thousands(tokens->validation_tokens()),
                        v.kind() == data::Vocabulary::Kind::gpt2
                            ? fmt::format("GPT-2's tokenizer, vocabulary {}", v.size())
-                           : fmt::format("vocabulary {} ids, no tokenizer", v.size()));
+                           : fmt::format("vocabulary {} ids, no tokenizer", v.size()),
+                       padded);
   }
   const auto& task = dynamic_cast<const data::Task&>(data);
   return fmt::format("task {} (size {}, e.g. {}{}; {} held out)", o.task, o.task_size, task.heldout()[0].prompt,

@@ -109,7 +109,7 @@ class TrainingRun {
     std::optional<InitialWeights> init;
     if (!o_.init_from.empty()) init = initial_weights(o_);
     if (!o_.resume.empty()) {
-      AG_CHECK(!std::filesystem::is_directory(o_.resume), "--resume",
+      AG_CHECK(!output::is_hf_folder(o_.resume), "--resume",
                "'{}' is a folder (Hugging Face's layout), not a run's checkpoint: start a new run from it with "
                "--init-from",
                o_.resume);

@@ -92,8 +92,9 @@ BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
 BpeTokenizer::~BpeTokenizer() = default;
 
 BpeFiles BpeFiles::in(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "encoder.json")) return {dir / "encoder.json", dir / "vocab.bpe"};
-  return {dir / "vocab.json", dir / "merges.txt"};
+  if (std::filesystem::exists(dir / "vocab.json") && !std::filesystem::exists(dir / "encoder.json"))
+    return {dir / "vocab.json", dir / "merges.txt"};
+  return {dir / "encoder.json", dir / "vocab.bpe"};
 }
 
 BpeTokenizer BpeTokenizer::load(const std::filesystem::path& dir) {

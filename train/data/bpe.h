@@ -24,7 +24,7 @@ const std::vector<char32_t>& byte_stand_ins();
 // or the same files as Hugging Face names them, vocab.json and merges.txt.
 struct BpeFiles {
   std::filesystem::path encoder, merges;
-  // OpenAI's names where encoder.json is in `dir`, else Hugging Face's (existing or not).
+  // Hugging Face's names where `dir` holds vocab.json and no encoder.json, else OpenAI's (existing or not).
   static BpeFiles in(const std::filesystem::path& dir);
 };
 

@@ -51,9 +51,11 @@ void check_parameters_fit(const nn::StateDict& params, const TrainOptions& confi
   const auto wte = params.find("wte.weight");
   if (wte != params.end() && wte->second.dim() == 2)
     AG_CHECK(wte->second.size(0) == model.vocab_size, path,
-             "the vocabulary holds {} symbols ({} rows with the config's vocab_size) but wte.weight has {} rows: they "
-             "belong to different models",
-             vocab.size(), model.vocab_size, wte->second.size(0));
+             "the vocabulary holds {} symbols{} but wte.weight has {} rows: they belong to different models",
+             vocab.size(),
+             model.vocab_size != vocab.size() ? fmt::format(" ({} rows with the config's vocab_size)", model.vocab_size)
+                                              : "",
+             wte->second.size(0));
   const std::int64_t wanted = model::parameter_count(model);
   AG_CHECK(wanted <= held + kUnheldParameterSlack, path,
            "its config ({} layers, width {}, block {}, vocabulary {}) describes {} parameters, but its tensors hold {}",
@@ -164,6 +166,10 @@ void save_checkpoint(const std::string& path, const nn::GPT& model, const Optimi
   save_safetensors(path, tensors, meta);
 }
 
+bool is_hf_folder(const std::string& path) {
+  return std::filesystem::is_directory(path) && std::filesystem::exists(std::filesystem::path(path) / "config.json");
+}
+
 LoadedCheckpoint load_hf_folder(const std::string& dir) {
   HfGpt2 hf = read_hf_gpt2(dir);
   AG_CHECK(hf.config.tie_weights, dir, "its lm_head is not tied to wte: attograd's GPT ties them");
@@ -187,7 +193,7 @@ LoadedCheckpoint load_hf_folder(const std::string& dir) {
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag) {
-  if (std::filesystem::is_directory(path)) return load_hf_folder(path);
+  if (is_hf_folder(path)) return load_hf_folder(path);
   Safetensors file = load_safetensors(path, flag);
   return from_safetensors(std::move(file), path);
 }

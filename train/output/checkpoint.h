@@ -67,8 +67,9 @@ struct LoadedCheckpoint {
 // file's own size before its tensors are known to fit the model its config
 // describes (dtype, vocabulary rows, parameter count, then names and shapes).
 // `flag` names the option the path came from when the file cannot be read.
-// A folder is read as Hugging Face's GPT-2 (load_hf_folder).
+// A folder with a config.json is read as Hugging Face's GPT-2 (load_hf_folder).
 LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt");
+bool is_hf_folder(const std::string& path);
 // GPT-2 weights in Hugging Face's layout (train/output/hf_gpt2.h) as a
 // checkpoint of step 0 with no optimizer and no data of its own (its config's
 // task and data are empty): sample, eval --data and train --init-from read it.
