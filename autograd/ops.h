@@ -129,7 +129,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, std::int64_t i
 // forward (where a gradient is wanted) and scaled by the backward, as llm.c
 // fuses its classifier. x (..., in), weight (rows, in)
 // with classes <= rows (0: all; the rest, a padded vocabulary's, get zero
-// gradient), targets of x's leading shape. chunk_rows 0: rows of about 32 MiB
+// gradient), targets of x's leading shape. chunk_rows 0: rows of about 128 MiB
 // of float32 logits (classifier_chunk_rows). One chunk gives cross_entropy's
 // bits.                                                                  -> loss.cpp
 Tensor linear_cross_entropy(const Tensor& x, const Tensor& weight, const Tensor& targets,

@@ -32,6 +32,7 @@
 #include "bench_common.h"
 #include "tensor/kernels.h"
 #include "tensor/rng.h"
+#include "tensor/storage.h"
 
 namespace attograd::bench {
 namespace {
@@ -195,6 +196,37 @@ void cross_entropy_case(benchmark::State& state, std::int64_t N, std::int64_t V,
   set_counters(state, backward_too ? 7 * n : 4 * n, backward_too ? 12 * n : 4 * n);
 }
 
+// ---- the classifier and its loss ---------------------------------------------------------
+
+// GPT's head and loss over N positions of width C and a vocabulary of V, forward
+// and backward: composed (linear, then cross_entropy over the whole (N, V)
+// logits) or fused (linear_cross_entropy, a chunk of rows at a time). The
+// counter held_MB is what the forward leaves allocated for the backward: the
+// composed op's (N, V) logits, or the fused op's gradients.
+void classifier_case(benchmark::State& state, std::int64_t N, std::int64_t C, std::int64_t V, bool fused) {
+  const Tensor x = random_input({N, C}, 3, 1.0, true), weight = random_input({V, C}, 4, 0.02, true);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(N));
+  for (std::int64_t i = 0; i < N; ++i) ids[static_cast<std::size_t>(i)] = (i * 7919) % V;
+  const Tensor targets = from_vector(ids, {N});
+  const auto loss_of = [&] { return fused ? linear_cross_entropy(x, weight, targets) : cross_entropy(linear(x, weight), targets); };
+  {
+    const Tensor a = linear_cross_entropy(x, weight, targets), b = cross_entropy(linear(x, weight), targets);
+    if (!check_close(state, "linear_cross_entropy", a, b, 1e-5, 1e-5)) return;
+  }
+  double held = 0;
+  for (auto _ : state) {
+    x.set_grad(Tensor()), weight.set_grad(Tensor());
+    const std::size_t before = cpu_alloc_stats().bytes_in_use;
+    Tensor loss = loss_of();
+    held = static_cast<double>(cpu_alloc_stats().bytes_in_use - before);
+    backward(loss);
+    benchmark::DoNotOptimize(loss.raw_data());
+  }
+  state.counters["held_MB"] = held / 1e6;
+  const double n = static_cast<double>(N * V);
+  set_counters(state, 6 * n * static_cast<double>(C), 4 * static_cast<double>(V * C + N * C));
+}
+
 // ---- gelu and the bias gradient --------------------------------------------------------
 
 // GELU (tanh form) over (N, C).
@@ -239,7 +271,7 @@ void sum_rows_case(benchmark::State& state, std::int64_t N, std::int64_t C) {
 
 // Case names: matmul/<n> (square), matmul_bf16/<n|mlp_up|mlp_down>, matmul/proj/<shape> ((B*T, C) @ (C, C)),
 // softmax_{fwd,fwdbwd}/<shape>, layer_norm_{fwd,fwdbwd}/<shape|gpt>,
-// cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
+// cross_entropy_{fwd,fwdbwd}/<gpt|V8192>, classifier_fwdbwd/gpt2/<composed|fused>, gelu_{fwd,fwdbwd}/gpt, sum_rows/gpt.
 // ---- AdamW ------------------------------------------------------------------------
 
 // One float32 AdamW update of n elements (kernels::adamw_step_, as
@@ -296,6 +328,10 @@ const bool registered = [] {
     // The toy GPT's MLP: 4096 tokens, 4 x 128 wide.
     register_case("gelu" + suffix + "gpt", [bwd](benchmark::State& st) { gelu_case(st, 4096, 512, bwd); });
   }
+  // GPT-2's head and loss: 1024 positions (a batch of one block), width 768, its vocabulary padded.
+  for (bool fused : {false, true})
+    register_case(std::string("classifier_fwdbwd/gpt2/") + (fused ? "fused" : "composed"),
+                  [fused](benchmark::State& st) { classifier_case(st, 1024, 768, 50304, fused); });
   // The toy GPT's widest bias gradient, its qkv projection's: 4096 tokens, 3 x 128.
   register_case("sum_rows/gpt", [](benchmark::State& st) { sum_rows_case(st, 4096, 384); });
   // GPT-2 small's 124,439,808 parameters, updated as one.

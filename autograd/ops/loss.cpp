@@ -43,7 +43,7 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, std::int64_
 }
 
 std::int64_t classifier_chunk_rows(std::int64_t classes) {
-  constexpr std::int64_t kChunkBytes = std::int64_t{32} << 20, kMinRows = 64;
+  constexpr std::int64_t kChunkBytes = std::int64_t{128} << 20, kMinRows = 64;
   const std::int64_t rows = kChunkBytes / (static_cast<std::int64_t>(sizeof(float)) * std::max<std::int64_t>(classes, 1));
   return std::max(kMinRows, rows / kMinRows * kMinRows);
 }
