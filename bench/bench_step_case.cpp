@@ -35,8 +35,8 @@ StepCase gpt_step() {
 }
 
 StepCase real_size(std::int64_t layers, std::int64_t width, std::int64_t heads, std::int64_t block,
-                   std::int64_t batch) {
-  return {.config = {.vocab_size = 65, .block_size = block, .n_layer = layers, .n_head = heads, .n_embd = width},
+                   std::int64_t batch, std::int64_t vocab) {
+  return {.config = {.vocab_size = vocab, .block_size = block, .n_layer = layers, .n_head = heads, .n_embd = width},
           .batch = batch,
           .adamw = {.lr = 1e-5, .weight_decay = 0.1},
           .clip_norm = 1.0,

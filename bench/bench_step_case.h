@@ -28,9 +28,9 @@ struct StepCase {
 
 // The design notes' toy GPT (nn::GPTConfig's defaults), batch 32, AdamW lr 1e-3, no clipping.
 StepCase gpt_step();
-// The design notes' real sizes, vocab 65 (characters): AdamW lr 1e-5, weight decay 0.1, clipping at 1.0.
+// The design notes' real sizes, vocab 65 (characters) unless given: AdamW lr 1e-5, weight decay 0.1, clipping at 1.0.
 StepCase real_size(std::int64_t layers, std::int64_t width, std::int64_t heads, std::int64_t block,
-                   std::int64_t batch);
+                   std::int64_t batch, std::int64_t vocab = 65);
 StepCase in_bf16(StepCase c);
 
 // The case's model on `device`, checked (the loss at init near ln(V), and

@@ -281,15 +281,14 @@ class GPT(nn.Module):
 
 
 def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9, 0.999), weight_decay=0.01,
-                  clip_norm=0.0, n_layer=4, C=128, n_head=4, bf16=False, initial_loss_tolerance=0.1):
+                  clip_norm=0.0, n_layer=4, C=128, n_head=4, bf16=False, initial_loss_tolerance=0.1, V=65):
     """A training step of the GPT (vocab 65, 4 layers, 4 heads, width 128, block T) on a batch
     of B x T tokens, in attograd's trainer's order: loss, backward, clip (clip_norm > 0),
     update, zero_grad. The defaults are gpt_step's (the toy GPT); see charlm_step_case.
     `compiled`: its loss (forward and, through AOTAutograd, backward) under torch.compile,
     whose first calls compile and are not timed."""
-    V = 65
     torch.manual_seed(1337)
-    model = GPT(block=T, n_layer=n_layer, n_head=n_head, C=C, dropout=dropout).to(DEVICE)
+    model = GPT(vocab=V, block=T, n_layer=n_layer, n_head=n_head, C=C, dropout=dropout).to(DEVICE)
     loss_of = torch.compile(model.loss) if compiled else model.loss
     # AdamW as attograd's: weight decay on Linear weights only (not biases, norms, embeddings).
     decay = [p for n, p in model.named_parameters() if p.dim() == 2 and not n.startswith(("wte", "wpe"))]
@@ -328,11 +327,11 @@ def gpt_step_case(compiled=False, B=32, T=128, dropout=0.0, lr=1e-3, betas=(0.9,
     return step, flops, 40.0 * n_params, 5 if DEVICE.type == "cpu" else None, {"tokens": BT}
 
 
-def real_size_case(n_layer, C, n_head, T, B, bf16):
-    """bench_gpt.cpp's shakespeare_step and gpt2_step: vocab 65, AdamW lr 1e-5, weight decay 0.1,
-    clipping at 1.0; bf16 under torch.autocast."""
+def real_size_case(n_layer, C, n_head, T, B, bf16, V=65):
+    """bench_gpt.cpp's shakespeare_step, gpt2_step (vocab 65) and gpt2_124m_step (vocab 50304): AdamW lr 1e-5,
+    weight decay 0.1, clipping at 1.0; bf16 under torch.autocast."""
     return gpt_step_case(B=B, T=T, lr=1e-5, betas=(0.9, 0.999), weight_decay=0.1, clip_norm=1.0, n_layer=n_layer,
-                         C=C, n_head=n_head, bf16=bf16, initial_loss_tolerance=0.3)
+                         C=C, n_head=n_head, bf16=bf16, initial_loss_tolerance=0.3, V=V)
 
 
 def charlm_step_case():
@@ -468,11 +467,12 @@ def all_cases():
         cases.append(("gpt_step/compiled", lambda: gpt_step_case(compiled=True)))
     cases.append(("charlm_step", charlm_step_case))
     cases.append(("gpt_step/bf16", lambda: gpt_step_case(bf16=True)))
-    for name, (n_layer, C, n_head, T, B) in (("shakespeare_step", (6, 384, 6, 256, 16)),
-                                             ("gpt2_step", (12, 768, 12, 1024, 2))):
+    for name, (n_layer, C, n_head, T, B, V) in (("shakespeare_step", (6, 384, 6, 256, 16, 65)),
+                                                ("gpt2_step", (12, 768, 12, 1024, 2, 65)),
+                                                ("gpt2_124m_step", (12, 768, 12, 1024, 2, 50304))):
         for bf16 in (False, True):
             cases.append((name + ("/bf16" if bf16 else ""),
-                          lambda a=(n_layer, C, n_head, T, B), bf16=bf16: real_size_case(*a, bf16)))
+                          lambda a=(n_layer, C, n_head, T, B), bf16=bf16, V=V: real_size_case(*a, bf16, V=V)))
     for n in (256, 512, 1024, 2048):
         cases.append((f"matmul/{n}", lambda n=n: matmul_case(n, n, n)))
     for n in (768, 2048):
