@@ -223,7 +223,9 @@ void add_eval_command(CLI::App& app, EvalFlags& flags) {
   CLI::App& c = *flags.command;
   EvalOptions& o = flags.options;
   c.add_option("--ckpt", o.ckpt, "Checkpoint file, or a Hugging Face GPT-2 folder")->required();
-  c.add_option("--data", o.data, "Text runs: evaluate on this file instead of the one trained on");
+  c.add_option("--data", o.data,
+               "Evaluate on this text or these token files instead of the run's own (a Hugging Face folder has none: "
+               "name them)");
   flags.max_batches_flag =
       add_number(c, "--max-batches", flags.max_batches,
                  "Read only the first N batches of the held-out set (default: all of it, every window of a text's "
