@@ -117,8 +117,6 @@ void apply_preset_rules(TrainFlags& train) {
 
 // Returns 0, or the exit status of a run stopped by a signal (after its checkpoint is saved).
 int run_train(TrainFlags& train, const Streams& streams) {
-  AG_CHECK(train.options.resume.empty() || train.options.init_from.empty(), "--init-from",
-           "starts a new run: it cannot go with --resume, which continues one");
   if (!train.options.resume.empty())
     apply_resume_rules(train);
   else

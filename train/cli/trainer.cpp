@@ -106,6 +106,8 @@ class TrainingRun {
   // ---- 1. options: from a checkpoint when resuming, then every one validated;
   //         data, model and optimizer built (on every process: each reads the data itself)
   void build() {
+    AG_CHECK(o_.resume.empty() || o_.init_from.empty(), "--init-from",
+             "starts a new run: it cannot go with --resume, which continues one");
     std::optional<InitialWeights> init;
     if (!o_.init_from.empty()) init = initial_weights(o_);
     if (!o_.resume.empty()) {
@@ -408,7 +410,9 @@ class TrainingRun {
 
   std::string plot_title() const {
     return o_.data.empty() ? fmt::format("attograd: {} {}", o_.task, o_.task_size)
-                           : fmt::format("attograd: {}", run_name(o_));
+                           : fmt::format("attograd: {}", data::reads_token_files(dataset_spec(o_))
+                                                             ? run_name(o_)
+                                                             : fs::path(o_.data).filename().string());
   }
 
   // ---- 5. the summary: the last line, and what train_command returns
