@@ -901,7 +901,8 @@ TEST_CASE("fuzz seed corpus and saved crashes run cleanly through their targets"
   for (const auto& [name, target] : {std::pair{std::string("checkpoint"), &fuzz::checkpoint},
                                      std::pair{std::string("text"), &fuzz::text},
                                      std::pair{std::string("shard"), &fuzz::shard},
-                                     std::pair{std::string("tokenizer"), &fuzz::tokenizer}}) {
+                                     std::pair{std::string("tokenizer"), &fuzz::tokenizer},
+                                     std::pair{std::string("hf"), &fuzz::hf}}) {
     std::int64_t inputs = 0;
     for (const char* kind : {"corpus", "regressions"}) {
       std::error_code ec;

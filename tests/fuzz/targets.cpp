@@ -12,7 +12,9 @@
 #include "train/data/text_data.h"
 #include "train/data/tokenizer.h"
 #include "train/data/vocabulary.h"
+#include "autograd/grad_mode.h"
 #include "train/output/checkpoint.h"
+#include "train/output/hf_gpt2.h"
 
 namespace attograd::fuzz {
 
@@ -78,6 +80,22 @@ int shard(const std::uint8_t* data, std::size_t size) {
       (void)sum;
     } catch (const Error&) {
     }
+  }
+  return 0;
+}
+
+int hf(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const std::size_t nul = input.find('\0');
+  if (nul == std::string_view::npos) return 0;
+  try {
+    const train::output::HfGpt2 loaded = train::output::parse_hf_gpt2(input.substr(0, nul), input.substr(nul + 1), "fuzz");
+    // Every tensor the config names was in the file, so the model is no larger than the input.
+    nn::GPT model(loaded.config);
+    model.load_state_dict(loaded.state);
+    NoGradGuard no_grad;
+    (void)model.forward(from_vector(std::vector<std::int64_t>{0}, {1, 1}));
+  } catch (const Error&) {
   }
   return 0;
 }

@@ -27,4 +27,8 @@ int shard(const std::uint8_t* data, std::size_t size);
 // what loads encodes the text and decodes it back to its bytes.
 int tokenizer(const std::uint8_t* data, std::size_t size);
 
+// A Hugging Face GPT-2 folder (`sample --ckpt DIR`, `train --init-from DIR`),
+// "<config.json>\0<model.safetensors>": what loads is a model that runs a token.
+int hf(const std::uint8_t* data, std::size_t size);
+
 }  // namespace attograd::fuzz

@@ -99,10 +99,10 @@ void hf_check_config(const nlohmann::json& j, const std::string& what, std::int6
 }
 
 // The sizes and the tie flag config.json gives (tie_weights: tie_word_embeddings).
-nn::GPTConfig hf_read_config(const std::string& path) {
+nn::GPTConfig hf_parse_config(std::string_view text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_file(path, path.c_str(), kHfMaxConfigBytes));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(path, "not valid JSON: {}", e.what());
   }
@@ -138,8 +138,7 @@ bool hf_same_values(const Tensor& a, const Tensor& b) {
 
 // The file's tensors under transformers' names without the prefix, float32;
 // the attention buffers left out. F16 (widened by the reader) and BF16 become float32.
-std::map<std::string, Tensor> hf_read_tensors(const std::string& path) {
-  Safetensors file = load_safetensors(path, path.c_str(), {.widen_f16 = true});
+std::map<std::string, Tensor> hf_tensors(Safetensors file, const std::string& path) {
   std::map<std::string, Tensor> out;
   for (auto& [name, t] : file.tensors) {
     const bool prefixed = name.rfind(kHfPrefix, 0) == 0;
@@ -174,15 +173,13 @@ bool hf_take_head(std::map<std::string, Tensor>& tensors, const nn::GPTConfig& c
 
 }  // namespace
 
-HfGpt2 read_hf_gpt2(const std::string& dir) {
-  const std::filesystem::path folder(dir);
-  const std::string config_path = (folder / "config.json").string(), path = (folder / "model.safetensors").string();
+namespace {
+// The model config.json and the tensors describe; the paths name the two files in errors.
+HfGpt2 hf_gpt2(std::string_view config_json, Safetensors file, const std::string& config_path,
+               const std::string& path) {
   HfGpt2 out;
-  out.config = hf_read_config(config_path);
-  std::error_code ec;
-  AG_CHECK(std::filesystem::exists(path, ec) || !std::filesystem::exists(path + ".index.json", ec), path,
-           "missing: a sharded checkpoint (model.safetensors.index.json) is not read");
-  std::map<std::string, Tensor> tensors = hf_read_tensors(path);
+  out.config = hf_parse_config(config_json, config_path);
+  std::map<std::string, Tensor> tensors = hf_tensors(std::move(file), path);
   std::optional<Tensor> head;
   out.config.tie_weights = hf_take_head(tensors, out.config, path, &head);
   if (head && !out.config.tie_weights) tensors.emplace(kLmHead, *head);
@@ -206,6 +203,22 @@ HfGpt2 read_hf_gpt2(const std::string& dir) {
     AG_CHECK(known.contains(name), path, "unexpected tensor '{}' {} (not a GPT2LMHeadModel weight for n_layer {})",
              name, shape_str(t.sizes()), out.config.n_layer);
   return out;
+}
+}  // namespace
+
+HfGpt2 read_hf_gpt2(const std::string& dir) {
+  const std::filesystem::path folder(dir);
+  const std::string config_path = (folder / "config.json").string(), path = (folder / "model.safetensors").string();
+  const std::string config_json = read_file(config_path, config_path.c_str(), kHfMaxConfigBytes);
+  std::error_code ec;
+  AG_CHECK(std::filesystem::exists(path, ec) || !std::filesystem::exists(path + ".index.json", ec), path,
+           "missing: a sharded checkpoint (model.safetensors.index.json) is not read");
+  return hf_gpt2(config_json, load_safetensors(path, path.c_str(), {.widen_f16 = true}), config_path, path);
+}
+
+HfGpt2 parse_hf_gpt2(std::string_view config_json, std::string_view safetensors, const std::string& where) {
+  const std::string path = where + "/model.safetensors";
+  return hf_gpt2(config_json, parse_safetensors(safetensors, path, {.widen_f16 = true}), where + "/config.json", path);
 }
 
 // ---- writing ----------------------------------------------------------------------

@@ -29,6 +29,7 @@
 // (model.safetensors.index.json) and pytorch_model.bin are not read.
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "nn/gpt.h"
 
@@ -45,6 +46,8 @@ struct HfGpt2 {
 };
 
 HfGpt2 read_hf_gpt2(const std::string& dir);
+// The same from the two files' contents; `where` stands for the folder in errors.
+HfGpt2 parse_hf_gpt2(std::string_view config_json, std::string_view safetensors, const std::string& where);
 
 struct HfExportOptions {
   // The vocabulary to write, at most the model's: a model whose embedding has
