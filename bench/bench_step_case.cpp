@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "cuda/runtime.h"
 #include "tensor/kernels.h"
+#include "train/model/gpt.h"
 #include "train/optim/grad_clip.h"
 
 namespace attograd::bench {
@@ -85,9 +86,7 @@ void step_case(benchmark::State& state, const StepCase& c, Device device) {
   }
 
   const double BT = static_cast<double>(B * T);
-  const double layer = 24 * BT * C * C + 2.0 * B * C * T * (T + 1);
-  const double flops = 3 * (c.config.n_layer * layer + 2 * BT * C * V);
-  set_counters(state, flops, 40.0 * static_cast<double>(model.num_parameters()));
+  set_counters(state, train::model::step_flops(c.config, B), 40.0 * static_cast<double>(model.num_parameters()));
   state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 

@@ -17,6 +17,7 @@
 #include "cuda/runtime.h"
 #include "helpers.h"
 #include "program_helpers.h"
+#include "cpu/fma_peak.h"
 #include "tensor/storage.h"
 #include "train/cli/cli.h"
 #include "train/cli/commands.h"
@@ -1064,4 +1065,24 @@ TEST_CASE("the default run and the add preset reach 99% held-out exact match", "
     CHECK(*e.accuracy >= 0.99);
     CHECK(e.examples >= 900);
   }
+}
+
+TEST_CASE("the progress line's MFU: a step's model FLOPs over this CPU's measured FMA peak", "[train]") {
+  // GPT-2 small at batch 1: the products 3 x (12 x (24 T C^2 + 2 C T (T + 1)) + 2 T C V).
+  nn::GPTConfig gpt2{.vocab_size = 50304, .block_size = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
+  const double T = 1024, C = 768;
+  CHECK(train::model::step_flops(gpt2, 1) == Approx(3 * (12 * (24 * T * C * C + 2 * C * T * (T + 1)) + 2 * T * C * 50304)));
+  CHECK(train::model::step_flops(gpt2, 4) == Approx(4 * train::model::step_flops(gpt2, 1)));
+  if (cpu::fma_chains().empty() || !cpu::fma_chains().back().supported()) {
+    WARN("skipped: no FMA chains for this CPU (x86-64 with AVX2 or AVX-512 only)");
+    return;
+  }
+  CHECK(cpu::fma_peak_flops(2) > 1e9);  // any CPU with AVX2 does more than a GFLOP/s a core
+  TempDir tmp;
+  train::TrainOptions o = tiny(tmp / "run");
+  o.quiet = false;
+  std::FILE* out = std::tmpfile();
+  train::cli::train_command(o, out);
+  const std::string printed = read_all(out);  // closes it
+  CHECK_THAT(printed, Catch::Contains("GFLOP/s of float32 FMA on") && Catch::Contains("MFU "));
 }

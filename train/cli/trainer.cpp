@@ -16,6 +16,7 @@
 #include "base/error.h"
 #include "cuda/runtime.h"
 #include "cpu/blas_setup.h"
+#include "cpu/fma_peak.h"
 #include "tensor/kernels.h"
 #include "cpu/parallel.h"
 #include "train/cli/commands.h"
@@ -236,6 +237,15 @@ class TrainingRun {
                  static_cast<long long>(o_.block), static_cast<long long>(model_->num_parameters()),
                  o_.optimizer.c_str(), o_.lr, static_cast<long long>(o_.batch), static_cast<long long>(o_.steps),
                  get_num_threads(), device_.str().c_str(), products_kernel().c_str(), o_.out.c_str());
+    // The progress line's model FLOPs utilisation is against this CPU's float32 FMA peak, measured
+    // (cpu/fma_peak.h) on this process's threads; a bfloat16 run can pass 100% of it.
+    if (reporter_ && !o_.quiet && device_.is_cpu()) {
+      peak_flops_ = cpu::fma_peak_flops(get_num_threads());
+      if (peak_flops_ > 0)
+        std::fprintf(out_, "peak: %.0f GFLOP/s of float32 FMA on %d threads (measured); MFU is a step's model FLOPs "
+                           "over it\n",
+                     peak_flops_ / 1e9, get_num_threads());
+    }
     optimizer_bytes_ = sharded_ ? sharded_->state_bytes() : distributed::optimizer_state_bytes(*optimizer_);
     if (o_.fixed_split > 0 || comm_.size() > 1 || o_.grad_accum > 1) {
       const std::string split =
@@ -346,9 +356,17 @@ class TrainingRun {
     train_seconds_ += r.seconds;
     train_tokens_ += r.tokens;
     if (metrics_) metrics_->log(output::TrainRecord{step, r.loss, r.lr, r.grad_norm, r.tokens / r.seconds, elapsed()});
+    std::string detail;
     if (comm_.size() > 1)
-      progress_->set_detail(fmt::format("comm {:.0f}%  optimizer {}/process", 100 * comm_seconds_ / train_seconds_,
-                                        megabytes(optimizer_bytes_)));
+      detail = fmt::format("comm {:.0f}%  optimizer {}/process", 100 * comm_seconds_ / train_seconds_,
+                           megabytes(optimizer_bytes_));
+    if (peak_flops_ > 0) {
+      // The run's average rate, as tokens/s: rows of the full block per second, shared by the processes.
+      const double rows_per_second = train_tokens_ / train_seconds_ / static_cast<double>(o_.block);
+      const double flops = model::step_flops(model_->config(), 1) * rows_per_second / comm_.size();
+      detail += fmt::format("{}MFU {:.0f}%", detail.empty() ? "" : "  ", 100 * flops / peak_flops_);
+    }
+    progress_->set_detail(detail);
     progress_->update(step, r.loss, r.lr, train_tokens_ / train_seconds_);  // the run's average: a steadier figure
   }
 
@@ -472,6 +490,7 @@ class TrainingRun {
   std::optional<output::MetricsLog> metrics_;
   output::CheckpointInfo info_;
   std::size_t optimizer_bytes_ = 0;
+  double peak_flops_ = 0;  // this CPU's measured float32 FMA peak; 0: no MFU shown (quiet, GPU, other ranks)
 
   // The steps so far.
   std::optional<Progress> progress_;

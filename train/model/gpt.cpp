@@ -47,6 +47,12 @@ std::int64_t parameter_count(const nn::GPTConfig& c) {
   return c.vocab_size * C + c.block_size * C + c.n_layer * block + layer_norm + lm_head;
 }
 
+double step_flops(const nn::GPTConfig& c, std::int64_t batch) {
+  const double B = static_cast<double>(batch), T = static_cast<double>(c.block_size), C = static_cast<double>(c.n_embd);
+  const double layer = 24 * B * T * C * C + 2 * B * C * T * (T + 1);  // qkv, out, fc, proj; q k^T and p v
+  return 3 * (static_cast<double>(c.n_layer) * layer + 2 * B * T * C * static_cast<double>(c.vocab_size));
+}
+
 // The activations were measured at about 23 x layers x width + 4 x vocabulary
 // floats per token (peak RSS over batch, width, layers and block); 20 and 4 are
 // counted, so that the memory check refuses only what cannot fit. Each layer's

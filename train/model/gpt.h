@@ -17,6 +17,11 @@ std::unique_ptr<nn::GPT> build_model(const TrainOptions& options, std::int64_t t
 // allocating: a checkpoint's config is checked against its tensors with it
 // before a model of attacker-chosen size is built.
 std::int64_t parameter_count(const nn::GPTConfig& config);
+// The FLOPs of one training step on `batch` rows of the full block: its
+// products' forward counted three times (forward and backward), the causal
+// attention as computed (T (T + 1) / 2 scores a row); norms, GELU, softmax and
+// the optimizer not counted. Model FLOPs utilisation is these over the time.
+double step_flops(const nn::GPTConfig& config, std::int64_t batch);
 
 // What one micro-batch of `micro_batch` sequences keeps for its backward on the
 // CPU, estimated before allocating it (the memory check of `attograd train`).
