@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,10 @@ void check_replaceable(std::string_view what, const std::string& path) {
 }
 
 void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes) {
+  write_file_atomically(what, path, std::vector<std::string_view>{bytes});
+}
+
+void write_file_atomically(std::string_view what, const std::string& path, const std::vector<std::string_view>& parts) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   check_replaceable(what, path);
@@ -85,14 +90,21 @@ void write_file_atomically(std::string_view what, const std::string& path, std::
     ::unlink(temp.c_str());
     fail(what, "cannot write '{}' ({}): {}", path, step, std::strerror(err));
   };
-  const std::size_t pause_at = test_write_pause_ms() > 0 ? bytes.size() / 2 : bytes.size();
-  for (std::size_t done = 0; done < bytes.size();) {
-    const std::size_t until = done < pause_at ? pause_at : bytes.size();
-    const ssize_t n = ::write(fd, bytes.data() + done, until - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail_and_clean("write");
-    done += static_cast<std::size_t>(n);
-    if (done == pause_at && pause_at < bytes.size()) ::usleep(static_cast<useconds_t>(test_write_pause_ms()) * 1000);
+  std::size_t total = 0;
+  for (std::string_view part : parts) total += part.size();
+  // The tests' pause (a kill mid-write) comes halfway through the file's bytes.
+  const std::size_t pause_at = test_write_pause_ms() > 0 ? total / 2 : total;
+  std::size_t written = 0;  // of the whole file
+  for (std::string_view bytes : parts) {
+    for (std::size_t done = 0; done < bytes.size();) {
+      const std::size_t until = written < pause_at ? std::min(bytes.size(), done + (pause_at - written)) : bytes.size();
+      const ssize_t n = ::write(fd, bytes.data() + done, until - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_and_clean("write");
+      done += static_cast<std::size_t>(n);
+      written += static_cast<std::size_t>(n);
+      if (written == pause_at && pause_at < total) ::usleep(static_cast<useconds_t>(test_write_pause_ms()) * 1000);
+    }
   }
   if (::fsync(fd) != 0) fail_and_clean("fsync");
   if (::fchmod(fd, 0644) != 0) fail_and_clean("chmod");

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attograd::train {
 
@@ -21,6 +22,9 @@ std::string read_file(const std::string& path, const char* flag, std::uint64_t m
 // ("[loss.svg] cannot write ..."). An existing `path` that is not a regular
 // file is refused (check_replaceable).
 void write_file_atomically(std::string_view what, const std::string& path, std::string_view bytes);
+// The same with the file's bytes in parts, written in order (a checkpoint's
+// header, then each tensor's bytes, never joined in memory).
+void write_file_atomically(std::string_view what, const std::string& path, const std::vector<std::string_view>& parts);
 
 // Fails ("[what] cannot write 'p': it exists and is not a regular file") when
 // `path` exists and is not a regular file (a directory, a device such as

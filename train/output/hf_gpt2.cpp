@@ -280,7 +280,7 @@ void write_hf_gpt2(const std::string& dir, const nn::GPT& model, const HfExportO
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   AG_CHECK(!ec, dir, "cannot create the folder: {}", ec.message());
-  write_file_atomically("model.safetensors", path, serialize_safetensors(tensors, {{"format", "pt"}}));
+  write_safetensors("model.safetensors", path, tensors, {{"format", "pt"}});
   write_file_atomically("config.json", config_path, hf_config_json(c, c.vocab_size));
 }
 

@@ -66,7 +66,22 @@ float f16_to_f32(std::uint16_t h) {
 
 }  // namespace
 
-std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+namespace {
+// A file's parts in order: the length and JSON header, then each tensor's bytes
+// from a contiguous CPU copy (the tensor itself where it is one): written one
+// after another, a checkpoint is never a second copy of the model in memory.
+struct SafetensorsParts {
+  std::string head;
+  std::vector<Tensor> host;
+  std::vector<std::string_view> pieces() const {
+    std::vector<std::string_view> out = {head};
+    for (const Tensor& c : host)
+      out.emplace_back(static_cast<const char*>(c.raw_data()), c.numel() * dtype_size(c.dtype()));
+    return out;
+  }
+};
+
+SafetensorsParts safetensors_parts(const NamedTensors& tensors, const Metadata& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<Tensor> host;  // contiguous CPU copies, in order
@@ -84,14 +99,25 @@ std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& m
   std::string json = header.dump();
   // Pad the header with spaces so the data starts 8-byte aligned, as the reference writer does.
   json.append((8 - json.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
+  SafetensorsParts parts{std::string(8, '\0'), std::move(host)};
   const std::uint64_t n = json.size();
-  std::memcpy(out.data(), &n, 8);
-  out += json;
-  out.reserve(out.size() + offset);
-  for (const Tensor& c : host)
-    out.append(static_cast<const char*>(c.raw_data()), c.numel() * dtype_size(c.dtype()));
+  std::memcpy(parts.head.data(), &n, 8);
+  parts.head += json;
+  return parts;
+}
+}  // namespace
+
+std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata) {
+  const SafetensorsParts parts = safetensors_parts(tensors, metadata);  // alive while its pieces are read
+  std::string out;
+  for (std::string_view piece : parts.pieces()) out += piece;
   return out;
+}
+
+void write_safetensors(std::string_view what, const std::string& path, const NamedTensors& tensors,
+                       const Metadata& metadata) {
+  const SafetensorsParts parts = safetensors_parts(tensors, metadata);
+  write_file_atomically(what, path, parts.pieces());
 }
 
 Safetensors parse_safetensors(std::string_view bytes, std::string_view what, SafetensorsRead read) {
@@ -192,7 +218,7 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what, Saf
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata) {
-  write_file_atomically("checkpoint", path, serialize_safetensors(tensors, metadata));
+  write_safetensors("checkpoint", path, tensors, metadata);
 }
 
 Safetensors load_safetensors(const std::string& path, const char* flag, SafetensorsRead read) {

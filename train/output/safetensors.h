@@ -31,6 +31,9 @@ inline constexpr std::uint64_t kMaxSafetensorsHeader = 100'000'000;
 
 // The whole file's bytes; tensors are laid out in the given order.
 std::string serialize_safetensors(const NamedTensors& tensors, const Metadata& metadata = {});
+// The same file written atomically (train/files.h) a part at a time, never whole in memory; `what` names it in errors.
+void write_safetensors(std::string_view what, const std::string& path, const NamedTensors& tensors,
+                       const Metadata& metadata = {});
 struct SafetensorsRead {
   // F16 tensors, for which attograd has no dtype, become float32 ones (exactly:
   // every half is a float). Otherwise F16 is refused as an unknown dtype, as
