@@ -30,21 +30,27 @@ EvalResult evaluate(nn::GPT& model, const data::Dataset& data, const EvaluateOpt
   std::int64_t counted = 0, exact = 0, batches = 0;
   for (std::int64_t first = 0; first < rows; first += o.batch) {
     const data::Batch b = data.eval_batch(first, std::min(o.batch, rows - first), model.config().block_size);
-    const Tensor logits = model.token_logits(model.forward(to(b.tokens, o.device)));  // (B, T, tokens)
     const Tensor targets = b.targets;
     const auto target = targets.to_vector<std::int64_t>();
-    const std::int64_t n = data::counted_targets(target);
-    if (n > 0) loss_sum += cross_entropy(logits, to(targets, o.device), data::kIgnoreIndex).item() * static_cast<double>(n);
+    const std::int64_t n = data::counted_targets(target), B = targets.size(0), T = targets.size(1);
     counted += n;
-    const auto predicted = to_cpu(argmax(logits, -1)).to_vector<std::int64_t>();  // (B, T)
-    const std::int64_t B = targets.size(0), T = targets.size(1);
-    for (std::int64_t r = 0; r < B; ++r) {
-      bool all = true;
-      for (std::int64_t t = 0; t < T; ++t) {
-        const std::int64_t want = target[r * T + t];
-        all = all && (want == data::kIgnoreIndex || predicted[r * T + t] == want);
+    if (!data.has_answers()) {
+      // A language model's loss alone: the fused head and loss (GPT::loss), never the batch's whole logits.
+      if (n > 0)
+        loss_sum += model.loss(to(b.tokens, o.device), to(targets, o.device), data::kIgnoreIndex).item() *
+                    static_cast<double>(n);
+    } else {
+      const Tensor logits = model.token_logits(model.forward(to(b.tokens, o.device)));  // (B, T, tokens)
+      if (n > 0) loss_sum += cross_entropy(logits, to(targets, o.device), data::kIgnoreIndex).item() * static_cast<double>(n);
+      const auto predicted = to_cpu(argmax(logits, -1)).to_vector<std::int64_t>();  // (B, T)
+      for (std::int64_t r = 0; r < B; ++r) {
+        bool all = true;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::int64_t want = target[r * T + t];
+          all = all && (want == data::kIgnoreIndex || predicted[r * T + t] == want);
+        }
+        exact += all;
       }
-      exact += all;
     }
     ++batches;
     if (o.after_batch) o.after_batch(first + B, rows);
