@@ -228,7 +228,15 @@ TEST_CASE("the memory estimate counts the probabilities each layer's attention k
   o.block = 100;
   CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 3 * 5 * 3 * tile);
   const double activations = train::model::backward_memory(o, 65, 5).activation_bytes;
-  CHECK(activations == 5 * 100 * (20.0 * 3 * 64 + 4 * 65) * sizeof(float));
+  // 20 floats a layer and width per token, and the fused head and loss's chunk of logits (all 500 rows
+  // here), its gradient and the head's gradient.
+  CHECK(activations == (5 * 100 * 20.0 * 3 * 64 + 2 * 500 * 65 + 65 * 64) * sizeof(float));
+  // GPT-2's vocabulary: a chunk of 128 MiB of logits whatever the batch, not the whole batch's.
+  o.block = 1024, o.width = 768, o.layers = 12, o.heads = 12;
+  const double head = train::model::backward_memory(o, 50304, 16).activation_bytes -
+                      16 * 1024 * 20.0 * 12 * 768 * sizeof(float);
+  CHECK(head == (2.0 * 640 * 50304 + 50304 * 768) * sizeof(float));
+  o.block = 100, o.width = 64, o.layers = 3, o.heads = 1;
   o.heads = 2;  // heads of 32 values keep none
   CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 0);
   CHECK(train::model::backward_memory(o, 65, 5).activation_bytes == activations);
