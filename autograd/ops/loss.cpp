@@ -42,6 +42,17 @@ Tensor cross_entropy(const Tensor& logits_in, const Tensor& targets, std::int64_
   return logits.dtype() == DType::bf16 && !autocast_enabled() ? to(loss, DType::bf16) : loss;
 }
 
+namespace {
+// Targets (N) other than ignore_index, counted on their device (in float32 on every device: ids and
+// counts are exact in it below 2^24, and the ignore index is negative).
+std::int64_t counted_rows(const Tensor& targets, std::int64_t ignore_index) {
+  const Tensor ignored = kernels::binary(kernels::Binary::eq, kernels::cast(targets, DType::f32),
+                                         full({}, static_cast<double>(ignore_index), {DType::f32, targets.device()}));
+  const double n_ignored = kernels::sum(kernels::cast(ignored, DType::f32), {0}, false).item();
+  return targets.size(0) - static_cast<std::int64_t>(std::llround(n_ignored));
+}
+}  // namespace
+
 std::int64_t classifier_chunk_rows(std::int64_t classes) {
   constexpr std::int64_t kChunkBytes = std::int64_t{128} << 20, kMinRows = 64;
   const std::int64_t rows = kChunkBytes / (static_cast<std::int64_t>(sizeof(float)) * std::max<std::int64_t>(classes, 1));
@@ -75,16 +86,13 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   // As llm.c's classifier: the gradients are made in the forward, a chunk of logits at a time, so
   // that the logits are never whole and never made twice; the backward only scales them by g.
   const bool grads = grad_enabled() && (x.requires_grad() || weight.requires_grad());
-  // The loss's divisor, known before the first chunk's gradient: the rows whose targets count (float32
-  // on every device: ids and counts are exact in it below 2^24, and the ignore index is negative).
-  const std::int64_t count = n - static_cast<std::int64_t>(std::llround(
-      kernels::sum(kernels::cast(kernels::binary(kernels::Binary::eq, kernels::cast(targets, DType::f32),
-                                                 full({}, static_cast<double>(ignore_index), {DType::f32, x.device()})),
-                                 DType::f32),
-                   {0}, false)
-          .item()));
+  // The loss's divisor, the rows whose targets count: the chunks' own counts added up, except that a
+  // gradient made chunk by chunk needs it before the first chunk, so then it is counted first.
+  const std::int64_t count = grads ? counted_rows(targets, ignore_index) : -1;
 
   double loss_sum = 0;
+  std::int64_t counted = 0;
+  DType loss_dtype = DType::f32;
   Tensor loss;
   std::vector<Tensor> dx;
   Tensor dw;
@@ -95,6 +103,8 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
     const Tensor logits = kernels::matmul(xc, rows::mT(w));
     const kernels::CrossEntropyResult r = kernels::cross_entropy_forward(logits, tc, ignore_index);
     loss_sum += r.loss.item() * static_cast<double>(r.count);
+    counted += r.count;
+    loss_dtype = r.loss.dtype();
     if (whole) loss = r.loss;  // one chunk: cross_entropy's own result, bit for bit
     if (!grads) continue;
     // d = (softmax(logits) - onehot(target)) / count, 0 on ignored rows: the kernel divides by a
@@ -107,8 +117,7 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
     dw = dw.defined() ? kernels::binary(kernels::Binary::add, dw, dwc) : dwc;
   }
   if (!loss.defined())  // several chunks: their sums added in order
-    loss = to(full({}, count > 0 ? loss_sum / static_cast<double>(count) : 0.0, {x2.dtype() == DType::f64 ? DType::f64 : DType::f32}),
-              x.device());
+    loss = to(full({}, counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0, {loss_dtype}), x.device());
   if (x.dtype() == DType::bf16 && !autocast_enabled()) loss = to(loss, DType::bf16);  // as cross_entropy's
   if (!grads) return loss;
 
