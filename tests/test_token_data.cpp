@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,32 @@ std::vector<std::int64_t> values(const Tensor& t) {
 // A small GPT-2 style tokenizer in `dir` (bytes, "th", "the", " the").
 void write_small_tokenizer(const std::string& dir) {
   SmallVocabulary({{"t", "h"}, {"th", "e"}, {" ", "the"}}).write(dir);
+}
+
+// The names of the tensors whose bits differ between two checkpoints (or that one of them lacks).
+std::vector<std::string> differing_tensors(const std::string& a_path, const std::string& b_path) {
+  const train::output::Safetensors a = train::output::load_safetensors(a_path), b = train::output::load_safetensors(b_path);
+  std::vector<std::string> differing;
+  for (const auto& [name, t] : a.tensors) {
+    const auto other = b.tensors.find(name);
+    if (other == b.tensors.end() || other->second.sizes() != t.sizes() || other->second.dtype() != t.dtype() ||
+        std::memcmp(t.raw_data(), other->second.raw_data(), t.numel() * dtype_size(t.dtype())) != 0)
+      differing.push_back(name);
+  }
+  for (const auto& [name, t] : b.tensors)
+    if (!a.tensors.contains(name)) differing.push_back(name);
+  return differing;
+}
+
+// `attograd train` of a tiny model (1 layer, width 16, 2 heads, block 8, batch 4, quiet) with `args`,
+// which must succeed; returns what it printed.
+std::string train_tiny(std::vector<std::string> args) {
+  args.insert(args.begin(), {"train", "--layers", "1", "--width", "16", "--heads", "2", "--block", "8", "--batch", "4",
+                             "--quiet"});
+  const CliResult r = cli(args);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  return r.out;
 }
 
 train::TrainOptions tiny_token_run(const std::string& data, const std::string& out) {
@@ -206,16 +233,8 @@ TEST_CASE("token runs: N + N resumed steps give bitwise the weights of 2N, and o
   rest.quiet = true;
   rest.steps = 0, rest.eval_interval = 3;
   CHECK(train::cli::train_command(rest, null_out()).steps_done == 6);
-  const train::output::Safetensors a = train::output::load_safetensors(dir / "whole/ckpt.safetensors");
-  const train::output::Safetensors b = train::output::load_safetensors(dir / "split/ckpt.safetensors");
-  REQUIRE(a.tensors.size() == b.tensors.size());
-  for (const auto& [name, t] : a.tensors) {
-    INFO(name);
-    const Tensor& u = b.tensors.at(name);
-    REQUIRE(u.numel() == t.numel());
-    CHECK(std::memcmp(t.raw_data(), u.raw_data(), t.numel() * sizeof(float)) == 0);
-  }
-  CHECK(a.metadata.at("vocab") == R"({"ids":1000})");
+  CHECK(differing_tensors(dir / "whole/ckpt.safetensors", dir / "split/ckpt.safetensors").empty());
+  CHECK(train::output::load_safetensors(dir / "whole/ckpt.safetensors").metadata.at("vocab") == R"({"ids":1000})");
 
   // The data moved: --data names it again; other tokens are not the same run.
   fs::rename(dir / "data", dir / "moved");
@@ -350,18 +369,13 @@ TEST_CASE("keep-best keeps the weights of the lowest held-out loss, and changes 
   fs::create_directories(dir / "data");
   write_counting_shard(dir / "data/train_000000.bin", 0, 600);
   write_counting_shard(dir / "data/val_000000.bin", 600, 200);
-  const auto run = [&](const std::string& out, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train", "--data", dir / "data", "--vocab-size", "800", "--out", dir / out,
-                                     "--layers", "1", "--width", "16", "--heads", "2", "--block", "8", "--batch", "4",
-                                     "--steps", "8", "--eval-interval", "2", "--lr", "0.05", "--quiet"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const CliResult r = cli(args);
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    return r.out;
-  };
-  run("plain", {});
-  run("best", {"--keep-best"});
+  const std::vector<std::string> run = {"--data", dir / "data", "--vocab-size", "800", "--steps", "8",
+                                        "--eval-interval", "2", "--lr", "0.05"};
+  std::vector<std::string> plain_args = run, best_args = run;
+  plain_args.insert(plain_args.end(), {"--out", dir / "plain"});
+  best_args.insert(best_args.end(), {"--out", dir / "best", "--keep-best"});
+  train_tiny(plain_args);
+  train_tiny(best_args);
   std::vector<double> losses;
   std::ifstream metrics(dir / "best/metrics.jsonl");
   for (std::string line; std::getline(metrics, line);)
@@ -373,10 +387,7 @@ TEST_CASE("keep-best keeps the weights of the lowest held-out loss, and changes 
   CHECK(best.info.step == 2 * (std::min_element(losses.begin(), losses.end()) - losses.begin() + 1));
   CHECK(best.optimizer_name.empty());
   // Keeping the best changes nothing of the run itself.
-  const auto a = train::output::load_safetensors(dir / "plain/ckpt.safetensors");
-  const auto b = train::output::load_safetensors(dir / "best/ckpt.safetensors");
-  for (const auto& [name, t] : a.tensors)
-    CHECK(std::memcmp(t.raw_data(), b.tensors.at(name).raw_data(), t.numel() * sizeof(float)) == 0);
+  CHECK(differing_tensors(dir / "plain/ckpt.safetensors", dir / "best/ckpt.safetensors").empty());
 }
 
 TEST_CASE("samples while training: printed every --sample-interval steps, the run's weights unchanged", "[tokens][tokenizer]") {
@@ -390,26 +401,19 @@ TEST_CASE("samples while training: printed every --sample-interval steps, the ru
   fs::create_directories(dir / "data");
   write_text(dir / "data/train_000000.bin", train::data::shard_bytes(tokens));
   write_text(dir / "data/val_000000.bin", train::data::shard_bytes(tokens));
-  const auto run = [&](const std::string& out, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"train", "--data", dir / "data", "--tokenizer", dir / "tok", "--out", dir / out,
-                                     "--layers", "1", "--width", "16", "--heads", "2", "--block", "8", "--batch", "4",
-                                     "--steps", "6", "--eval-interval", "3", "--dropout", "0.1", "--quiet"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    const CliResult r = cli(args);
-    INFO(r.err);
-    REQUIRE(r.code == 0);
-    return r.out;
-  };
-  const std::string plain = run("plain", {});
-  const std::string sampled = run("sampled", {"--sample-interval", "2"});
+  const std::vector<std::string> run = {"--data", dir / "data", "--tokenizer", dir / "tok", "--steps", "6",
+                                        "--eval-interval", "3", "--dropout", "0.1"};
+  std::vector<std::string> plain_args = run, sampled_args = run;
+  plain_args.insert(plain_args.end(), {"--out", dir / "plain"});
+  sampled_args.insert(sampled_args.end(), {"--out", dir / "sampled", "--sample-interval", "2"});
+  const std::string plain = train_tiny(plain_args);
+  const std::string sampled = train_tiny(sampled_args);
   CHECK(plain.find("sample at step") == std::string::npos);
   for (const char* step : {"sample at step 2:\n<|endoftext|>", "sample at step 4:\n", "sample at step 6:\n"})
     CHECK_THAT(sampled, Catch::Contains(step));
-  const auto a = train::output::load_safetensors(dir / "plain/ckpt.safetensors");
-  const auto b = train::output::load_safetensors(dir / "sampled/ckpt.safetensors");
-  for (const auto& [name, t] : a.tensors)
-    CHECK(std::memcmp(t.raw_data(), b.tensors.at(name).raw_data(), t.numel() * sizeof(float)) == 0);
-  CHECK(a.metadata.at("rng") == b.metadata.at("rng"));
+  CHECK(differing_tensors(dir / "plain/ckpt.safetensors", dir / "sampled/ckpt.safetensors").empty());
+  CHECK(train::output::load_safetensors(dir / "plain/ckpt.safetensors").metadata.at("rng") ==
+        train::output::load_safetensors(dir / "sampled/ckpt.safetensors").metadata.at("rng"));
 }
 
 }  // namespace attograd::test
