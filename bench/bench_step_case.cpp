@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "cuda/runtime.h"
 #include "tensor/kernels.h"
+#include "tensor/storage.h"
 #include "train/model/gpt.h"
 #include "train/optim/grad_clip.h"
 
@@ -78,6 +79,8 @@ void step_case(benchmark::State& state, const StepCase& c, Device device) {
     return;
   }
 
+  cpu_reset_alloc_peaks();
+  const std::size_t allocated_before = cpu_alloc_stats().bytes_allocated;
   for (auto _ : state) {
     if (device.is_cuda())
       state.SetIterationTime(cuda::time_gpu_ms(device.index, [&] { benchmark::DoNotOptimize(step()); }) / 1000.0);
@@ -88,6 +91,15 @@ void step_case(benchmark::State& state, const StepCase& c, Device device) {
   const double BT = static_cast<double>(B * T);
   set_counters(state, train::model::step_flops(c.config, B), 40.0 * static_cast<double>(model.num_parameters()));
   state.counters["tokens"] = benchmark::Counter(BT * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  if (device.is_cpu()) {
+    // A steady step's host memory: what its tensors needed at once, what the allocator held with them, and
+    // how much it took fresh from the system (the rest served from its cache).
+    const CpuAllocStats alloc = cpu_alloc_stats();
+    state.counters["peak_in_use_MB"] = static_cast<double>(alloc.peak_bytes_in_use) / 1e6;
+    state.counters["peak_held_MB"] = static_cast<double>(alloc.peak_bytes_held) / 1e6;
+    state.counters["fresh_MB_per_step"] = static_cast<double>(alloc.bytes_allocated - allocated_before) / 1e6 /
+                                          static_cast<double>(state.iterations());
+  }
 }
 
 }  // namespace attograd::bench

@@ -24,7 +24,7 @@ struct HostAllocator {
     if (!p) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, std::size_t) { free_host(p); }
+  void deallocate(T* p, std::size_t n) { free_host(p, n * sizeof(T)); }
   friend bool operator==(const HostAllocator&, const HostAllocator&) { return true; }
 };
 template <typename T>

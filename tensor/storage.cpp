@@ -1,5 +1,7 @@
 #include "tensor/storage.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -12,42 +14,60 @@ namespace attograd {
 namespace {
 
 // A size-bucketed cache of CPU blocks: a training step allocates the same sizes
-// every iteration, so after the first step every request is a cache hit and
-// the system allocator (and its page faults on fresh memory) is out of the loop.
+// every iteration, so once a step has run nearly every request is a cache hit
+// and the system allocator (and its page faults on fresh memory) is out of the
+// loop. A block serves only requests of its own size, so the cache is bounded
+// by what the program has needed at once: a request it cannot serve first
+// frees the blocks cached longest, until the memory held (in use and cached)
+// stays within the peak in use plus a sixteenth. Memory a step held for one
+// size and then needs for another goes back to the system in between (large
+// blocks are mapped and unmapped: cpu/host_memory.h), rather than resident
+// twice.
 class CpuCache {
  public:
   void* get(std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use += nbytes;
-    auto it = free_.find(nbytes);
-    if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+    peak_in_use_ever_ = std::max(peak_in_use_ever_, stats_.bytes_in_use);
+    if (auto it = free_.upper_bound(nbytes); it != free_.begin() && std::prev(it)->first == nbytes) {
+      it = std::prev(it);  // the last of that size cached: its lines may still be in a cache
+      void* p = it->second.p;
       stats_.bytes_cached -= nbytes;
+      free_.erase(it);
       ++stats_.reuses;
       return p;
     }
+    const std::size_t limit = peak_in_use_ever_ + peak_in_use_ever_ / 16;
+    while (!free_.empty() && stats_.bytes_in_use + stats_.bytes_cached > limit) evict_oldest();
     ++stats_.allocations;
+    stats_.bytes_allocated += nbytes;
+    stats_.peak_bytes_held = std::max(stats_.peak_bytes_held, stats_.bytes_in_use + stats_.bytes_cached);
     void* p = cpu::allocate_host(nbytes);
-    if (!p) fail("alloc", "out of memory allocating {} bytes", nbytes);
+    if (!p) {
+      release_locked();  // what the cache holds may be what the system lacks
+      p = cpu::allocate_host(nbytes);
+    }
+    if (!p) {
+      stats_.bytes_in_use -= nbytes;
+      fail("alloc", "out of memory allocating {} bytes", nbytes);
+    }
     return p;
   }
   void put(void* p, std::size_t nbytes) {
     std::lock_guard lock(mutex_);
     stats_.bytes_in_use -= nbytes;
-    if (stats_.bytes_cached + nbytes > kMaxCachedBytes) {
-      cpu::free_host(p);  // the cache is full: sizes this varied are not a training loop's
-      return;
-    }
     stats_.bytes_cached += nbytes;
-    free_[nbytes].push_back(p);
+    free_.emplace(nbytes, Cached{p, next_age_++});
   }
   void release() {
     std::lock_guard lock(mutex_);
-    for (auto& [size, blocks] : free_)
-      for (void* p : blocks) cpu::free_host(p);
-    free_.clear();
-    stats_.bytes_cached = 0;
+    release_locked();
+  }
+  void reset_peaks() {
+    std::lock_guard lock(mutex_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
+    stats_.peak_bytes_held = stats_.bytes_in_use + stats_.bytes_cached;
   }
   CpuAllocStats stats() {
     std::lock_guard lock(mutex_);
@@ -55,9 +75,28 @@ class CpuCache {
   }
 
  private:
-  static constexpr std::size_t kMaxCachedBytes = std::size_t{4} << 30;  // 4 GiB
+  struct Cached {
+    void* p;
+    std::uint64_t age;  // when it was cached: a count of puts
+  };
+  void evict_oldest() {
+    auto oldest = free_.begin();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second.age < oldest->second.age) oldest = it;
+    cpu::free_host(oldest->second.p, oldest->first);
+    stats_.bytes_cached -= oldest->first;
+    free_.erase(oldest);
+  }
+  void release_locked() {  // and the bound counts the peak from here on
+    for (const auto& [size, block] : free_) cpu::free_host(block.p, size);
+    free_.clear();
+    stats_.bytes_cached = 0;
+    peak_in_use_ever_ = stats_.bytes_in_use;
+  }
   std::mutex mutex_;
-  std::map<std::size_t, std::vector<void*>> free_;
+  std::multimap<std::size_t, Cached> free_;  // by size, equal sizes in the order cached
+  std::uint64_t next_age_ = 0;
+  std::size_t peak_in_use_ever_ = 0;
   CpuAllocStats stats_;
 };
 
@@ -82,5 +121,6 @@ Storage::~Storage() {
 
 CpuAllocStats cpu_alloc_stats() { return cpu_cache().stats(); }
 void cpu_release_cached() { cpu_cache().release(); }
+void cpu_reset_alloc_peaks() { cpu_cache().reset_peaks(); }
 
 }  // namespace attograd

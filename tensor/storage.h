@@ -36,10 +36,14 @@ class Storage {
 struct CpuAllocStats {
   std::uint64_t allocations = 0;  // calls that went to the system allocator
   std::uint64_t reuses = 0;       // calls served from the cache
+  std::size_t bytes_allocated = 0;  // bytes of the calls that went to the system allocator
   std::size_t bytes_in_use = 0;
   std::size_t bytes_cached = 0;
+  std::size_t peak_bytes_in_use = 0;  // the most bytes_in_use since the start or cpu_reset_alloc_peaks
+  std::size_t peak_bytes_held = 0;    // the most bytes_in_use + bytes_cached, likewise
 };
 CpuAllocStats cpu_alloc_stats();
-void cpu_release_cached();
+void cpu_release_cached();  // frees every cached block; the cache's bound counts the peak in use from here on
+void cpu_reset_alloc_peaks();
 
 }  // namespace attograd

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "helpers.h"
@@ -138,6 +139,42 @@ TEST_CASE("a repeated computation is served from the allocation cache", "[parall
   CHECK(after.reuses > before.reuses);
 }
 
+TEST_CASE("the allocation cache holds no more than the peak in use and a sixteenth", "[parallel][alloc]") {
+  cpu_release_cached();
+  constexpr std::int64_t n = 8 << 20;  // 32 MiB of float32
+  { const Tensor a = empty({n}); }
+  CHECK(cpu_alloc_stats().bytes_cached >= n * sizeof(float));
+  cpu_reset_alloc_peaks();
+  const std::size_t before = cpu_alloc_stats().bytes_in_use, b_bytes = (n + 1024) * sizeof(float);
+  const std::uint64_t allocations = cpu_alloc_stats().allocations;
+  { const Tensor b = empty({n + 1024}); }  // another size: a's block is freed before b's is made
+  const CpuAllocStats s = cpu_alloc_stats();
+  CHECK(s.allocations == allocations + 1);
+  CHECK(s.peak_bytes_held <= (before + b_bytes) + (before + b_bytes) / 16);
+  { const Tensor again = empty({n + 1024}); }  // b's size again: served from the cache
+  CHECK(cpu_alloc_stats().allocations == allocations + 1);
+}
+
+TEST_CASE("a large host block leaves the resident set when freed", "[parallel][alloc]") {
+  if (!cpu::large_blocks_mapped()) {
+    WARN("skipped: blocks come from the system allocator here (AddressSanitizer's build)");
+    return;
+  }
+  const auto resident_bytes = [] {
+    std::ifstream statm("/proc/self/statm");
+    std::size_t size = 0, resident = 0;
+    statm >> size >> resident;
+    return resident * 4096;
+  };
+  constexpr std::size_t bytes = std::size_t{64} << 20;
+  void* p = cpu::allocate_host(bytes);
+  REQUIRE(p != nullptr);
+  std::memset(p, 1, bytes);
+  const std::size_t touched = resident_bytes();
+  cpu::free_host(p, bytes);
+  CHECK(touched - resident_bytes() >= bytes - (std::size_t{4} << 20));
+}
+
 TEST_CASE("host blocks start on a cache line, and from 2 MiB on a huge page's boundary", "[parallel][alloc]") {
   constexpr std::size_t huge = cpu::kHugePageBytes;
   for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, huge - 64, huge, 3 * huge + 100}) {
@@ -147,7 +184,7 @@ TEST_CASE("host blocks start on a cache line, and from 2 MiB on a huge page's bo
     CHECK(address % 64 == 0);
     CHECK((n < huge || address % huge == 0));
     std::memset(p, 1, n);  // all of it usable: ASan's build checks the bounds
-    cpu::free_host(p);
+    cpu::free_host(p, n);
   }
   // A tensor's storage is such a block, from the cache or fresh.
   for (int i = 0; i < 2; ++i) {
