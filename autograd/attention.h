@@ -41,10 +41,14 @@ enum class AttentionImpl {
 
 // AttentionOptions::saved_probs_limit: kAutoSavedProbsLimit (the default) keeps
 // up to kDefaultSavedProbsLimit bytes on heads of kSavedProbsMinHeadDim values
-// or more, none on narrower ones. The saving per tile grows with D and its
-// memory traffic does not: at D = 32 (the toy GPT's heads) keeping them made
-// the attention alone faster but the whole training step slower, as the kept
-// probabilities push the step's other operands out of the cache.
+// or more whose probabilities are no more values than their q, k, v and
+// output (Tq Tk / 2 <= 2 (Tq + Tk) D when causal, so T <= 8 D), none on
+// others. The saving per tile grows with D and its memory traffic does not:
+// at D = 32 (the toy GPT's heads) keeping them made the attention alone faster
+// but the whole training step slower, as the kept probabilities push the
+// step's other operands out of the cache. And on long heads they would be most
+// of a layer's activations (GPT-2's 1024 positions: twice its attention's
+// inputs and output) for one tile product in five of the backward.
 constexpr std::int64_t kAutoSavedProbsLimit = -1;
 constexpr std::int64_t kDefaultSavedProbsLimit = std::int64_t(64) << 20;
 constexpr std::int64_t kSavedProbsMinHeadDim = 64;

@@ -63,7 +63,7 @@ struct TrainOptions {
   bool keep_best = false;           // also keep the weights of the lowest held-out loss (best.safetensors)
   std::int64_t sample_interval = 0; // steps between samples printed while training; 0: none
   // MiB of softmax probabilities each attention layer may keep for its backward on the CPU
-  // (AttentionOptions::saved_probs_limit); -1: automatic, 64 on heads of 64 values or more.
+  // (AttentionOptions::saved_probs_limit); -1: automatic (autograd/attention.h's rule).
   std::int64_t attention_memory = -1;
 
   // ---- data parallelism (mpirun -np N attograd train ...): how, not what, is computed

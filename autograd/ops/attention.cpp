@@ -53,23 +53,25 @@ AttentionOutput attention_composed(const Tensor& q, const Tensor& k, const Tenso
   return result;
 }
 
-// The bytes of probabilities a fused call on heads of head_dim values may keep.
-std::int64_t saved_probs_budget(const AttentionOptions& o, std::int64_t head_dim) {
+// The bytes of probabilities a fused call on heads of head_dim values, Tq
+// queries and Tk keys, may keep (autograd/attention.h's automatic rule).
+std::int64_t saved_probs_budget(const AttentionOptions& o, std::int64_t Tq, std::int64_t Tk, std::int64_t head_dim) {
   if (o.saved_probs_limit != kAutoSavedProbsLimit) return o.saved_probs_limit;
-  return head_dim >= kSavedProbsMinHeadDim ? kDefaultSavedProbsLimit : 0;
+  const std::int64_t probs = o.causal ? Tq * Tk / 2 : Tq * Tk, inputs_and_output = 2 * (Tq + Tk) * head_dim;
+  return head_dim >= kSavedProbsMinHeadDim && probs <= inputs_and_output ? kDefaultSavedProbsLimit : 0;
 }
 
-// The kernel options of one fused call on heads of head_dim values: the
+// The kernel options of one fused call on (B, H, T, D) q and k: the
 // probabilities are kept for the backward only when there will be one.
 kernels::AttentionKernelOptions fused_options(kernels::AttentionKernelOptions ko, const AttentionOptions& o,
-                                              std::int64_t head_dim, const std::vector<Tensor>& inputs) {
-  ko.probs_budget = any_requires_grad(inputs) ? saved_probs_budget(o, head_dim) : 0;
+                                              const Tensor& q, const Tensor& k, const std::vector<Tensor>& inputs) {
+  ko.probs_budget = any_requires_grad(inputs) ? saved_probs_budget(o, q.size(2), k.size(2), q.size(3)) : 0;
   return ko;
 }
 
 AttentionOutput attention_fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
                                 const kernels::AttentionKernelOptions& ko) {
-  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q.size(3), {q, k, v});
+  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q, k, {q, k, v});
   kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, forward_options);
   AttentionOutput result;
   result.weights = r.weights;
@@ -120,7 +122,7 @@ Tensor packed_gradient(const Tensor& qkv) {
 AttentionOutput attention_fused_packed(const Tensor& qkv, std::int64_t heads, const AttentionOptions& o,
                                        const kernels::AttentionKernelOptions& ko) {
   const auto [q, k, v] = packed_heads(qkv.detach(), heads);
-  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q.size(3), {qkv});
+  const kernels::AttentionKernelOptions forward_options = fused_options(ko, o, q, k, {qkv});
   kernels::AttentionForwardResult r = kernels::attention_forward(q, k, v, o.mask, forward_options);
   AttentionOutput result;
   result.weights = r.weights;
@@ -178,7 +180,7 @@ AttentionOutput attention(const Tensor& q, const Tensor& k, const Tensor& v, con
 std::int64_t saved_probs_bytes(const AttentionOptions& options, std::int64_t heads, std::int64_t Tq, std::int64_t Tk,
                                std::int64_t head_dim, std::int64_t element_bytes) {
   return kernels::attention_probs_bytes(heads, Tq, Tk, options.causal, element_bytes,
-                                       saved_probs_budget(options, head_dim));
+                                       saved_probs_budget(options, Tq, Tk, head_dim));
 }
 
 std::vector<Tensor> split_packed_heads(const Tensor& packed, std::int64_t n, std::int64_t heads) {

@@ -163,8 +163,8 @@ void add_train_scaling_flags(TrainFlags& t) {
   CLI::App& c = *t.command;
   add_number(c, "--attention-memory", t.options.attention_memory,
              "MiB of softmax probabilities each attention layer may keep for its backward, which then need not "
-             "recompute them (whole heads; -1: 64 on heads of 64 values or more, none on narrower; 0: none, "
-             "memory O(T) per head)");
+             "recompute them (whole heads; -1: 64 on heads of 64 values or more and at most 8 times as long, none "
+             "on others; 0: none, memory O(T) per head)");
   add_number(c, "--grad-accum", t.options.grad_accum,
              "Split each process's share of --batch into this many micro-batches (less memory, same result)");
   c.add_flag("--shard-optimizer", t.options.shard_optimizer,
