@@ -99,17 +99,22 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
   const Tensor x2 = as_rows(x, fc_weight.size(1));
   const kernels::LinearGelu h = kernels::linear_gelu(x2, fc_weight, fc_bias);  // (N, hidden) each
   const Tensor y = with_leading_dims(kernels::matmul(h.out, mT(proj_weight), proj_bias), x.sizes());
-  return record(op, y, {x, fc_weight, fc_bias, proj_weight, proj_bias}, {x2, fc_weight, h.pre, h.out, proj_weight},
+  // Only pre is kept: gelu(pre) is remade in the backward, an element-wise
+  // pass beside two products, so that the layer keeps 4 hidden-wide values a
+  // token for its backward instead of 8.
+  return record(op, y, {x, fc_weight, fc_bias, proj_weight, proj_bias}, {x2, fc_weight, h.pre, proj_weight},
                 [x_shape = x.sizes(), fc_has_bias = fc_bias.defined(), proj_has_bias = proj_bias.defined()](
                     const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: h = x W1^T + b1, a = gelu(h), y = a W2^T + b2; so
-                  // dh = (g W2) * gelu'(h) in one pass, dW2 = g^T a, db2 = sum_rows(g),
-                  // and dx, dW1, db1 are linear's gradients of dh.
-                  const Tensor &x2 = s[0], &w1 = s[1], &pre = s[2], &a = s[3], &w2 = s[4];
+                  // dW2 = g^T a, db2 = sum_rows(g), dh = (g W2) * gelu'(h) in one
+                  // pass, and dx, dW1, db1 are linear's gradients of dh.
+                  const Tensor &x2 = s[0], &w1 = s[1], &pre = s[2], &w2 = s[3];
                   const Tensor g2 = grad_rows(g, x2.size(0), w2.size(0));
+                  // a lives only for its product: the same bits as the forward's (tensor/kernels.h).
+                  std::vector<Tensor> proj_grads = parameter_grads(g2, kernels::unary(kernels::Unary::gelu, pre), proj_has_bias);
                   const Tensor dh = kernels::matmul_gelu_grad(g2, w2, pre);
                   std::vector<Tensor> grads = linear_grads(dh, x2, w1, x_shape, fc_has_bias);
-                  for (const Tensor& t : parameter_grads(g2, a, proj_has_bias)) grads.push_back(t);
+                  grads.insert(grads.end(), proj_grads.begin(), proj_grads.end());
                   return grads;
                 });
 }
