@@ -85,12 +85,12 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Te
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+// Element by element, each read before it is written: dx may be the logits.
+void cross_entropy_backward(const Tensor& dx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            std::int64_t ignore_index, std::int64_t count, double dloss) {
   // forward: loss = sum over counted rows of (lse - x[target]) / count;
   // so dx = (softmax(x) - onehot(target)) * dloss / count, with softmax(x) = exp(x - lse)
   const std::int64_t rows = logits.size(0), n = logits.size(1);
-  Tensor dx = empty(logits.sizes(), logits.options());
   const std::int64_t* t = targets.data<std::int64_t>();
   const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
   AG_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy backward", [&] {
@@ -107,7 +107,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
         cross_entropy_grad_row(dxr, xs + r * n, lses[r], s, t[r], n);
     });
   });
-  return dx;
 }
 
 }  // namespace attograd::cpu

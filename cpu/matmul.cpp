@@ -25,11 +25,13 @@
 namespace attograd::cpu {
 namespace {
 
-// A float32 product's GELU epilogue (F32Gemm::Epilogue): its companion
-// matrix laid out as C, each thread's part at the offset of its part of C.
-struct GeluPass {
+// How a float32 product stores C: its GELU epilogue (F32Gemm::Epilogue), the
+// companion matrix laid out as C, each thread's part at the offset of its part
+// of C; or its sums added to what C holds.
+struct CStore {
   F32Gemm::Epilogue epilogue = F32Gemm::Epilogue::none;
   float* companion = nullptr;
+  bool accumulate = false;
   float* at(std::int64_t offset) const { return companion ? companion + offset : nullptr; }
 };
 
@@ -40,11 +42,12 @@ struct GeluPass {
 template <typename T>  // and float32's GELU epilogue, when given
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T* c, std::int64_t ldc, const T* bias, F32Gemm::Epilogue epilogue = {},
-          float* companion = nullptr) {
+          float* companion = nullptr, bool accumulate = false) {
   const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
     gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda, .b = b,
-              .ldb = ldb, .c = c, .ldc = ldc, .bias = bias, .epilogue = epilogue, .companion = companion});
+              .ldb = ldb, .c = c, .ldc = ldc, .accumulate = accumulate, .bias = bias, .epilogue = epilogue,
+              .companion = companion});
   } else {
     if (bias)
       for (std::int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
@@ -60,7 +63,7 @@ void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, cons
 // rounded while in L2 cost more: each band packs B again.)
 void gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k, const bfloat16* a, std::int64_t lda,
           const bfloat16* b, std::int64_t ldb, bfloat16* c, std::int64_t ldc, const float* bias,
-          F32Gemm::Epilogue /*float32's only*/ = {}, float* = nullptr) {
+          F32Gemm::Epilogue /*float32's only*/ = {}, float* = nullptr, bool /*float32's only*/ = false) {
   thread_local Scratch<float> sums;
   if (static_cast<std::int64_t>(sums.size()) < m * n) sums.resize(static_cast<std::size_t>(m * n));
   gemm_f32({.a_transposed = ta, .b_transposed = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .c = sums.data(),
@@ -83,8 +86,9 @@ std::int64_t thread_block(std::int64_t extent, int threads) {
 // the pool's threads.
 template <typename T>
 void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias,
-                      const Tensor& out, const GeluPass& pass = {}) {
-  if constexpr (!std::is_same_v<T, float>) AG_CHECK(!pass.companion, "matmul", "a GELU epilogue on {}", out.str());
+                      const Tensor& out, const CStore& pass = {}) {
+  if constexpr (!std::is_same_v<T, float>)
+    AG_CHECK(!pass.companion && !pass.accumulate, "matmul", "a float32 store on {}", out.str());
   using Bias = std::conditional_t<std::is_same_v<T, bfloat16>, float, T>;
   const std::int64_t m = a_in.size(-2), k = a_in.size(-1), n = b_in.size(-1);
   const MatrixOperand a = matrix_operand(a_in), b = matrix_operand(b_in);
@@ -105,7 +109,7 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
       std::int64_t oa, ob;
       batch_offsets(i, oa, ob);
       gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias,
-           pass.epilogue, pass.at(i * m * n));
+           pass.epilogue, pass.at(i * m * n), pass.accumulate);
     }
   } else if (batches >= threads) {
     parallel_for(0, batches, 1, [&](std::int64_t lo, std::int64_t hi) {
@@ -113,7 +117,7 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
         std::int64_t oa, ob;
         batch_offsets(i, oa, ob);
         gemm(a.transposed, b.transposed, m, n, k, pa + oa, a.ld, pb + ob, b.ld, pc + i * m * n, n, pbias,
-             pass.epilogue, pass.at(i * m * n));
+             pass.epilogue, pass.at(i * m * n), pass.accumulate);
       }
     });
   } else {
@@ -133,10 +137,10 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
       parallel_for(0, extent, block, [&](std::int64_t lo, std::int64_t hi) {
         if (split_rows)
           gemm(a.transposed, b.transposed, hi - lo, n, k, pa + oa + lo * a_row_step, a.ld, pb + ob, b.ld,
-               pc + i * m * n + lo * n, n, pbias, pass.epilogue, pass.at(i * m * n + lo * n));
+               pc + i * m * n + lo * n, n, pbias, pass.epilogue, pass.at(i * m * n + lo * n), pass.accumulate);
         else
           gemm(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step, b.ld,
-               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr, pass.epilogue, pass.at(i * m * n + lo));
+               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr, pass.epilogue, pass.at(i * m * n + lo), pass.accumulate);
       });
     }
   }
@@ -219,7 +223,7 @@ kernels::LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Ten
     gelu_f32(out.data<float>(), pre.data<float>(), pre.numel());
     return {pre, out};
   }
-  batched_products<float>(x, w_t, {}, bias, pre, {F32Gemm::Epilogue::gelu, out.data<float>()});
+  batched_products<float>(x, w_t, {}, bias, pre, {.epilogue = F32Gemm::Epilogue::gelu, .companion = out.data<float>()});
   return {pre, out};
 }
 
@@ -233,8 +237,17 @@ Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre
     scale_by_gelu_grad_f32(out.data<float>(), pre.data<float>(), out.numel());
     return out;
   }
-  batched_products<float>(g, weight, {}, Tensor(), out, {F32Gemm::Epilogue::gelu_grad, pre.data<float>()});
+  batched_products<float>(g, weight, {}, Tensor(), out, {.epilogue = F32Gemm::Epilogue::gelu_grad, .companion = pre.data<float>()});
   return out;
+}
+
+// C += A B in float32, with no product of its own: a gradient summed over
+// chunks of rows (autograd's linear_cross_entropy). Other dtypes decline.
+bool matmul_add_(const Tensor& c, const Tensor& a, const Tensor& b) {
+  if (c.dtype() != DType::f32) return false;
+  if (c.numel() == 0 || a.size(1) == 0) return true;
+  batched_products<float>(a, b, {}, Tensor(), c, {.accumulate = true});
+  return true;
 }
 
 Tensor matmul_widened(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, const Tensor& bias) {

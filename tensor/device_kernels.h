@@ -49,6 +49,7 @@
     (const Tensor& x, const Tensor& weight, const Tensor& bias, std::int64_t parts, std::int64_t heads))           \
   X(linear_gelu, kernels::LinearGelu, (const Tensor& x, const Tensor& weight, const Tensor& bias))                 \
   X(matmul_gelu_grad, Tensor, (const Tensor& g, const Tensor& weight, const Tensor& pre))                          \
+  X(matmul_add_, bool, (const Tensor& c, const Tensor& a, const Tensor& b)) /* c (M, N) contiguous; false: declined */ \
   /* softmax.cpp, layer_norm.cpp, cross_entropy.cpp: every operand contiguous */                                  \
   X(softmax_forward, Tensor, (const Tensor& x))                                                                    \
   X(softmax_backward, Tensor, (const Tensor& y, const Tensor& dy))                                                 \
@@ -61,8 +62,8 @@
     (const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean, const Tensor& rstd))              \
   X(cross_entropy_forward, kernels::CrossEntropyResult,                                                            \
     (const Tensor& logits, const Tensor& targets, std::int64_t ignore_index))                                      \
-  X(cross_entropy_backward, Tensor,                                                                                \
-    (const Tensor& logits, const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,                    \
+  X(cross_entropy_backward, void, /* dx as the logits, or the logits themselves */                               \
+    (const Tensor& dx, const Tensor& logits, const Tensor& targets, const Tensor& lse, std::int64_t ignore_index,  \
      std::int64_t count, double dloss))                                                                            \
   /* embedding.cpp: ids in range */                                                                                \
   X(embedding_forward, Tensor, (const Tensor& weight, const Tensor& ids))                                          \

@@ -264,6 +264,18 @@ Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre
   return binary(Binary::gelu_backward, matmul(g, weight), pre);
 }
 
+void matmul_add_(const Tensor& c, const Tensor& a, const Tensor& b) {
+  AG_CHECK(c.dim() == 2 && a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0) && c.size(0) == a.size(0) &&
+               c.size(1) == b.size(1),
+           "matmul_add_", "c (M, N) += a (M, K) @ b (K, N), got {}, {} and {}", shape_str(c.sizes()),
+           shape_str(a.sizes()), shape_str(b.sizes()));
+  check_operands_like("matmul_add_", c, {&a, &b});
+  check_floating("matmul_add_", c);
+  check_not_cuda_float64("matmul_add_", c);
+  if (c.is_contiguous() && AG_DEVICE_KERNEL(c, matmul_add_)(c, a, b)) return;
+  add_(c, matmul(a, b), 1.0);
+}
+
 }  // namespace attograd::kernels
 
 // ---- optimizer updates --------------------------------------------------------------

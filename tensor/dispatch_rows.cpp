@@ -169,8 +169,10 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
   return AG_DEVICE_KERNEL(logits, cross_entropy_forward)(dense(logits), dense(targets), ignore_index);
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+namespace {
+// The backward's checks, and dx = its gradient written by the device's kernel (dx may be the logits).
+void cross_entropy_backward_into(const Tensor& dx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 std::int64_t ignore_index, std::int64_t count, double dloss) {
   const char* op = "cross_entropy backward";
   check_rows(op, logits, "logits");
   AG_CHECK(logits.dim() == 2, op, "logits must be 2-d (N, V), got {}", shape_str(logits.sizes()));
@@ -186,8 +188,23 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
            logits.size(0));
   AG_CHECK(count >= 0 && count <= logits.size(0), op, "count {} out of range for {} rows", count, logits.size(0));
   check_indices(op, targets, logits.size(1), "target", "classes", ignore_index);
-  return AG_DEVICE_KERNEL(logits, cross_entropy_backward)(dense(logits), dense(targets), dense(lse), ignore_index,
-                                                         count, dloss);
+  AG_DEVICE_KERNEL(logits, cross_entropy_backward)(dx, logits, dense(targets), dense(lse), ignore_index, count, dloss);
+}
+}  // namespace
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+  const Tensor x = dense(logits);
+  Tensor dx = empty(x.sizes(), x.options());
+  cross_entropy_backward_into(dx, x, targets, lse, ignore_index, count, dloss);
+  return dx;
+}
+
+void cross_entropy_backward_(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                             std::int64_t ignore_index, std::int64_t count, double dloss) {
+  AG_CHECK(logits.defined() && logits.is_contiguous(), "cross_entropy backward",
+           "the logits it overwrites must be contiguous, got {}", logits.defined() ? logits.str() : "undefined");
+  cross_entropy_backward_into(logits, logits, targets, lse, ignore_index, count, dloss);
 }
 
 Tensor dropout_mask(const Shape& sizes, double p, std::uint64_t seed, std::uint64_t offset, TensorOptions options) {

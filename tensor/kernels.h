@@ -77,6 +77,10 @@ struct LinearGelu {
 };
 LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias);
 Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre);
+// c += a @ b, c (M, N), a (M, K), b (K, N), all of one dtype and device: the
+// product's sums added onto c where the device's kernel can (the CPU's float32
+// kernel, into a contiguous c), else a product and add_.
+void matmul_add_(const Tensor& c, const Tensor& a, const Tensor& b);
 
 // ---- fused row ops (over the last dim of a tensor) -------------------------------
 Tensor softmax_forward(const Tensor& x);                        // y
@@ -121,6 +125,10 @@ CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Tensor& tar
 // float32, the forward's).
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
                               std::int64_t ignore_index, std::int64_t count, double dloss);
+// The same written over the (contiguous) logits: a classifier's chunk of them
+// and their gradient are never in memory side by side.
+void cross_entropy_backward_(const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                             std::int64_t ignore_index, std::int64_t count, double dloss);
 
 // Inverted-dropout scale mask: 0 with probability p, else 1/(1-p); element i of
 // the (contiguous) mask is decided by philox(seed, offset + i), identically on every device.

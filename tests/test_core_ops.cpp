@@ -179,6 +179,41 @@ TEST_CASE("matmul with a bias equals matmul + bias on every threading path", "[m
                       Catch::Contains("[matmul] bias [3] does not match the 4 columns of b [3,4]"));
 }
 
+TEST_CASE("matmul_add_ adds the product onto c on every threading path, in place or composed", "[matmul]") {
+  // Row blocks (tall), column blocks (wide and short), one thread (small), K = 0 (c unchanged); a
+  // transposed a as the classifier's d^T; c contiguous (the float32 kernel's sums added onto it) or a
+  // column slice (a product and add_).
+  struct Case {
+    const char* name;
+    Shape a, b;
+  };
+  const Case cases[] = {{"small", {5, 7}, {7, 3}},
+                        {"tall", {700, 96}, {96, 130}},
+                        {"wide and short", {20, 300}, {300, 900}},
+                        {"K = 0", {6, 0}, {0, 4}}};
+  for (const Case& c : cases)
+    for (DType dtype : {DType::f32, DType::f64})
+      for (bool sliced : {false, true})
+        for (int threads : {1, 2}) {
+          DYNAMIC_SECTION(c.name << " " << dtype_name(dtype) << (sliced ? " into a slice" : "") << " threads "
+                                 << threads) {
+            set_num_threads(threads);
+            Generator gen(11);
+            const Tensor a = transpose(randn({c.a[1], c.a[0]}, {dtype}, gen), 0, 1), b = randn(c.b, {dtype}, gen);
+            const std::int64_t cols = c.b[1];
+            const Tensor base = randn({c.a[0], cols + (sliced ? 3 : 0)}, {dtype}, gen);
+            const Tensor target = sliced ? narrow(base, 1, 1, cols) : base;
+            const Tensor want = contiguous(target) + kernels::matmul(a, b);
+            kernels::matmul_add_(target, a, b);
+            INFO("max diff " << max_abs_diff(target, want));
+            CHECK(all_close(target, want, atol_for(dtype), rtol_for(dtype)));
+          }
+        }
+  set_num_threads(2);
+  REQUIRE_THROWS_WITH(kernels::matmul_add_(zeros({2, 5}), zeros({2, 3}), zeros({3, 4})),
+                      Catch::Contains("[matmul_add_] c (M, N) += a (M, K) @ b (K, N), got [2,5], [2,3] and [3,4]"));
+}
+
 namespace {
 
 // A float32 product's element against its float64 value: each of the K

@@ -734,6 +734,12 @@ TEST_CASE("cuda: cross_entropy reads bfloat16 logits as the float32 kernels read
     const Tensor dwant = kernels::cross_entropy_backward(wide, targets, want.lse, -100, want.count, 0.75);
     REQUIRE(dgot.dtype() == DType::bf16);
     CHECK(max_abs_diff(on_cpu(dgot), on_cpu(kernels::cast(dwant, DType::bf16))) == 0);
+    // Written over the logits (linear_cross_entropy's chunks), in either dtype: the same bits.
+    for (const auto& [x, lse, d] : {std::tuple{logits, got.lse, dgot}, std::tuple{wide, want.lse, dwant}}) {
+      const Tensor over = kernels::clone(x);
+      kernels::cross_entropy_backward_(over, targets, lse, -100, got.count, 0.75);
+      CHECK(max_abs_diff(on_cpu(over), on_cpu(d)) == 0);
+    }
   }
 }
 

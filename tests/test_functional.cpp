@@ -359,6 +359,23 @@ TEST_CASE("linear_cross_entropy equals cross_entropy of linear, for every chunk 
   for (double v : values(x.grad())) CHECK(v == 0.0);
 }
 
+TEST_CASE("cross_entropy's backward written over the logits gives the bits of the one that allocates", "[functional]") {
+  const Tensor targets = ids_tensor({3, -100, 6, 0, 2}, {5});
+  for (DType dtype : {DType::f32, DType::f64, DType::bf16}) {
+    INFO(dtype_name(dtype));
+    Generator gen(8);
+    const Tensor logits = kernels::cast(randn({5, 7}, {DType::f32}, gen), dtype);
+    const kernels::CrossEntropyResult r = kernels::cross_entropy_forward(logits, targets, -100);
+    const Tensor want = kernels::cross_entropy_backward(logits, targets, r.lse, -100, r.count, 0.5);
+    const Tensor over = kernels::clone(logits);
+    kernels::cross_entropy_backward_(over, targets, r.lse, -100, r.count, 0.5);
+    CHECK(max_abs_diff(over, want) == 0);
+  }
+  const Tensor strided = transpose(zeros({7, 5}), 0, 1);
+  CHECK_THROWS_WITH(kernels::cross_entropy_backward_(strided, targets, zeros({5}), -100, 4, 1.0),
+                    Catch::Contains("[cross_entropy backward] the logits it overwrites must be contiguous"));
+}
+
 TEST_CASE("linear_cross_entropy in one chunk gives cross_entropy of linear bit for bit", "[functional]") {
   const Tensor targets = ids_tensor({3, 0, 6, 1, 2, 5}, {2, 3});
   Tensor xa = leaf_as({2, 3, 8}, DType::f32, 1), wa = leaf_as({7, 8}, DType::f32, 2);

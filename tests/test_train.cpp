@@ -214,7 +214,8 @@ TEST_CASE("invalid flags: one line on stderr naming the flag and value, non-zero
 
 // The memory check counts the probability tiles the attention keeps for
 // backward (their bytes are checked against the allocation in
-// test_attention.cpp): on heads of 64 values or more, within 64 MiB a layer.
+// test_attention.cpp): on heads of 64 values or more and at most 8 times as
+// long, within 64 MiB a layer.
 TEST_CASE("the memory estimate counts the probabilities each layer's attention keeps", "[train]") {
   train::TrainOptions o;
   o.block = 4096;
@@ -222,20 +223,27 @@ TEST_CASE("the memory estimate counts the probabilities each layer's attention k
   o.heads = 1;
   o.layers = 3;
   const double tile = (64 * 64 + 64) * sizeof(float);
+  CHECK(train::model::backward_memory(o, 65, 1).probs_bytes == 0);  // automatic: 4096 positions, past 8 x 64
+  o.attention_memory = 64;
   CHECK(train::model::backward_memory(o, 65, 1).probs_bytes == 3 * 2080 * tile);  // 64 x 65 / 2 causal tiles a head
   CHECK(train::model::backward_memory(o, 65, 2).probs_bytes == 3 * 2080 * tile);  // 69 MB a layer: one head's fits
   CHECK(train::model::backward_memory(o, 65, 4).probs_bytes == 3 * 2080 * tile);
+  o.attention_memory = -1;
+  o.block = 512;  // 512 x 512 / 2 probabilities, as many as q, k, v and the output's 4 x 512 x 64: kept
+  CHECK(train::model::backward_memory(o, 65, 1).probs_bytes == 3 * 36 * tile);
+  o.block = 520;  // one more position past 8 x 64: none
+  CHECK(train::model::backward_memory(o, 65, 1).probs_bytes == 0);
   o.block = 100;
   CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 3 * 5 * 3 * tile);
   const double activations = train::model::backward_memory(o, 65, 5).activation_bytes;
-  // 20 floats a layer and width per token, and the fused head and loss's chunk of logits (all 500 rows
-  // here), its gradient and the head's gradient.
-  CHECK(activations == (5 * 100 * 20.0 * 3 * 64 + 2 * 500 * 65 + 65 * 64) * sizeof(float));
+  // 12 floats a layer and width per token, and the fused head and loss's chunk of logits (all 500 rows
+  // here; their gradient written over them) and the head's gradient.
+  CHECK(activations == (5 * 100 * 12.0 * 3 * 64 + 500 * 65 + 65 * 64) * sizeof(float));
   // GPT-2's vocabulary: a chunk of 128 MiB of logits whatever the batch, not the whole batch's.
   o.block = 1024, o.width = 768, o.layers = 12, o.heads = 12;
   const double head = train::model::backward_memory(o, 50304, 16).activation_bytes -
-                      16 * 1024 * 20.0 * 12 * 768 * sizeof(float);
-  CHECK(head == (2.0 * 640 * 50304 + 50304 * 768) * sizeof(float));
+                      16 * 1024 * 12.0 * 12 * 768 * sizeof(float);
+  CHECK(head == (640.0 * 50304 + 50304 * 768) * sizeof(float));
   o.block = 100, o.width = 64, o.layers = 3, o.heads = 1;
   o.heads = 2;  // heads of 32 values keep none
   CHECK(train::model::backward_memory(o, 65, 5).probs_bytes == 0);

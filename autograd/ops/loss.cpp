@@ -95,7 +95,10 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
   DType loss_dtype = DType::f32;
   Tensor loss;
   std::vector<Tensor> dx;
-  Tensor dw;
+  // The weight's gradient, padded rows too (no loss reads them: zero), each chunk's product added onto
+  // the classes' rows in place: one (classes, in) matrix for all the chunks, not one per chunk besides.
+  const Tensor dw = grads ? zeros(weight.sizes(), {w.dtype(), w.device()}) : Tensor();
+  const Tensor dw_classes = grads ? rows::row_range(dw, 0, classes) : Tensor();
   for (std::int64_t first = 0; first == 0 || first < n; first += chunk_rows) {  // once when n == 0
     const std::int64_t m = std::min(chunk_rows, n - first);
     const bool whole = m == n;
@@ -110,11 +113,12 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
     // d = (softmax(logits) - onehot(target)) / count, 0 on ignored rows: the kernel divides by a
     // count of its own rows, so a chunk of several passes 1 / count itself (one chunk passes
     // cross_entropy's arguments, for its bits).
-    const Tensor d = kernels::cross_entropy_backward(logits, tc, r.lse, ignore_index, whole ? count : 1,
-                                                     whole || count == 0 ? 1.0 : 1.0 / static_cast<double>(count));
+    // Written over the logits: the chunk's memory is one such matrix.
+    kernels::cross_entropy_backward_(logits, tc, r.lse, ignore_index, whole ? count : 1,
+                                     whole || count == 0 ? 1.0 : 1.0 / static_cast<double>(count));
+    const Tensor& d = logits;
     dx.push_back(kernels::matmul(d, w));
-    const Tensor dwc = kernels::matmul(rows::mT(d), xc);
-    dw = dw.defined() ? kernels::binary(kernels::Binary::add, dw, dwc) : dwc;
+    kernels::matmul_add_(dw_classes, rows::mT(d), xc);
   }
   if (!loss.defined())  // several chunks: their sums added in order
     loss = to(full({}, counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0, {loss_dtype}), x.device());
@@ -123,9 +127,6 @@ Tensor linear_cross_entropy(const Tensor& x_in, const Tensor& weight_in, const T
 
   Tensor dx_all = n == 0 ? zeros(x.sizes(), {x.dtype(), x.device()}) : dx.size() == 1 ? dx[0] : kernels::cat(dx, 0);
   dx_all = make_view(dx_all, x.sizes(), contiguous_strides(x.sizes()), dx_all.offset());
-  if (n == 0) dw = zeros({classes, w.size(1)}, {w.dtype(), w.device()});
-  if (classes < weight.size(0))  // padded rows: no loss reads them
-    dw = kernels::cat({dw, zeros({weight.size(0) - classes, dw.size(1)}, {dw.dtype(), dw.device()})}, 0);
   return record(op, loss, {x, weight}, {dx_all, dw},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: loss = mean over counted rows of (lse - logits[target]), logits = x W^T;

@@ -26,10 +26,10 @@ kernels::CrossEntropyResult cross_entropy_forward(const Tensor& logits, const Te
   return out;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& lse,
-                              std::int64_t ignore_index, std::int64_t count, double dloss) {
+// cuda/cross_entropy.cu's kernel reads each element before it writes it: dx may be the logits.
+void cross_entropy_backward(const Tensor& dx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            std::int64_t ignore_index, std::int64_t count, double dloss) {
   const std::int64_t rows = logits.size(0), n = logits.size(1);
-  Tensor dx = empty(logits.sizes(), logits.options());
   const double scale = count > 0 ? dloss / static_cast<double>(count) : 0.0;
   AG_DISPATCH_FLOAT_OR_BF16(logits.dtype(), "cross_entropy backward", [&] {
     using T = compute_t<scalar_t>;
@@ -37,7 +37,6 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
                                  lse.data<T>(), rows, n, ignore_index, count, static_cast<T>(scale),
                                  stream_of(logits));
   });
-  return dx;
 }
 
 }  // namespace attograd::gpu

@@ -31,10 +31,11 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
   return out;
 }
 
-// The GPU has no fused projection by heads or GELU epilogue: it declines
-// them, and the dispatch composes them from matmul and the element-wise kernels.
+// The GPU has no fused projection by heads, GELU epilogue or accumulating
+// product: it declines them, and the dispatch composes them from matmul and the element-wise kernels.
 Tensor linear_heads(const Tensor&, const Tensor&, const Tensor&, std::int64_t, std::int64_t) { return {}; }
 kernels::LinearGelu linear_gelu(const Tensor&, const Tensor&, const Tensor&) { return {}; }
 Tensor matmul_gelu_grad(const Tensor&, const Tensor&, const Tensor&) { return {}; }
+bool matmul_add_(const Tensor&, const Tensor&, const Tensor&) { return false; }
 
 }  // namespace attograd::gpu
