@@ -1,6 +1,7 @@
 #include "autograd/node.h"
 
 #include "autograd/grad_mode.h"
+#include "tensor/storage.h"
 
 namespace attograd {
 
@@ -41,22 +42,37 @@ void drop_edges(std::vector<Edge>& edges) {
 
 Node::~Node() { drop_edges(edges_); }
 
+namespace {
+
+// A saved tensor as the backward reads it: checked for in-place changes since
+// it was saved, and made again where it was saved as a recipe.
+Tensor unpack(const SavedTensor& s, const std::string& op, std::size_t i) {
+  if (s.tensor.defined()) {
+    AG_CHECK(s.tensor.version() == s.version, op,
+             "saved tensor #{} ({}) was modified in place after the forward (version {} now, {} when saved)", i,
+             s.tensor.str(), s.tensor.version(), s.version);
+    return s.tensor;
+  }
+  if (!s.remake) return {};
+  if (const std::shared_ptr<Storage> kept = s.storage.lock())
+    AG_CHECK(kept->version() == s.version, op,
+             "saved tensor #{} ({}'s output) was modified in place after the forward (version {} now, {} when saved)",
+             i, s.remake->op, kept->version(), s.version);
+  std::vector<Tensor> from;
+  for (std::size_t j = 0; j < s.remake->from.size(); ++j) from.push_back(unpack(s.remake->from[j], s.remake->op, j));
+  const Tensor made = s.remake->make(from);
+  return make_view(made, s.sizes, s.strides, s.offset);
+}
+
+}  // namespace
+
 std::vector<Tensor> Node::apply(const Tensor& grad) {
   AG_CHECK(!released_, name_ + " backward",
            "trying to backward through the graph a second time (its saved tensors were freed); "
            "pass retain_graph = true to the first backward");
   std::vector<Tensor> saved;
   saved.reserve(saved_.size());
-  for (std::size_t i = 0; i < saved_.size(); ++i) {
-    if (!saved_[i].tensor.defined()) {
-      saved.emplace_back();
-      continue;
-    }
-    AG_CHECK(saved_[i].tensor.version() == saved_[i].version, name_ + " backward",
-             "saved tensor #{} ({}) was modified in place after the forward (version {} now, {} when saved)", i,
-             saved_[i].tensor.str(), saved_[i].tensor.version(), saved_[i].version);
-    saved.push_back(saved_[i].tensor);
-  }
+  for (std::size_t i = 0; i < saved_.size(); ++i) saved.push_back(unpack(saved_[i], name_ + " backward", i));
   std::vector<Tensor> grads = fn_(grad, saved);
   AG_CHECK(grads.size() == inputs_.size(), name_ + " backward", "returned {} gradients for {} inputs", grads.size(),
            inputs_.size());
@@ -80,6 +96,16 @@ void Node::release() {
   fn_ = nullptr;
   // The edges go too, so the rest of the graph is freed.
   drop_edges(edges_);
+}
+
+SavedTensor save(const Tensor& t) {
+  if (!t.defined()) return {};
+  const std::shared_ptr<Storage>& storage = t.storage();
+  const std::shared_ptr<const Remake>& remake = storage ? storage->remake() : nullptr;
+  if (remake && remake->version == t.version())
+    return {.version = t.version(), .remake = remake, .sizes = t.sizes(), .strides = t.strides(),
+            .offset = t.offset(), .storage = storage};
+  return {.tensor = t.detach(), .version = t.version()};
 }
 
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
@@ -106,7 +132,7 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, c
     metas.push_back(t.defined() ? InputMeta{t.sizes(), t.dtype(), t.device()} : InputMeta{{}, DType::f32, {}});
   }
   std::vector<SavedTensor> saves;
-  for (const Tensor& t : saved) saves.push_back(t.defined() ? SavedTensor{t.detach(), t.version()} : SavedTensor{});
+  for (const Tensor& t : saved) saves.push_back(save(t));
   // The output we return must not be the same handle as an input (a view op
   // on an unchanged layout returns a new alias, never the input itself).
   out.set_grad_fn(std::make_shared<Node>(name, std::move(edges), std::move(metas), std::move(saves),

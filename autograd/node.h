@@ -30,9 +30,33 @@ struct InputMeta {
   Device device;
 };
 
+struct Remake;
+
+// A tensor a backward reads: a detached alias with the version it had, or,
+// where its storage can be made again (Storage::remake), the recipe and the
+// alias's layout in place of the storage, which then need not outlive the
+// forward.
 struct SavedTensor {
-  Tensor tensor;  // detached alias
+  Tensor tensor;  // undefined when remade
   std::uint64_t version = 0;
+  std::shared_ptr<const Remake> remake;
+  Shape sizes, strides;
+  std::int64_t offset = 0;
+  std::weak_ptr<Storage> storage;  // while someone else keeps it, an in-place change is still caught
+};
+
+// How a storage's contents are made again: make(from's tensors) gives a tensor
+// laid out as the storage was made (its views keep their offsets and
+// strides), the same bits. Its inputs are checked for in-place changes as a
+// node's saved tensors are. Set by autograd's layer_norm on an output that
+// feeds products (nn::LayerNorm::feeding_products): a product keeps its input
+// for its weight's gradient, and the layer norm keeps its own input, so the
+// pair kept two activations where one and two statistics a row make both.
+struct Remake {
+  std::string op;                // whose output: for errors
+  std::vector<SavedTensor> from;  // plain saves, never remade themselves
+  std::function<Tensor(const std::vector<Tensor>&)> make;
+  std::uint64_t version = 0;  // the storage's version when made: a later write stops the remaking
 };
 
 // backward(grad_output, saved) -> one gradient per input (undefined = none).
@@ -74,6 +98,9 @@ void drop_edges(std::vector<Edge>& edges);
 // `saved` are the tensors the backward reads, passed back to it in order.
 Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
               BackwardFn backward);
+
+// t as a node keeps it for its backward (a recipe where its storage has one).
+SavedTensor save(const Tensor& t);
 
 // True when grad mode is on and any of `inputs` requires grad.
 bool any_requires_grad(const std::vector<Tensor>& inputs);

@@ -116,9 +116,12 @@ Tensor log_softmax(const Tensor& x, std::int64_t dim);
 // it is to(layer_norm(x, weight, bias, eps), bfloat16) to the bit, forward and
 // backward, without the float32 result and its gradient in memory (on the CPU;
 // mean and rstd stay float32). For a LayerNorm that feeds products under
-// autocast (nn::LayerNorm::feeding_products).
+// autocast (nn::LayerNorm::feeding_products). With `remade`, a backward that
+// reads the result makes it again from x (the layer norm keeps x for its own
+// backward) instead of keeping it: for a result that products read, which
+// keep their input for their weight's gradient (autograd/node.h's Remake).
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
-                  std::optional<DType> result = {});
+                  std::optional<DType> result = {}, bool remade = false);
 Tensor embedding(const Tensor& weight, const Tensor& ids);  // weight (V, C), int64 ids  -> embedding.cpp
 // logits (N, V) or (..., V) with targets of the leading shape, int64; mean over
 // targets != ignore_index.                                              -> loss.cpp

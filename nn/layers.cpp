@@ -32,8 +32,8 @@ LayerNorm::LayerNorm(std::int64_t dim, LayerNormOptions options) : eps(options.e
 
 Tensor LayerNorm::forward(const Tensor& x) const { return layer_norm(x, weight, bias, eps); }
 Tensor LayerNorm::feeding_products(const Tensor& x) const {
-  if (!autocast_enabled() || x.dtype() != DType::f32) return forward(x);
-  return layer_norm(x, weight, bias, eps, DType::bf16);
+  const bool narrowed = autocast_enabled() && x.dtype() == DType::f32;
+  return layer_norm(x, weight, bias, eps, narrowed ? std::optional(DType::bf16) : std::nullopt, /*remade=*/true);
 }
 
 Dropout::Dropout(double p_, Generator* generator_) : p(p_), generator(generator_) {

@@ -50,7 +50,8 @@ class LayerNorm : public Module {
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // forward for an output that only feeds products (linear, matmul,
   // attention): under autocast it comes in their bfloat16, the cast they would
-  // make, rounded as it is computed (autograd/ops.h); otherwise forward's.
+  // make, rounded as it is computed (autograd/ops.h); otherwise forward's. A
+  // backward that reads it makes it again from x rather than keeping it.
   Tensor feeding_products(const Tensor& x) const;
 
   Tensor weight;  // (dim)

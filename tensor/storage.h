@@ -10,6 +10,8 @@
 
 namespace attograd {
 
+struct Remake;  // autograd/node.h
+
 class Storage {
  public:
   static std::shared_ptr<Storage> allocate(std::size_t nbytes, Device device);
@@ -22,6 +24,11 @@ class Storage {
   Device device() const { return device_; }
   std::uint64_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // How these contents can be made again, where autograd knows (a layer norm's
+  // output from its input): a backward that reads them then makes them anew
+  // instead of keeping them (autograd/node.h's Remake).
+  const std::shared_ptr<const Remake>& remake() const { return remake_; }
+  void set_remake(std::shared_ptr<const Remake> remake) { remake_ = std::move(remake); }
 
  private:
   Storage(void* data, std::size_t nbytes, Device device) : data_(data), nbytes_(nbytes), device_(device) {}
@@ -29,6 +36,7 @@ class Storage {
   std::size_t nbytes_;
   Device device_;
   std::uint64_t version_ = 0;
+  std::shared_ptr<const Remake> remake_;
 };
 
 // Live CPU allocation counters, for tests and benchmarks that check a steady-state

@@ -1,10 +1,12 @@
 // Modules (names, state dicts, train/eval, zero_grad, to, parameter counts),
 // the basic layers and the optimizers.
 #include <cmath>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "helpers.h"
+#include "autograd/autocast.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
 #include "train/optim/optimizer.h"
@@ -252,6 +254,58 @@ TEST_CASE("nn: Embedding, LayerNorm, GELU, Dropout and MLP", "[nn]") {
   CHECK(names_of(mlp) == std::vector<std::string>{"fc.weight", "fc.bias", "proj.weight", "proj.bias"});
   CHECK(mlp.fc.weight.sizes() == Shape{24, 6});
   CHECK(mlp(zeros({2, 3, 6})).sizes() == Shape{2, 3, 6});
+}
+
+// A layer norm feeding products: its output is made again for the products'
+// backward instead of kept (autograd/node.h's Remake), with the bits of the kept one.
+TEST_CASE("nn: a layer norm feeding products keeps its input only, and the gradients keep their bits", "[nn]") {
+  for (const DType autocast : {DType::f32, DType::bf16}) {
+    INFO("autocast " << dtype_name(autocast));
+    const auto run = [&](bool remade, std::size_t& held) {
+      Generator gen(6);
+      nn::LayerNorm ln(64);
+      nn::Linear proj(64, 96, gen);
+      Tensor x = randn({4, 32, 64}, {}, gen).set_requires_grad(true);
+      const std::size_t before = cpu_alloc_stats().bytes_in_use;
+      Tensor loss;
+      {
+        const AutocastGuard guard(autocast);
+        const std::optional<DType> result = autocast == DType::bf16 ? std::optional(DType::bf16) : std::nullopt;
+        const Tensor h = remade ? ln.feeding_products(x) : layer_norm(x, ln.weight, ln.bias, ln.eps, result);
+        loss = sum(gelu(proj(h)));
+      }
+      held = cpu_alloc_stats().bytes_in_use - before;
+      backward(loss);
+      return std::vector<std::vector<float>>{contiguous(x.grad()).to_vector<float>(),
+                                             contiguous(ln.weight.grad()).to_vector<float>(),
+                                             contiguous(proj.weight.grad()).to_vector<float>()};
+    };
+    std::size_t kept = 0, remade = 0;
+    const auto want = run(false, kept);
+    CHECK(run(true, remade) == want);
+    const std::size_t h_bytes = 4 * 32 * 64 * (autocast == DType::bf16 ? 2 : 4);
+    CHECK(kept - remade == h_bytes);
+  }
+}
+
+TEST_CASE("nn: a remade layer norm output, or its input, changed in place after the forward stops the backward", "[nn]") {
+  Generator gen(7);
+  nn::LayerNorm ln(8);
+  nn::Linear proj(8, 8, gen);
+  {
+    Tensor x = randn({3, 8}, {}, gen).set_requires_grad(true);
+    const Tensor h = ln.feeding_products(x);
+    const Tensor loss = sum(proj(h));
+    kernels::fill_(h, 0.0);  // kept here, so the change is seen
+    CHECK_THROWS_WITH(backward(loss), Catch::Contains("layer_norm's output) was modified in place after the forward"));
+  }
+  {
+    const Tensor x0 = randn({3, 8}, {}, gen);
+    Tensor x = x0 * 1.0;  // not a leaf: an in-place write is allowed
+    const Tensor loss = sum(proj(ln.feeding_products(x)));
+    kernels::fill_(x, 0.0);
+    CHECK_THROWS_WITH(backward(loss), Catch::Contains("was modified in place after the forward"));
+  }
 }
 
 // ---- optimizers -------------------------------------------------------------------------------
