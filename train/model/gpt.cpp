@@ -53,9 +53,9 @@ double step_flops(const nn::GPTConfig& c, std::int64_t batch) {
   return 3 * (static_cast<double>(c.n_layer) * layer + 2 * B * T * C * static_cast<double>(c.vocab_size));
 }
 
-// The layers' activations were measured at about 13 x layers x width floats
+// The layers' activations were measured at about 11 x layers x width floats
 // per token (the peak in use of bench_gpt.cpp's steps, less the weights and
-// AdamW's moments); 12 are counted, so that the memory check refuses only what
+// AdamW's moments, and the probabilities kept); 10 are counted, so that the memory check refuses only what
 // cannot fit. The head and loss (linear_cross_entropy) hold a chunk of logits
 // (their gradient written over them) and the head's gradient, whatever the
 // batch. Each layer's attention also keeps
@@ -66,7 +66,7 @@ BackwardMemory backward_memory(const TrainOptions& o, std::int64_t vocab_size, s
   const double vocab = static_cast<double>(std::max(o.vocab_size, vocab_size));
   const double chunk_rows = std::min(tokens, static_cast<double>(classifier_chunk_rows(static_cast<std::int64_t>(vocab))));
   const double classifier = (chunk_rows * vocab + vocab * static_cast<double>(o.width)) * sizeof(float);
-  const double per_token = 12.0 * static_cast<double>(o.layers * o.width) * sizeof(float);
+  const double per_token = 10.0 * static_cast<double>(o.layers * o.width) * sizeof(float);
   const std::int64_t probs_per_layer =
       saved_probs_bytes({.causal = true, .saved_probs_limit = saved_probs_limit(o)}, micro_batch * o.heads, o.block,
                         o.block, o.width / o.heads, sizeof(float));
