@@ -90,6 +90,20 @@ TEST_CASE("export: a checkpoint as Hugging Face's GPT-2 reads back as the same m
     CHECK(file_text(run.dir / (std::string("hf/") + name)) == file_text(run.dir / (std::string("hf2/") + name)));
 }
 
+TEST_CASE("a checkpoint's weights read alone are the whole read's, its optimizer's state left unread", "[hf]") {
+  SmallBpeRun run;
+  const train::output::LoadedCheckpoint whole = train::output::load_checkpoint(run.ckpt);
+  const train::output::LoadedCheckpoint weights =
+      train::output::load_checkpoint(run.ckpt, "--ckpt", train::output::CheckpointParts::weights);
+  REQUIRE(!whole.optimizer_state.empty());
+  CHECK(weights.optimizer_state.empty());
+  CHECK(weights.info.step == whole.info.step);
+  for (const auto& p : whole.model->named_parameters()) {
+    INFO(p.name);
+    CHECK(floats(p.tensor) == floats(weights.model->state_dict().at(p.name)));
+  }
+}
+
 TEST_CASE("init-from: a new run starts from the weights with its own data, schedule and cropped block", "[hf]") {
   SmallBpeRun run;
   REQUIRE(cli({"export", "--ckpt", run.ckpt, "--hf", run.dir / "hf"}).code == 0);

@@ -538,6 +538,30 @@ TEST_CASE("safetensors round trip and layout", "[train]") {
   REQUIRE_THROWS_WITH(train::output::save_safetensors(tmp / "no/such/dir/x.safetensors", {{"w", f}}), Catch::Contains("cannot write"));
 }
 
+TEST_CASE("safetensors: a read of some tensors leaves the others unread, and still checks every entry", "[train]") {
+  const Tensor f = from({1.5f, -2.f, 3.25f}, {3}), g = from({4.f, 5.f}, {2});
+  const std::string bytes = train::output::serialize_safetensors({{"keep", f}, {"skip", g}});
+  const train::output::SafetensorsRead only_keep{.wanted = [](const std::string& name) { return name == "keep"; }};
+  const train::output::Safetensors back = train::output::parse_safetensors(bytes, "x", only_keep);
+  CHECK(back.tensors.size() == 1);
+  CHECK(same_bits(back.tensors.at("keep"), f));
+  // The unread tensor's entry claims a shape its bytes do not hold: refused all the same.
+  std::uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  const std::size_t shape = header.find("[2]");
+  REQUIRE(shape != std::string::npos);
+  header.replace(shape, 3, "[3]");
+  const std::string damaged = bytes.substr(0, 8) + header + bytes.substr(8 + n);
+  CHECK_THROWS_WITH(train::output::parse_safetensors(damaged, "x", only_keep), Catch::Contains("'skip' data_offsets"));
+  // From a file: mapped, each tensor's pages let go once copied, the same values.
+  TempDir tmp;
+  train::output::save_safetensors(tmp / "x.safetensors", {{"keep", f}, {"skip", g}});
+  const train::output::Safetensors loaded = train::output::load_safetensors(tmp / "x.safetensors", "--ckpt", only_keep);
+  CHECK(loaded.tensors.size() == 1);
+  CHECK(same_bits(loaded.tensors.at("keep"), f));
+}
+
 TEST_CASE("malformed safetensors files give clear errors", "[train]") {
   const std::string good = train::output::serialize_safetensors({{"a", from({1, 2}, {2})}, {"b", from({3, 4, 5}, {3})}});
   std::uint64_t n;

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <utility>
 
 #include "base/error.h"
 
@@ -31,6 +33,42 @@ int test_write_pause_ms() {
 }
 
 }  // namespace
+
+MappedFile::MappedFile(const std::string& path, std::string_view flag) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  AG_CHECK(fd >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(flag, "'{}' is not a regular file", path);
+  }
+  bytes_ = static_cast<std::size_t>(st.st_size);
+  if (bytes_ > 0) {
+    map_ = ::mmap(nullptr, bytes_, PROT_READ, MAP_SHARED, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    AG_CHECK(map_ != MAP_FAILED, flag, "cannot map '{}': {}", path, std::strerror(error));
+  } else {
+    ::close(fd);
+  }
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : map_(std::exchange(other.map_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+MappedFile::~MappedFile() {
+  if (map_) ::munmap(map_, bytes_);
+}
+
+void MappedFile::advise_random() const {
+  if (map_) ::madvise(map_, bytes_, MADV_RANDOM);
+}
+
+void MappedFile::release(std::size_t begin, std::size_t end) const {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t first = (begin + page - 1) / page * page, last = std::min(end, bytes_) / page * page;
+  if (map_ && first < last) ::madvise(static_cast<char*>(map_) + first, last - first, MADV_DONTNEED);
+}
 
 std::string read_file(const std::string& path, const char* flag, std::uint64_t max_bytes, int fifo_wait_ms) {
   AG_CHECK(!std::filesystem::is_directory(path), flag, "'{}' is a directory, not a file", path);

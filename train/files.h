@@ -16,6 +16,31 @@ namespace attograd::train {
 // names where the path came from in errors.
 std::string read_file(const std::string& path, const char* flag, std::uint64_t max_bytes, int fifo_wait_ms = 30000);
 
+// A regular file mapped read-only for the life of the object: its bytes with
+// no copy, of any size. "[flag] cannot read 'f': ...", "... is not a regular
+// file". Pages read through the mapping count in the process's resident set
+// until it goes, or until release() lets those of a range go (they stay in the
+// page cache): a reader that copies a file out piece by piece holds it twice
+// only a piece at a time.
+class MappedFile {
+ public:
+  MappedFile(const std::string& path, std::string_view flag);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&&) = delete;
+  MappedFile(const MappedFile&) = delete;
+  ~MappedFile();
+
+  std::string_view bytes() const { return {static_cast<const char*>(map_), bytes_}; }
+  // Readers that jump about (token windows) ask for no read-ahead.
+  void advise_random() const;
+  // The whole pages within bytes [begin, end) leave the resident set.
+  void release(std::size_t begin, std::size_t end) const;
+
+ private:
+  void* map_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
 // Writes a temporary file in the same directory (".name.tmpXXXXXX"), fsyncs
 // it, renames it over `path` and fsyncs the directory: a crash leaves the old
 // file or the new one, never half of one. `what` names it in errors

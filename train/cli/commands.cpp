@@ -64,7 +64,7 @@ std::string sample_command(const SampleOptions& o, std::FILE* out) {
   AG_CHECK(!o.prompt || o.prompt_file.empty(), "--prompt-file", "cannot go with --prompt: give one of them");
   const Device device = checked_device(o.device);
   set_threads(o.threads);
-  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt, "--ckpt", output::CheckpointParts::weights);
   const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   const data::Vocabulary tok = ckpt.info.vocabulary.attached(o.tokenizer, "--tokenizer");
 
@@ -118,7 +118,7 @@ EvalSummary eval_command(const EvalOptions& o, std::FILE* out, std::FILE* progre
              *o.max_batches);
   const Device device = checked_device(o.device);
   set_threads(o.threads);
-  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt, "--ckpt", output::CheckpointParts::weights);
   const DType dtype = checked_dtype(o.dtype, ckpt, o.device);
   TrainOptions config = ckpt.info.config;
   if (!o.data.empty()) {
@@ -174,7 +174,7 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
   AG_CHECK(std::filesystem::is_directory(parent), "--out", "cannot write '{}': '{}' is not a directory", o.out,
            parent.string());
   check_replaceable("--out", o.out);
-  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt, "--ckpt", output::CheckpointParts::weights);
   const data::Vocabulary tok = ckpt.info.vocabulary.attached(o.tokenizer, "--tokenizer");
   const std::vector<std::int64_t> ids = tok.encode(o.text, "--text");
   const std::int64_t T = static_cast<std::int64_t>(ids.size()), block = ckpt.info.config.block;
@@ -194,7 +194,7 @@ void attention_command(const AttentionPlotOptions& o, std::FILE* out) {
 void export_command(const ExportOptions& o, std::FILE* out) {
   AG_CHECK(!o.hf.empty(), "--hf", "must name a folder");
   AG_CHECK(!std::filesystem::exists(o.hf) || std::filesystem::is_directory(o.hf), "--hf", "'{}' is not a folder", o.hf);
-  const output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt);
+  const output::LoadedCheckpoint ckpt = output::load_checkpoint(o.ckpt, "--ckpt", output::CheckpointParts::weights);
   const data::Vocabulary& kept = ckpt.info.vocabulary;
   // GPT-2's files go with the weights, checked to be the model's own, as transformers names them.
   const bool with_tokenizer = kept.kind() == data::Vocabulary::Kind::gpt2 || !o.tokenizer.empty();

@@ -51,7 +51,7 @@ TrainOptions resumed_options(const TrainOptions& o, const output::LoadedCheckpoi
 }
 
 InitialWeights initial_weights(TrainOptions& o) {
-  output::LoadedCheckpoint source = output::load_checkpoint(o.init_from, "--init-from");
+  output::LoadedCheckpoint source = output::load_checkpoint(o.init_from, "--init-from", output::CheckpointParts::weights);
   const TrainOptions& c = source.info.config;
   o.layers = c.layers, o.heads = c.heads, o.width = c.width, o.vocab_size = c.vocab_size;
   if (o.block == 0) o.block = c.block;

@@ -1,12 +1,6 @@
 #include "train/data/shards.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstring>
 #include <utility>
@@ -46,39 +40,16 @@ TokenSpan parse_token_bytes(std::string_view bytes, TokenFormat format, std::str
 }
 
 TokenFile::TokenFile(const std::string& path, TokenFormat format, std::string_view flag)
-    : path_(path), flag_(flag) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  AG_CHECK(fd >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(flag, "'{}' is not a regular file", path);
-  }
-  map_bytes_ = static_cast<std::size_t>(st.st_size);
-  if (map_bytes_ > 0) {
-    map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
-    const int error = errno;
-    ::close(fd);
-    AG_CHECK(map_ != MAP_FAILED, flag, "cannot map '{}': {}", path, std::strerror(error));
-    ::madvise(map_, map_bytes_, MADV_RANDOM);  // windows are drawn anywhere: no read-ahead of the whole file
-  } else {
-    ::close(fd);
-  }
-  try {
-    span_ = parse_token_bytes({static_cast<const char*>(map_), map_bytes_}, format, path, flag);
-  } catch (...) {
-    if (map_) ::munmap(map_, map_bytes_);
-    throw;
-  }
+    : path_(path), flag_(flag), file_(path, flag) {
+  file_.advise_random();  // windows are drawn anywhere: no read-ahead of the whole file
+  span_ = parse_token_bytes(file_.bytes(), format, path, flag);
 }
 
 TokenFile::TokenFile(TokenFile&& other) noexcept
-    : path_(std::move(other.path_)), flag_(std::move(other.flag_)), map_(std::exchange(other.map_, nullptr)),
-      map_bytes_(std::exchange(other.map_bytes_, 0)), span_(std::exchange(other.span_, {})) {}
+    : path_(std::move(other.path_)), flag_(std::move(other.flag_)), file_(std::move(other.file_)),
+      span_(std::exchange(other.span_, {})) {}
 
-TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, map_bytes_);
-}
+TokenFile::~TokenFile() = default;
 
 void TokenFile::check_range(std::int64_t first, std::int64_t n) const {
   AG_CHECK(first >= 0 && n >= 0 && first + n <= span_.count, flag_, "{}: tokens [{}, {}) are outside its {}", path_,

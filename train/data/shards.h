@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "train/files.h"
+
 namespace attograd::train::data {
 
 inline constexpr std::int32_t kShardMagic = 20240520;
@@ -52,8 +54,7 @@ class TokenFile {
   void check_range(std::int64_t first, std::int64_t n) const;
 
   std::string path_, flag_;
-  void* map_ = nullptr;
-  std::size_t map_bytes_ = 0;
+  MappedFile file_;
   TokenSpan span_;
 };
 

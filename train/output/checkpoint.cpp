@@ -192,9 +192,12 @@ LoadedCheckpoint load_hf_folder(const std::string& dir) {
   return out;
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag) {
+LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag, CheckpointParts parts) {
   if (is_hf_folder(path)) return load_hf_folder(path);
-  Safetensors file = load_safetensors(path, flag);
+  SafetensorsRead read;
+  if (parts == CheckpointParts::weights)
+    read.wanted = [](const std::string& name) { return name.rfind(kOptimPrefix, 0) != 0; };
+  Safetensors file = load_safetensors(path, flag, read);
   return from_safetensors(std::move(file), path);
 }
 

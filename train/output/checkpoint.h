@@ -68,7 +68,11 @@ struct LoadedCheckpoint {
 // describes (dtype, vocabulary rows, parameter count, then names and shapes).
 // `flag` names the option the path came from when the file cannot be read.
 // A folder with a config.json is read as Hugging Face's GPT-2 (load_hf_folder).
-LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt");
+// Weights only leaves the optimizer's state unread (optimizer_state empty):
+// what sample, eval, export and --init-from need, a third of an AdamW run's file.
+enum class CheckpointParts { everything, weights };
+LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt",
+                                 CheckpointParts parts = CheckpointParts::everything);
 bool is_hf_folder(const std::string& path);
 // GPT-2 weights in Hugging Face's layout (train/output/hf_gpt2.h) as a
 // checkpoint of step 0 with no optimizer and no data of its own (its config's

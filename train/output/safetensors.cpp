@@ -120,7 +120,8 @@ void write_safetensors(std::string_view what, const std::string& path, const Nam
   write_file_atomically(what, path, parts.pieces());
 }
 
-Safetensors parse_safetensors(std::string_view bytes, std::string_view what, SafetensorsRead read) {
+Safetensors parse_safetensors(std::string_view bytes, std::string_view what, SafetensorsRead read,
+                              const std::function<void(std::size_t begin, std::size_t end)>& copied) {
   AG_CHECK(bytes.size() >= 8, what, "truncated: {} bytes, too short for the 8-byte header length", bytes.size());
   std::uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
@@ -201,6 +202,7 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what, Saf
            expected);
 
   for (const Entry& e : entries) {
+    if (read.wanted && !read.wanted(e.name)) continue;
     Tensor t = empty(e.shape, {e.dtype});
     if (e.f16) {
       float* out = t.data<float>();
@@ -212,6 +214,7 @@ Safetensors parse_safetensors(std::string_view bytes, std::string_view what, Saf
     } else if (e.end > e.begin) {
       std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
     }
+    if (copied) copied(8 + n + e.begin, 8 + n + e.end);
     out.tensors.emplace(e.name, t);
   }
   return out;
@@ -226,7 +229,10 @@ Safetensors load_safetensors(const std::string& path, const char* flag, Safetens
   std::error_code ec;
   AG_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), flag,
            "'{}' is not a regular file", path);
-  return parse_safetensors(read_file(path, flag, std::numeric_limits<std::uint64_t>::max()), path, read);
+  const MappedFile file(path, flag);
+  AG_CHECK(!file.bytes().empty(), flag, "'{}' is empty (or not a regular file)", path);
+  return parse_safetensors(file.bytes(), path, read,
+                           [&file](std::size_t begin, std::size_t end) { file.release(begin, end); });
 }
 
 }  // namespace attograd::train::output

@@ -7,6 +7,7 @@
 // The reader treats a file as untrusted: every length, offset and shape is
 // checked before a byte of data is touched.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -39,14 +40,22 @@ struct SafetensorsRead {
   // every half is a float). Otherwise F16 is refused as an unknown dtype, as
   // a checkpoint, which attograd writes, never holds one.
   bool widen_f16 = false;
+  // When given, only the tensors whose names it accepts are read; every
+  // tensor's entry is checked all the same.
+  std::function<bool(const std::string& name)> wanted;
 };
 
 // `what` names the file in errors: "[checkpoint.safetensors] data_offsets of 'w' ...".
+// `copied`, when given, hears each tensor's byte range in `bytes` once it is
+// copied out (load_safetensors lets a mapping's pages go).
 Safetensors parse_safetensors(std::string_view bytes, std::string_view what = "safetensors",
-                              SafetensorsRead read = {});
+                              SafetensorsRead read = {},
+                              const std::function<void(std::size_t begin, std::size_t end)>& copied = {});
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
 // `flag` names the option the path came from in errors about the file itself ("[--resume] ...").
+// The file is mapped, not read: each tensor's pages are let go once copied,
+// so that loading holds the tensors and little more.
 Safetensors load_safetensors(const std::string& path, const char* flag = "--ckpt", SafetensorsRead read = {});
 
 }  // namespace attograd::train::output
