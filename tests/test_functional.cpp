@@ -413,6 +413,17 @@ TEST_CASE("linear_cross_entropy errors name the op and the shapes", "[functional
 
 // ---- dropout ------------------------------------------------------------------------------------
 
+TEST_CASE("dropout makes its mask again for the backward: the same gradient, only its output held", "[functional]") {
+  Generator gen(12), drop(99);
+  Tensor x = randn({64, 256}, {}, gen).set_requires_grad(true);
+  const std::uint64_t offset = drop.offset();
+  const std::size_t before = cpu_alloc_stats().bytes_in_use;
+  const Tensor y = dropout(x, 0.25, true, drop);
+  CHECK(cpu_alloc_stats().bytes_in_use - before == 64 * 256 * sizeof(float));  // y alone, while its graph lives
+  backward(sum(y));
+  CHECK(max_abs_diff(x.grad(), kernels::dropout_mask({64, 256}, 0.25, drop.seed(), offset, {})) == 0);
+}
+
 TEST_CASE("dropout: eval mode and p = 0 are the identity, bad p is an error", "[functional]") {
   Tensor x = leaf({5, 7}, 1);
   CHECK(dropout(x, 0.5, /*training=*/false).same(x));

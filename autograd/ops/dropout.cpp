@@ -4,6 +4,7 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
+#include "tensor/storage.h"
 
 namespace attograd {
 
@@ -12,9 +13,16 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   AG_CHECK(p >= 0 && p < 1, "dropout", "p must be in [0, 1), got {}", p);  // p = 1 would scale by 1/0
   if (!training || p == 0) return x;
   const std::uint64_t offset = gen.reserve(static_cast<std::uint64_t>(x.numel()));
-  // The mask is kept for backward (one multiply) rather than regenerated (a
-  // Philox evaluation per element): the memory is x's size, the time is less.
   const Tensor mask = kernels::dropout_mask(x.sizes(), p, gen.seed(), offset, x.options());
+  // The backward makes the mask again from (seed, offset), the same bits,
+  // rather than keeping it (autograd/node.h's Remake): a Philox evaluation per
+  // element, against memory of x's size for as long as the graph lives.
+  mask.storage()->set_remake(std::make_shared<const Remake>(
+      Remake{.op = "dropout",
+             .make = [sizes = x.sizes(), p, seed = gen.seed(), offset, options = x.options()](const std::vector<Tensor>&) {
+               return kernels::dropout_mask(sizes, p, seed, offset, options);
+             },
+             .version = mask.version()}));
   return record("dropout", kernels::binary(kernels::Binary::mul, x, mask), {x}, {mask},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = x * mask (mask = 0 or 1/(1-p)); so dx = g * mask
