@@ -164,6 +164,7 @@ class TrainingRun {
       } catch (const Error& e) {
         fail(o_.resume, "{}", e.what());  // name the file the state came from
       }
+      resumed_.optimizer_state.clear();  // copied into the optimizer: the file's copy would live as long as the run
     }
     first_step_ = o_.resume.empty() ? 0 : resumed_.info.step;
     last_step_ = o_.stop_at > 0 ? std::min(o_.stop_at, o_.steps) : o_.steps;
