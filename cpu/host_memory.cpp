@@ -26,7 +26,9 @@ namespace {
 
 constexpr std::size_t kPageBytes = 4096;
 
-std::size_t rounded(std::size_t nbytes, std::size_t unit) { return (std::max<std::size_t>(nbytes, 1) + unit - 1) / unit * unit; }
+std::size_t rounded(std::size_t nbytes, std::size_t unit) {
+  return (std::max<std::size_t>(nbytes, 1) + unit - 1) / unit * unit;
+}
 
 bool is_large(std::size_t nbytes) { return rounded(nbytes, 64) >= kHugePageBytes; }
 

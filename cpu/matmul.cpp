@@ -140,7 +140,8 @@ void batched_products(const Tensor& a_in, const Tensor& b_in, const Shape& batch
                pc + i * m * n + lo * n, n, pbias, pass.epilogue, pass.at(i * m * n + lo * n), pass.accumulate);
         else
           gemm(a.transposed, b.transposed, m, hi - lo, k, pa + oa, a.ld, pb + ob + lo * b_col_step, b.ld,
-               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr, pass.epilogue, pass.at(i * m * n + lo), pass.accumulate);
+               pc + i * m * n + lo, n, pbias ? pbias + lo : nullptr, pass.epilogue, pass.at(i * m * n + lo),
+               pass.accumulate);
       });
     }
   }
@@ -237,7 +238,8 @@ Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre
     scale_by_gelu_grad_f32(out.data<float>(), pre.data<float>(), out.numel());
     return out;
   }
-  batched_products<float>(g, weight, {}, Tensor(), out, {.epilogue = F32Gemm::Epilogue::gelu_grad, .companion = pre.data<float>()});
+  batched_products<float>(g, weight, {}, Tensor(), out,
+                          {.epilogue = F32Gemm::Epilogue::gelu_grad, .companion = pre.data<float>()});
   return out;
 }
 

@@ -19,7 +19,8 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // element, against memory of x's size for as long as the graph lives.
   mask.storage()->set_remake(std::make_shared<const Remake>(
       Remake{.op = "dropout",
-             .make = [sizes = x.sizes(), p, seed = gen.seed(), offset, options = x.options()](const std::vector<Tensor>&) {
+             .make = [sizes = x.sizes(), p, seed = gen.seed(), offset,
+                      options = x.options()](const std::vector<Tensor>&) {
                return kernels::dropout_mask(sizes, p, seed, offset, options);
              },
              .version = mask.version()}));

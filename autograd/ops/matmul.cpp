@@ -111,7 +111,8 @@ Tensor mlp(const Tensor& x, const Tensor& fc_weight, const Tensor& fc_bias, cons
                   const Tensor &x2 = s[0], &w1 = s[1], &pre = s[2], &w2 = s[3];
                   const Tensor g2 = grad_rows(g, x2.size(0), w2.size(0));
                   // a lives only for its product: the same bits as the forward's (tensor/kernels.h).
-                  std::vector<Tensor> proj_grads = parameter_grads(g2, kernels::unary(kernels::Unary::gelu, pre), proj_has_bias);
+                  std::vector<Tensor> proj_grads =
+                      parameter_grads(g2, kernels::unary(kernels::Unary::gelu, pre), proj_has_bias);
                   const Tensor dh = kernels::matmul_gelu_grad(g2, w2, pre);
                   std::vector<Tensor> grads = linear_grads(dh, x2, w1, x_shape, fc_has_bias);
                   grads.insert(grads.end(), proj_grads.begin(), proj_grads.end());

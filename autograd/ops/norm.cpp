@@ -16,7 +16,9 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps, result);
   if (remade && any_requires_grad({x, weight, bias})) {
     // The same kernel on the same inputs: the same bits.
-    auto plain = [](const Tensor& t) { return t.defined() ? SavedTensor{.tensor = t.detach(), .version = t.version()} : SavedTensor{}; };
+    auto plain = [](const Tensor& t) {
+      return t.defined() ? SavedTensor{.tensor = t.detach(), .version = t.version()} : SavedTensor{};
+    };
     r.y.storage()->set_remake(std::make_shared<const Remake>(
         Remake{.op = "layer_norm",
                .from = {plain(x), plain(weight), plain(bias)},
