@@ -108,6 +108,15 @@ SavedTensor save(const Tensor& t) {
   return {.tensor = t.detach(), .version = t.version()};
 }
 
+void remade_from(const Tensor& out, std::string op, const std::vector<Tensor>& from,
+                 std::function<Tensor(const std::vector<Tensor>&)> make) {
+  std::vector<SavedTensor> kept;
+  for (const Tensor& t : from)
+    kept.push_back(t.defined() ? SavedTensor{.tensor = t.detach(), .version = t.version()} : SavedTensor{});
+  out.storage()->set_remake(std::make_shared<const Remake>(
+      Remake{.op = std::move(op), .from = std::move(kept), .make = std::move(make), .version = out.version()}));
+}
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   if (!grad_enabled()) return false;
   for (const Tensor& t : inputs)

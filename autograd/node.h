@@ -101,6 +101,11 @@ Tensor record(const char* name, Tensor out, const std::vector<Tensor>& inputs, c
 
 // t as a node keeps it for its backward (a recipe where its storage has one).
 SavedTensor save(const Tensor& t);
+// Marks out's storage as made again by make(from) for a backward that reads
+// it (the same bits: the op's own kernel on the same inputs), from kept as
+// they are. For ops whose node keeps `from` anyway, or that need nothing.
+void remade_from(const Tensor& out, std::string op, const std::vector<Tensor>& from,
+                 std::function<Tensor(const std::vector<Tensor>&)> make);
 
 // True when grad mode is on and any of `inputs` requires grad.
 bool any_requires_grad(const std::vector<Tensor>& inputs);

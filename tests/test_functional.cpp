@@ -7,6 +7,7 @@
 
 #include "autograd/ops/reference.h"
 #include "helpers.h"
+#include "autograd/autocast.h"
 #include "cpu/parallel.h"
 
 using namespace attograd;
@@ -412,6 +413,35 @@ TEST_CASE("linear_cross_entropy errors name the op and the shapes", "[functional
 }
 
 // ---- dropout ------------------------------------------------------------------------------------
+
+TEST_CASE("gelu's output is made again for a product's backward: the same gradients, one activation fewer held",
+          "[functional]") {
+  // An MLP composed of ops: under autocast the first product's bfloat16 output is gelu's input.
+  for (const DType autocast : {DType::f32, DType::bf16}) {
+    INFO("autocast " << dtype_name(autocast));
+    const auto run = [&](bool remade, std::size_t& held) {
+      Generator gen(13);
+      Tensor x = randn({64, 96}, {}, gen).set_requires_grad(true);
+      Tensor w1 = randn({128, 96}, {}, gen).set_requires_grad(true), w2 = randn({32, 128}, {}, gen).set_requires_grad(true);
+      const std::size_t before = cpu_alloc_stats().bytes_in_use;
+      Tensor loss;
+      {
+        const AutocastGuard guard(autocast);
+        const Tensor h = linear(x, w1);
+        const Tensor a = remade ? gelu(h) : gelu(h) * 1.0;  // a new storage, with no recipe
+        loss = sum(linear(a, w2));
+      }
+      held = cpu_alloc_stats().bytes_in_use - before;
+      backward(loss);
+      return std::vector<std::vector<float>>{x.grad().to_vector<float>(), w1.grad().to_vector<float>(),
+                                             w2.grad().to_vector<float>()};
+    };
+    std::size_t kept = 0, remade = 0;
+    const auto want = run(false, kept);
+    CHECK(run(true, remade) == want);
+    CHECK(kept - remade == 64 * 128 * (autocast == DType::bf16 ? 2 : 4));
+  }
+}
 
 TEST_CASE("dropout makes its mask again for the backward: the same gradient, only its output held", "[functional]") {
   Generator gen(12), drop(99);

@@ -4,7 +4,6 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
-#include "tensor/storage.h"
 
 namespace attograd {
 
@@ -17,13 +16,10 @@ Tensor dropout(const Tensor& x, double p, bool training, Generator& gen) {
   // The backward makes the mask again from (seed, offset), the same bits,
   // rather than keeping it (autograd/node.h's Remake): a Philox evaluation per
   // element, against memory of x's size for as long as the graph lives.
-  mask.storage()->set_remake(std::make_shared<const Remake>(
-      Remake{.op = "dropout",
-             .make = [sizes = x.sizes(), p, seed = gen.seed(), offset,
-                      options = x.options()](const std::vector<Tensor>&) {
-               return kernels::dropout_mask(sizes, p, seed, offset, options);
-             },
-             .version = mask.version()}));
+  remade_from(mask, "dropout", {},
+              [sizes = x.sizes(), p, seed = gen.seed(), offset, options = x.options()](const std::vector<Tensor>&) {
+                return kernels::dropout_mask(sizes, p, seed, offset, options);
+              });
   return record("dropout", kernels::binary(kernels::Binary::mul, x, mask), {x}, {mask},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = x * mask (mask = 0 or 1/(1-p)); so dx = g * mask

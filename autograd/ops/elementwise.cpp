@@ -169,7 +169,12 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x) {
-  return record("gelu", kernels::unary(Unary::gelu, x), {x}, {x},
+  const Tensor y = kernels::unary(Unary::gelu, x);
+  // A product after it (an MLP's) keeps y for its weight's gradient; gelu keeps
+  // x anyway, so a backward that reads y makes it again from x instead.
+  if (any_requires_grad({x}))
+    remade_from(y, "gelu", {x}, [](const std::vector<Tensor>& f) { return kernels::unary(Unary::gelu, f[0]); });
+  return record("gelu", y, {x}, {x},
                 [](const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
                   // forward: y = gelu(x); so dx = g * gelu'(x) (derived in cpu/elementwise.cpp)
                   return {kernels::binary(Binary::gelu_backward, g, s[0])};

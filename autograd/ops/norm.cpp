@@ -5,7 +5,6 @@
 #include "autograd/node.h"
 #include "autograd/ops.h"
 #include "tensor/kernels.h"
-#include "tensor/storage.h"
 
 namespace attograd {
 
@@ -14,19 +13,10 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight_in, const Tensor& bia
   // In float32 under autocast.
   const Tensor x = autocast_float32(x_in), weight = autocast_float32(weight_in), bias = autocast_float32(bias_in);
   kernels::LayerNormResult r = kernels::layer_norm_forward(x, weight, bias, eps, result);
-  if (remade && any_requires_grad({x, weight, bias})) {
-    // The same kernel on the same inputs: the same bits.
-    auto plain = [](const Tensor& t) {
-      return t.defined() ? SavedTensor{.tensor = t.detach(), .version = t.version()} : SavedTensor{};
-    };
-    r.y.storage()->set_remake(std::make_shared<const Remake>(
-        Remake{.op = "layer_norm",
-               .from = {plain(x), plain(weight), plain(bias)},
-               .make = [eps, result](const std::vector<Tensor>& f) {
-                 return kernels::layer_norm_forward(f[0], f[1], f[2], eps, result).y;
-               },
-               .version = r.y.version()}));
-  }
+  if (remade && any_requires_grad({x, weight, bias}))
+    remade_from(r.y, "layer_norm", {x, weight, bias}, [eps, result](const std::vector<Tensor>& f) {
+      return kernels::layer_norm_forward(f[0], f[1], f[2], eps, result).y;
+    });
   return record("layer_norm", r.y, {x, weight, bias}, {x, weight, r.mean, r.rstd},
                 [has_weight = weight.defined(), has_bias = bias.defined()](
                     const Tensor& g, const std::vector<Tensor>& s) -> std::vector<Tensor> {
