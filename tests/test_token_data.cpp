@@ -386,6 +386,10 @@ TEST_CASE("keep-best keeps the weights of the lowest held-out loss, and changes 
   CHECK(*best.info.val_loss == *std::min_element(losses.begin(), losses.end()));
   CHECK(best.info.step == 2 * (std::min_element(losses.begin(), losses.end()) - losses.begin() + 1));
   CHECK(best.optimizer_name.empty());
+  // What a resumed run reads of it: the metadata alone, the same.
+  const train::output::CheckpointInfo info = train::output::read_checkpoint_info(dir / "best/best.safetensors", "test");
+  CHECK(info.val_loss == best.info.val_loss);
+  CHECK(info.step == best.info.step);
   // Keeping the best changes nothing of the run itself.
   CHECK(differing_tensors(dir / "plain/ckpt.safetensors", dir / "best/ckpt.safetensors").empty());
 }

@@ -209,7 +209,7 @@ class TrainingRun {
     // A resumed run's best so far is the one its run directory keeps.
     best_path_ = (run_dir / output::kBestCheckpointName).string();
     if (o_.keep_best && reporter_ && fs::exists(best_path_))
-      best_loss_ = output::load_checkpoint(best_path_, "--keep-best", output::CheckpointParts::weights).info.val_loss;
+      best_loss_ = output::read_checkpoint_info(best_path_, "--keep-best").val_loss;
     // The last checkpoint known to be good: the one resumed from until this run writes its own.
     good_checkpoint_ = o_.resume;
     good_step_ = first_step_;

@@ -62,36 +62,42 @@ void check_parameters_fit(const nn::StateDict& params, const TrainOptions& confi
            config.layers, config.width, config.block, vocab.size(), wanted, held);
 }
 
-LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
-  const Metadata& meta = file.metadata;
+// What the metadata says of the run, each field checked.
+CheckpointInfo checkpoint_info(const Metadata& meta, const std::string& path) {
   AG_CHECK(entry(meta, "format", path) == kCheckpointFormat, path, "unsupported checkpoint format '{}' (expected {})",
            entry(meta, "format", path), kCheckpointFormat);
 
-  LoadedCheckpoint out;
+  CheckpointInfo info;
   // The config and vocabulary name their own fields in errors; say which file they came from.
   try {
-    out.info.config = config_from_json(entry(meta, "config", path));
-    out.info.vocabulary = data::Vocabulary::from_json(entry(meta, "vocab", path));
+    info.config = config_from_json(entry(meta, "config", path));
+    info.vocabulary = data::Vocabulary::from_json(entry(meta, "vocab", path));
   } catch (const Error& e) {
     fail(path, "invalid checkpoint metadata: {}", e.what());
   }
   // A task's batches are drawn with the task's own vocabulary: the saved one must be it.
-  AG_CHECK(!out.info.config.data.empty() ||
-               out.info.vocabulary == data::Vocabulary::of_characters(data::Task::symbols()),
-           path, "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", out.info.vocabulary.size(),
-           out.info.config.task);
-  if (const auto data = meta.find("data"); data != meta.end()) out.info.data_fingerprint = data->second;
+  AG_CHECK(!info.config.data.empty() || info.vocabulary == data::Vocabulary::of_characters(data::Task::symbols()),
+           path, "its vocabulary ({} symbols) is not the {} task's (the digits, '+' and '=')", info.vocabulary.size(),
+           info.config.task);
+  if (const auto data = meta.find("data"); data != meta.end()) info.data_fingerprint = data->second;
   if (const auto loss = meta.find("val_loss"); loss != meta.end()) {
     char* end = nullptr;
     const double value = std::strtod(loss->second.c_str(), &end);
     AG_CHECK(!loss->second.empty() && *end == '\0' && std::isfinite(value) && value >= 0, path,
              "val_loss '{}' is not a finite loss", loss->second);
-    out.info.val_loss = value;
+    info.val_loss = value;
   }
   const std::string& step = entry(meta, "step", path);
   const auto digits = step.find_first_not_of("0123456789");
   AG_CHECK(!step.empty() && step.size() <= 18 && digits == std::string::npos, path, "step '{}' is not a count", step);
-  out.info.step = std::stoll(step);
+  info.step = std::stoll(step);
+  return info;
+}
+
+LoadedCheckpoint from_safetensors(Safetensors file, const std::string& path) {
+  const Metadata& meta = file.metadata;
+  LoadedCheckpoint out;
+  out.info = checkpoint_info(meta, path);
   try {
     const auto rng = nlohmann::json::parse(entry(meta, "rng", path));
     const auto optim = nlohmann::json::parse(entry(meta, "optimizer", path));
@@ -199,6 +205,11 @@ LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag, Chec
     read.wanted = [](const std::string& name) { return name.rfind(kOptimPrefix, 0) != 0; };
   Safetensors file = load_safetensors(path, flag, read);
   return from_safetensors(std::move(file), path);
+}
+
+CheckpointInfo read_checkpoint_info(const std::string& path, const char* flag) {
+  const Safetensors file = load_safetensors(path, flag, {.wanted = [](const std::string&) { return false; }});
+  return checkpoint_info(file.metadata, path);
 }
 
 LoadedCheckpoint parse_checkpoint(std::string_view bytes, const std::string& what) {

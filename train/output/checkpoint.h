@@ -74,6 +74,10 @@ enum class CheckpointParts { everything, weights };
 LoadedCheckpoint load_checkpoint(const std::string& path, const char* flag = "--ckpt",
                                  CheckpointParts parts = CheckpointParts::everything);
 bool is_hf_folder(const std::string& path);
+// What a checkpoint file says of its run (config, vocabulary, step, val_loss),
+// its metadata checked as load_checkpoint checks it, no tensor read and no
+// model built.
+CheckpointInfo read_checkpoint_info(const std::string& path, const char* flag);
 // GPT-2 weights in Hugging Face's layout (train/output/hf_gpt2.h) as a
 // checkpoint of step 0 with no optimizer and no data of its own (its config's
 // task and data are empty): sample, eval --data and train --init-from read it.
