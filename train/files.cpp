@@ -35,7 +35,9 @@ int test_write_pause_ms() {
 }  // namespace
 
 MappedFile::MappedFile(const std::string& path, std::string_view flag) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Opened without blocking, so that a FIFO (or a device) reaches the check below rather than
+  // waiting in open() for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   AG_CHECK(fd >= 0, flag, "cannot read '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
