@@ -48,10 +48,11 @@ struct SavedTensor {
 // How a storage's contents are made again: make(from's tensors) gives a tensor
 // laid out as the storage was made (its views keep their offsets and
 // strides), the same bits. Its inputs are checked for in-place changes as a
-// node's saved tensors are. Set by autograd's layer_norm on an output that
-// feeds products (nn::LayerNorm::feeding_products): a product keeps its input
-// for its weight's gradient, and the layer norm keeps its own input, so the
-// pair kept two activations where one and two statistics a row make both.
+// node's saved tensors are. Set with remade_from by ops whose output a later
+// op keeps while they keep what makes it anyway (layer_norm feeding products,
+// gelu) or need nothing to make it (dropout's mask): a product keeps its
+// input for its weight's gradient, so such a pair kept two activations where
+// one makes both.
 struct Remake {
   std::string op;                // whose output: for errors
   std::vector<SavedTensor> from;  // plain saves, never remade themselves

@@ -32,6 +32,9 @@ std::size_t rounded(std::size_t nbytes, std::size_t unit) {
 
 bool is_large(std::size_t nbytes) { return rounded(nbytes, 64) >= kHugePageBytes; }
 
+// The bytes a large block maps (and so unmaps): whole pages.
+std::size_t mapped_bytes(std::size_t nbytes) { return rounded(nbytes, kPageBytes); }
+
 #if ATTOGRAD_HOST_MAPS
 // A mapping of whole pages starting on a 2 MiB boundary: map 2 MiB more than
 // needed and unmap what lies before the boundary and after the block.
@@ -54,7 +57,7 @@ void* allocate_host(std::size_t nbytes) {
   const std::size_t size = rounded(nbytes, 64);
 #if ATTOGRAD_HOST_MAPS
   if (is_large(nbytes)) {
-    void* p = map_aligned(rounded(size, kPageBytes));
+    void* p = map_aligned(mapped_bytes(nbytes));
     // Advice only: where THP is off (or "always") nothing changes, and a
     // failure leaves ordinary pages.
     if (p) madvise(p, size / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
@@ -76,7 +79,7 @@ void free_host(void* p, std::size_t nbytes) {
   if (!p) return;
 #if ATTOGRAD_HOST_MAPS
   if (is_large(nbytes)) {
-    munmap(p, rounded(rounded(nbytes, 64), kPageBytes));
+    munmap(p, mapped_bytes(nbytes));
     return;
   }
 #endif

@@ -54,13 +54,14 @@ double step_flops(const nn::GPTConfig& c, std::int64_t batch) {
 }
 
 // The layers' activations were measured at about 11 x layers x width floats
-// per token (the peak in use of bench_gpt.cpp's steps, less the weights and
-// AdamW's moments, and the probabilities kept); 10 are counted, so that the memory check refuses only what
-// cannot fit. The head and loss (linear_cross_entropy) hold a chunk of logits
-// (their gradient written over them) and the head's gradient, whatever the
-// batch. Each layer's attention also keeps
-// probability tiles, up to --attention-memory (by default 64 MiB on heads of
-// 64 values or more and at most 8 times as long; autograd/attention.h).
+// per token (the peak in use of bench_gpt.cpp's steps, less the weights,
+// AdamW's moments and the probabilities kept); 10 are counted, so that the
+// memory check refuses only what cannot fit. The head and loss
+// (linear_cross_entropy) hold a chunk of logits (their gradient written over
+// them) and the head's gradient, whatever the batch. Each layer's attention
+// also keeps probability tiles, up to --attention-memory (by default 64 MiB
+// on heads of 64 values or more and at most 8 times as long;
+// autograd/attention.h).
 BackwardMemory backward_memory(const TrainOptions& o, std::int64_t vocab_size, std::int64_t micro_batch) {
   const double tokens = static_cast<double>(micro_batch) * static_cast<double>(o.block);
   const double vocab = static_cast<double>(std::max(o.vocab_size, vocab_size));
