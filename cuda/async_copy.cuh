@@ -11,17 +11,24 @@
 
 namespace attograd::cuda {
 
-// 16 bytes from `global` to `shared` (both aligned to 16), or 16 zero bytes where !valid
-// (global is then not read, but must still be a global address).
-__device__ __forceinline__ void copy_async16(void* shared, const void* global, bool valid) {
+// 16 bytes into `shared` (aligned to 16): the first source_bytes (0 to 16) from
+// `global` (aligned to 16), zeros after them. With 0, global is not read, but
+// must still be a global address.
+__device__ __forceinline__ void copy_async16(void* shared, const void* global, int source_bytes) {
 #if defined(ATTOGRAD_CUDA_EMULATION)
   if ((reinterpret_cast<std::uintptr_t>(shared) | reinterpret_cast<std::uintptr_t>(global)) % 16 != 0)
     ::emu::device_fault("cp.async: an address not aligned to 16 bytes");
-  ::emu::async_copy(shared, global, 16, valid ? 16 : 0);
+  if (source_bytes < 0) ::emu::device_fault("cp.async: a negative source size");
+  ::emu::async_copy(shared, global, 16, static_cast<std::size_t>(source_bytes));
 #else
   const auto address = static_cast<std::uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(global), "r"(source_bytes));
 #endif
+}
+
+// 16 bytes from `global`, or 16 zero bytes where !valid.
+__device__ __forceinline__ void copy_async16(void* shared, const void* global, bool valid) {
+  copy_async16(shared, global, valid ? 16 : 0);
 }
 
 // The copies issued since the last commit become one group.
