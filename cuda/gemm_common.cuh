@@ -236,6 +236,11 @@ struct GemmKernels {
 };
 const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 
+// The pipelined bfloat16 product (cuda/matmul_bf16_pipelined.cu): whether g
+// suits it on a GPU of `sms` multiprocessors, and its launch.
+bool gemm_bf16_pipelined_fits(const Bf16GemmArgs& g, int sms);
+void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
+
 // The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over
 // the jobs (batches, times slices of K).
 inline dim3 gemm_grid(std::int64_t m, std::int64_t n, std::int64_t jobs, int bm, int bn) {

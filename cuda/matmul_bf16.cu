@@ -186,6 +186,7 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   // where they would leave SMs idle, 64 x 64 tiles of 4 warps (32 x 32 each),
   // and where even those would, 64 x 64 tiles over slices of K.
   const int sms = multiprocessors();
+  if (gemm_bf16_pipelined_fits(g, sms)) return gemm_bf16_pipelined(g, stream);
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
   if (big_tiles >= 2 * sms) return launch_gemm_bf16<128, 128, 64, 32, false>(g, stream);
   const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);

@@ -596,8 +596,9 @@ void require_bf16_products_in_every_layout(const std::vector<MatmulCase>& cases,
 // bfloat16 kernels are: the sums' order on the tensor cores is theirs.
 // Partial tiles on every edge, K below, at and past the 32 of a tile, both
 // tile sizes (batches of one partial 128 x 128 tile, twice as many as the SMs;
-// big_kernel_side()'s square from K = 40 has 128 x 128 tiles wholly inside, whose
-// first 32 of K take TileFetcher's loads without bounds), broadcast batches,
+// big_kernel_side()'s square from K = 36, which leaves the pipelined kernel
+// all but the layout with neither operand's k fastest, has 128 x 128 tiles
+// wholly inside, whose first 32 of K take TileFetcher's loads without bounds), broadcast batches,
 // K = 0, offset operands that cannot take 16-byte loads, and a bias added
 // before the one rounding.
 TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd sizes, transposes, batches, bias",
@@ -607,13 +608,31 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
   const std::vector<MatmulCase> cases{
       {{1, 1}, {1, 1}},         {{5, 7}, {7, 11}},          {{13, 1}, {1, 3}},        {{64, 64}, {64, 64}},
       {{37, 70}, {70, 45}},     {{127, 129}, {129, 131}},   {{300, 200}, {200, 150}}, {{2, 3, 5, 7}, {3, 7, 11}},
-      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},  {{batches, 20, 33}, {33, 40}}, {{side, 40}, {40, side}}};
+      {{4, 1, 5, 8}, {1, 6, 8, 12}}, {{3, 0}, {0, 4}},  {{batches, 20, 33}, {33, 40}}, {{side, 36}, {36, side}}};
   require_bf16_products_in_every_layout(cases, 50);
   const Tensor wide = bf16_operand({33, 20}, false, 52);
   const Tensor a = make_view(wide, {33, 17}, wide.strides(), 1);  // 2 bytes past a 16-byte boundary
   const Tensor b = bf16_operand({17, 9}, false, 53), bias = kernels::cast(input({9}, DType::f32, Layout::contiguous, 54), DType::bf16);
   require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
                        "bfloat16 matmul of an offset view, with a bias");
+}
+
+// The pipelined kernel (cuda/matmul_bf16_pipelined.cu) takes products of at
+// least as many 128 x 256 tiles as the GPU has SMs (8 on the emulator) whose
+// operands allow 16-byte copies of whole chunks of eight. Here: partial tiles
+// on both edges; K of one tile, of a ragged first tile (k below 0 zero-filled)
+// and more tiles than the pipeline's stages, exact and ragged; N not a multiple of 8 (C stored value by value; the layouts with B
+// as it is go to the other kernels); batches broadcast; a bias.
+TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edges, ragged K, batches, bias",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},     {{296, 40}, {40, 600}}, {{296, 200}, {200, 600}},
+                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}}, {{2, 1, 160, 48}, {3, 48, 520}}};
+  require_bf16_products_in_every_layout(cases, 60);
+  const Tensor a = bf16_operand({296, 72}, false, 61), b = bf16_operand({72, 600}, true, 62);
+  const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 63), DType::bf16);
+  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                       "pipelined bfloat16 matmul with a bias");
 }
 
 // Few output tiles over a long K (a Linear's weight gradient X^T dY): slices

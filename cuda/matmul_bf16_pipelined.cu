@@ -1,0 +1,306 @@
+// The bfloat16 product for large shapes: C = A B (+ bias), a block a 128 x 256
+// tile of C, 8 warps of 64 x 64, mma.sync m16n8k16 with float32 sums
+// (cuda/mma_bf16.cuh), each sum rounded once to bfloat16 as it is stored.
+//
+// What keeps the tensor cores fed, CUTLASS's multistage design:
+// - A and B^T stream through kStages tiles of kBK = 32 along K, copied by
+//   cp.async straight into shared memory, kStages - 1 tiles ahead of the one
+//   the warps compute on: one wait and one barrier a tile, no register staging.
+// - The tiles are stored unpadded and XOR-swizzled (cuda/gemm_tiles.h), each
+//   as its operand lies in memory, so copies and ldmatrix (plain, or
+//   transposing) meet no bank conflicts in any of the four layouts.
+// - K's ragged end is the first tile (its values below k = 0 are zeros), edge
+//   rows are zero-filled copies whose byte counts are worked out once: the main
+//   loop has no bound to check, and each copy's source moves by one constant a tile.
+// - Fragments of the next 16 of K are loaded while the products of this one run.
+// - Blocks go down groups of 8 tile rows before moving along N, so that the
+//   blocks in flight share the tiles of A and B they read from L2.
+// - C leaves through shared memory (swizzled too): 16-byte stores of whole
+//   rows' chunks, the bias added before the one rounding.
+// gemm_bf16 (cuda/matmul_bf16.cu) sends here the products with enough tiles to
+// fill the GPU whose operands allow 16-byte copies; the rest go to its kernels.
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/gemm_common.cuh"
+#include "cuda/gemm_tiles.h"
+#include "cuda/mma_bf16.cuh"
+
+namespace attograd::cuda {
+namespace {
+
+using namespace gemm_detail;
+using namespace gemm_tiles;
+
+constexpr int kPipelineBM = 128, kPipelineBN = 256;
+constexpr int kRasterGroup = 8;  // tile rows a group of blocks covers before moving along N
+
+// p moved by `bytes`, which the tiles' offsets are kept in: an address is then
+// one add to a stage's base, where offsets in values took a shift as well.
+template <typename T>
+__device__ __forceinline__ T* byte_offset(T* p, int bytes) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + bytes);
+}
+
+// One operand's copies into a stage for this thread: each a source that moves
+// by `step` elements a tile and a destination in the operand's tile, copy i
+// lying i * Threads chunks after copy 0's. A copy of a row outside the matrix
+// (the tile's edge) reads nothing and stores zeros: which copies those are is
+// the same for every tile, so it is worked out once. gemm_bf16_pipelined_fits
+// keeps a line's chunk wholly inside or wholly outside.
+template <int Rows, bool KFastest, int Threads>
+struct OperandCopies {
+  using Tile = OperandTile<Rows, KFastest>;
+  static constexpr int kCopies = Tile::kChunks / Threads, kApartBytes = Threads * 16;
+  static_assert(Tile::kChunks % Threads == 0, "every thread copies as many chunks");
+  static_assert(Tile::template kCopiesEvenlyApart<Threads>, "copy i lies i * Threads chunks after copy 0");
+  const std::uint16_t* data;  // what a copy reading nothing names
+  const std::uint16_t* source[kCopies];
+  bool inside[kCopies];
+  int destination;  // copy 0's, in bytes from the tile's first
+  std::int64_t step;
+
+  // Set for the tile at k = k_first + kBK (the second), whose k all lie inside
+  // the matrix; `first` issues the tile at k_first, below which k is outside.
+  __device__ __forceinline__ OperandCopies(const std::uint16_t* matrix, std::int64_t ld, std::int64_t rows,
+                                           std::int64_t r0, std::int64_t k_first)
+      : data(matrix), step(KFastest ? kBK : kBK * ld) {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const auto [line, chunk] = Tile::copy(static_cast<int>(threadIdx.x) + i * Threads);
+      if (i == 0) destination = Tile::Layout::at(line, chunk) * 16;
+      // An outside copy's source is row r0's (inside), not one past the matrix's end.
+      const std::int64_t r = KFastest ? r0 + line : r0 + chunk * kChunk;
+      inside[i] = r < rows;
+      const std::int64_t row = inside[i] ? r : r0, k = KFastest ? k_first + kBK + chunk * kChunk : k_first + kBK + line;
+      source[i] = matrix + (KFastest ? row * ld + k : k * ld + row);
+    }
+  }
+
+  // The tile at k_first into `tile`: the copies of k below 0 read nothing.
+  __device__ __forceinline__ void first(std::uint16_t* tile, std::int64_t k_first) const {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      const auto [line, chunk] = Tile::copy(static_cast<int>(threadIdx.x) + i * Threads);
+      const bool k_inside = (KFastest ? k_first + chunk * kChunk : k_first + line) >= 0;
+      copy_async16(byte_offset(tile, destination + i * kApartBytes), k_inside ? source[i] - step : data,
+                   inside[i] && k_inside);
+    }
+  }
+
+  // The next tile into `tile`.
+  __device__ __forceinline__ void next(std::uint16_t* tile) {
+#pragma unroll
+    for (int i = 0; i < kCopies; ++i) {
+      copy_async16(byte_offset(tile, destination + i * kApartBytes), source[i], inside[i]);
+      source[i] += step;
+    }
+  }
+};
+
+// This lane's ldmatrix addresses in an operand's tile (bytes from its first)
+// for the warp's Blocks 16-row blocks at each of the two steps of 16 along K:
+// per lane one for each step (k fastest) or block (otherwise), the rest a
+// constant from them (OperandTile::kLineStride), which the loads take as
+// immediate offsets.
+template <int Rows, bool KFastest, int Blocks>
+struct FragmentOffsets {
+  using Tile = OperandTile<Rows, KFastest>;
+  static constexpr int kApartBytes = Tile::kLineStride * 16;
+  int base[KFastest ? 2 : Blocks];
+  __device__ __forceinline__ FragmentOffsets(int warp_row0, int lane, bool b_pair) {
+#pragma unroll
+    for (int i = 0; i < (KFastest ? 2 : Blocks); ++i)
+      base[i] = Tile::fragment_chunk(warp_row0 + (KFastest ? 0 : 16 * i), KFastest ? i : 0, lane, b_pair) * 16;
+  }
+  __device__ __forceinline__ int at(int step, int block) const {
+    return KFastest ? base[step] + block * kApartBytes : base[block] + step * kApartBytes;
+  }
+};
+
+template <bool Trans>
+__device__ __forceinline__ void load_block(std::uint32_t (&r)[4], const std::uint16_t* tile, int offset) {
+  load_matrices<Trans>(r, byte_offset(tile, offset));
+}
+
+// The block's tile of C: tiles_m x tiles_n of them in groups of kRasterGroup
+// rows, each group walked down its rows first.
+struct TileAt {
+  std::int64_t m0, n0;
+};
+template <int BM, int BN>
+__device__ __forceinline__ TileAt raster_tile(std::int64_t m, std::int64_t n) {
+  const std::int64_t tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const std::int64_t tile = blockIdx.x, per_group = kRasterGroup * tiles_n;
+  const std::int64_t first_m = tile / per_group * kRasterGroup;
+  const std::int64_t group_m = tiles_m - first_m < kRasterGroup ? tiles_m - first_m : kRasterGroup;
+  const std::int64_t in_group = tile % per_group;
+  return {(first_m + in_group % group_m) * BM, in_group / group_m * BN};
+}
+
+template <int BM, int BN, bool ATransposed, bool BTransposed>
+__global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_pipelined_kernel(Bf16GemmArgs g) {
+  using Shape = PipelineShape<BM, BN>;
+  constexpr int kStages = Shape::kStages, kThreads = Shape::kThreads;
+  constexpr bool a_k_fastest = !ATransposed, b_k_fastest = BTransposed;
+  constexpr int FM = kWarpTile / 16, FN = kWarpTile / 8;  // a warp's A and B fragments per step of 16
+  std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int warp_m = warp / Shape::kWarpsN, warp_n = warp % Shape::kWarpsN;
+  const auto [m0, n0] = raster_tile<BM, BN>(g.m, g.n);
+  const int tiles = static_cast<int>((g.k + kBK - 1) / kBK);
+  const std::int64_t k_first = g.k - std::int64_t(tiles) * kBK;  // the ragged tile first: -kBK < k_first <= 0
+
+  const FragmentOffsets<BM, a_k_fastest, FM> a_at(warp_m * kWarpTile, lane, false);
+  const FragmentOffsets<BN, b_k_fastest, FN / 2> b_at(warp_n * kWarpTile, lane, true);
+  // Stage s: A's tile, then B's.
+  const auto stage_a = [&](int s) { return smem + s * Shape::kStageValues; };
+  const auto stage_b = [&](int s) { return smem + s * Shape::kStageValues + BM * kBK; };
+
+  for (std::int64_t job = blockIdx.z; job < g.batches; job += gridDim.z) {
+    std::int64_t offset[2];
+    offsets_at(g.batch, job, offset);
+    const auto* a_data = reinterpret_cast<const std::uint16_t*>(g.a.data) + offset[0];
+    const auto* b_data = reinterpret_cast<const std::uint16_t*>(g.b.data) + offset[1];
+    OperandCopies<BM, a_k_fastest, kThreads> a_copies(a_data, g.a.ld, g.m, m0, k_first);
+    OperandCopies<BN, b_k_fastest, kThreads> b_copies(b_data, g.b.ld, g.n, n0, k_first);
+
+    // The first kStages - 1 tiles in flight, a group each (empty past the last tile).
+    if (tiles > 0) {
+      a_copies.first(stage_a(0), k_first);
+      b_copies.first(stage_b(0), k_first);
+    }
+    commit_async_copies();
+#pragma unroll
+    for (int s = 1; s < kStages - 1; ++s) {
+      if (s < tiles) {
+        a_copies.next(stage_a(s));
+        b_copies.next(stage_b(s));
+      }
+      commit_async_copies();
+    }
+
+    float acc[FM][FN][4] = {};  // mma_bf16.cuh's C fragments of the warp's 16 x 8 tiles
+    int read = 0, write = kStages - 1;
+    for (int left = tiles; left > 0; --left) {  // left: tiles from this one to the last
+      wait_async_copies<kStages - 2>();  // this thread's copies of this tile have landed
+      // Everyone's have, and everyone is done with the last tile, whose stage the next copies overwrite.
+      __syncthreads();
+      if (left > kStages - 1) {
+        a_copies.next(stage_a(write));
+        b_copies.next(stage_b(write));
+      }
+      commit_async_copies();
+
+      const std::uint16_t *a_tile = stage_a(read), *b_tile = stage_b(read);
+      std::uint32_t a_frag[2][FM][4], b_frag[2][FN][2];
+      const auto load_step = [&](int step) {
+#pragma unroll
+        for (int f = 0; f < FM; ++f) load_block<!a_k_fastest>(a_frag[step][f], a_tile, a_at.at(step, f));
+#pragma unroll
+        for (int f = 0; f < FN / 2; ++f) {
+          std::uint32_t r[4];
+          load_block<!b_k_fastest>(r, b_tile, b_at.at(step, f));
+          b_frag[step][2 * f][0] = r[0], b_frag[step][2 * f][1] = r[1];
+          b_frag[step][2 * f + 1][0] = r[2], b_frag[step][2 * f + 1][1] = r[3];
+        }
+      };
+      load_step(0);
+#pragma unroll
+      for (int step = 0; step < kBK / 16; ++step) {
+        if (step + 1 < kBK / 16) load_step(step + 1);  // in flight while this step's products run
+#pragma unroll
+        for (int i = 0; i < FM; ++i)
+#pragma unroll
+          for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], a_frag[step][i], b_frag[step][j]);
+      }
+      read = read + 1 == kStages ? 0 : read + 1;
+      write = write + 1 == kStages ? 0 : write + 1;
+    }
+    wait_async_copies<0>();  // only empty groups remain; none may land in C's staging below
+    __syncthreads();
+
+    // C's tile into shared memory as bfloat16, bias added: lane (g, t) holds rows g and g + 8
+    // of each 16 x 8 tile, columns 2t and 2t + 1, one 4-byte word of a chunk.
+    const int g_lane = lane / 4, t_lane = lane % 4;
+#pragma unroll
+    for (int j = 0; j < FN; ++j) {
+      const int col = warp_n * kWarpTile + j * 8 + 2 * t_lane;
+      float bias[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        if (g.bias && n0 + col + c < g.n) bias[c] = static_cast<float>(g.bias[n0 + col + c]);
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = warp_m * kWarpTile + i * 16 + half * 8 + g_lane;
+          const std::uint32_t pair = bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits,
+                                               bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
+          *reinterpret_cast<std::uint32_t*>(smem + Shape::CLayout::at(row, col / kChunk) * kChunk + col % kChunk) =
+              pair;
+        }
+    }
+    __syncthreads();
+
+    // Out in 16-byte stores of eight columns where the row holds them all and C allows it.
+    bfloat16* const c = g.c + job * g.m * g.n;
+    const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
+#pragma unroll 4
+    for (int v = threadIdx.x; v < BM * BN / kChunk; v += kThreads) {
+      const int row = v / (BN / kChunk), chunk = v % (BN / kChunk);
+      const std::int64_t gm = m0 + row, gn = n0 + chunk * kChunk;
+      if (gm >= g.m || gn >= g.n) continue;
+      const uint4 values = *reinterpret_cast<const uint4*>(smem + Shape::CLayout::at(row, chunk) * kChunk);
+      bfloat16* out = c + gm * g.n + gn;
+      if (c_vec && gn + kChunk <= g.n) {
+        *reinterpret_cast<uint4*>(out) = values;
+      } else {
+        const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
+#pragma unroll  // constant indices into words: a register each, not a stack array
+        for (int e = 0; e < kChunk; ++e)
+          if (gn + e < g.n) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
+      }
+    }
+    __syncthreads();  // the staging is read before the next job's copies overwrite it
+  }
+}
+
+template <int BM, int BN>
+void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
+  using Shape = PipelineShape<BM, BN>;
+  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, true, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, true, false>)
+                                     : (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, false, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, false, false>);
+  allow_shared_memory(kernel, Shape::kSharedBytes);
+  const std::int64_t tiles = ((g.m + BM - 1) / BM) * ((g.n + BN - 1) / BN);
+  AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
+  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min<std::int64_t>(g.batches, 65535)));
+  launch(kernel, grid, Shape::kThreads, Shape::kSharedBytes, stream, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+namespace gemm_detail {
+
+bool gemm_bf16_pipelined_fits(const Bf16GemmArgs& g, int sms) {
+  // 16-byte copies need aligned operands, and each copy's eight values wholly
+  // inside the matrix or wholly outside: K a multiple of 8 where an operand
+  // has k fastest (A as it is, B transposed), its rows (M, N) where it has not.
+  const bool a_whole = g.a.transposed ? g.m % kChunk == 0 : g.k % kChunk == 0;
+  const bool b_whole = g.b.transposed ? g.k % kChunk == 0 : g.n % kChunk == 0;
+  const std::int64_t tiles = ((g.m + kPipelineBM - 1) / kPipelineBM) * ((g.n + kPipelineBN - 1) / kPipelineBN);
+  return g.k > 0 && g.a_vec && g.b_vec && a_whole && b_whole && tiles * g.batches >= sms;
+}
+
+void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
+  launch_pipelined<kPipelineBM, kPipelineBN>(g, stream);
+}
+
+}  // namespace gemm_detail
+
+}  // namespace attograd::cuda
