@@ -18,10 +18,10 @@
 // Split-K as the SGEMMs: when even 64 x 64 tiles leave most SMs idle (a
 // Linear's weight gradient, K = batch x tokens), slices of K go to their own
 // blocks, whose float32 partial products a second kernel adds in slice order,
-// adding the bias and rounding once. Not here yet: a measured choice of tile
-// sizes, cp.async. How far it stands from cuBLAS's bfloat16 GEMM is measured
-// in docs/cuda.md; the bound-free loads of whole tiles (gemm_common.cuh's
-// TileFetcher) and ldmatrix keep its main loop's SASS mostly HMMA.
+// adding the bias and rounding once. Large products whose operands allow
+// 16-byte copies go to the pipelined kernel instead
+// (cuda/matmul_bf16_pipelined.cu: cp.async stages, swizzled tiles); these
+// kernels take the rest: offset or oddly strided operands, and skinny shapes.
 #include <algorithm>
 #include <cstdint>
 
