@@ -136,17 +136,6 @@ __device__ __forceinline__ void stream_tile_pairs(std::uint16_t* buffers, const 
   }
 }
 
-// lo and hi rounded to bfloat16 in one register, lo in the low half.
-__device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
-#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
-  std::uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));  // the first source goes to the upper half
-  return r;
-#else
-  return bf16_pair(bfloat16_bits(lo), bfloat16_bits(hi));
-#endif
-}
-
 // left += A B_left and right += A B_right: B's two fragments of 8 columns as
 // one load_matrices gives them (b).
 __device__ __forceinline__ void times_fragment_pair(float (&left)[4], float (&right)[4], const std::uint32_t (&a)[4],
@@ -370,6 +359,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 void attention_forward_bf16(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
                             float* lse, cudaStream_t stream) {
   if (p.B * p.H * p.Tq == 0) return;
+  if (attention_forward_bf16_flash(p, x, out, lse, stream)) return;
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t smem = forward_smem<DMax>();

@@ -107,4 +107,10 @@ void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::i
 void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
                                     float* dq, float* dk, float* dv, cudaStream_t stream);
 
+// The bfloat16 forward in FlashAttention-2's shape (cuda/attention_bf16_flash.cu),
+// launched by attention_forward_bf16 for the problems it takes: false, having
+// launched nothing, for the others.
+bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
+                                  float* lse, cudaStream_t stream);
+
 }  // namespace attograd::cuda::attention_detail

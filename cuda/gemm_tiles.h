@@ -4,9 +4,19 @@
 // and each lane points ldmatrix at. Plain host-and-device functions of the
 // thread and lane, so that tests/test_gemm_tiles.cpp counts the bank
 // conflicts of every access the kernel makes, on the host.
+#include <type_traits>
+
 #include "base/host_device.h"
 
 namespace attograd::cuda::gemm_tiles {
+
+// p moved by `bytes`: the tiles' offsets are kept in bytes, so that an address
+// is one add to a tile's base, where offsets in values took a shift as well.
+template <typename T>
+AG_HOST_DEVICE inline T* byte_offset(T* p, int bytes) {
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + bytes);
+}
 
 constexpr int kBK = 32;        // K of a tile: two mma steps of 16
 constexpr int kChunk = 8;      // bfloat16 values in 16 bytes: one cp.async, one ldmatrix row
@@ -27,16 +37,18 @@ struct Swizzle {
   }
 };
 
-// An operand's tile seen as Rows x kBK, element (r, kk) being X(r0 + r, k0 +
+// An operand's tile seen as Rows x K, element (r, kk) being X(r0 + r, k0 +
 // kk) with X = A (rows m) or B^T (rows n), stored as the operand lies in
-// memory: with k fastest, a line is a row of kBK values (A row-major, B
+// memory: with k fastest, a line is a row of K values (A row-major, B
 // transposed); otherwise a line is one k of Rows values (A transposed, B
-// row-major). A chunk is eight consecutive values of the line.
-template <int Rows, bool KFastest>
+// row-major). A chunk is eight consecutive values of the line. (The
+// attention's tiles are these too, K being the head size or a tile of keys.)
+template <int Rows, bool KFastest, int K = kBK>
 struct OperandTile {
-  static constexpr int kLines = KFastest ? Rows : kBK;
-  static constexpr int kLineChunks = (KFastest ? kBK : Rows) / kChunk;
+  static constexpr int kLines = KFastest ? Rows : K;
+  static constexpr int kLineChunks = (KFastest ? K : Rows) / kChunk;
   static constexpr int kChunks = kLines * kLineChunks;
+  static_assert(Rows % 16 == 0 && K % 16 == 0, "whole 16 x 16 blocks");
   static constexpr int kValues = kChunks * kChunk;
   using Layout = Swizzle<kLineChunks>;
 

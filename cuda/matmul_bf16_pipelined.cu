@@ -36,14 +36,6 @@ using namespace gemm_tiles;
 constexpr int kPipelineBM = 128, kPipelineBN = 256;
 constexpr int kRasterGroup = 8;  // tile rows a group of blocks covers before moving along N
 
-// p moved by `bytes`, which the tiles' offsets are kept in: an address is then
-// one add to a stage's base, where offsets in values took a shift as well.
-template <typename T>
-__device__ __forceinline__ T* byte_offset(T* p, int bytes) {
-  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
-  return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + bytes);
-}
-
 // One operand's copies into a stage for this thread: each a source that moves
 // by `step` elements a tile and a destination in the operand's tile, copy i
 // lying i * Threads chunks after copy 0's. A copy of a row outside the matrix

@@ -19,6 +19,7 @@
 // exchange, reading them back through this layout.
 #include <cstdint>
 
+#include "base/bfloat16.h"
 #include "cuda/device_utils.cuh"
 #include "cuda/mma.cuh"
 
@@ -27,6 +28,18 @@ namespace attograd::cuda {
 // Two bfloat16 values in one register, lo at the lower k.
 __device__ __forceinline__ std::uint32_t bf16_pair(std::uint16_t lo, std::uint16_t hi) {
   return static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+}
+
+// lo and hi rounded to bfloat16 in one register, lo in the low half: the
+// probabilities of an attention as the A operand of its next product.
+__device__ __forceinline__ std::uint32_t round_pair(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
+  std::uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));  // the first source goes to the upper half
+  return r;
+#else
+  return bf16_pair(bfloat16_bits(lo), bfloat16_bits(hi));
+#endif
 }
 
 // Two neighbouring bfloat16 values (aligned to 4 bytes) as one register.

@@ -187,7 +187,7 @@ TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models,
   }
 }
 
-// cuda/attention_bf16.cu (on a GPU, or the emulator) within the same bounds:
+// cuda/attention_bf16.cu and attention_bf16_flash.cu (on a GPU, or the emulator) within the same bounds:
 // the CPU's cases, and with every option on one at head dim 128 over several
 // of the kernels' query blocks and key tiles, and one whose head dim (20)
 // makes the kernels move a value at a time, not 8 (the other D are whole eights but 1).
@@ -196,10 +196,45 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
   cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
+  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64, no mask, no dropout):
+  // several query blocks and key tiles, ragged; Tq != Tk both ways, causal or not.
+  cases.push_back({1, 2, 300, 300, 64, true, false, false, 0.0});
+  cases.push_back({1, 1, 200, 330, 64, false, false, true, 0.0});
+  cases.push_back({2, 1, 150, 70, 64, true, false, false, 0.0});
+  cases.push_back({1, 1, 1, 1, 64, false, false, false, 0.0});
   for (const Bf16AttentionCase& c : cases) {
     INFO("cuda: " << describe(c));
     check_run(c, run_case_on_gpu(c));
   }
+}
+
+// A NaN in a key poisons every row that sees it, and one in a query its own
+// row alone, as on the CPU: the kernels' max lets a NaN win (the flash
+// forward's at head size 64, the general one's at 32), so a row's lanes agree.
+TEST_CASE("cuda: bfloat16 attention with NaN inputs gives NaN rows where the CPU does", "[cuda][bf16][attention]") {
+  SKIP_WITHOUT_CUDA();
+  for (std::int64_t D : {64, 32})
+    for (bool causal : {true, false}) {
+      Tensor q = bf16_operand(1, 2, 150, D, false, 1), k = bf16_operand(1, 2, 150, D, false, 2);
+      const Tensor v = bf16_operand(1, 2, 150, D, false, 3);
+      q = kernels::clone(q), k = kernels::clone(k);
+      k.data<bfloat16>()[5 * D + 3] = bfloat16(std::nanf(""));          // head 0, key 5
+      q.data<bfloat16>()[(150 + 140) * D + 7] = bfloat16(std::nanf(""));  // head 1, query 140
+      kernels::AttentionKernelOptions options;
+      options.causal = causal;
+      options.scale = 1.0 / std::sqrt(static_cast<double>(D));
+      const Tensor gpu =
+          to(kernels::attention_forward(to(q, Device::cuda()), to(k, Device::cuda()), to(v, Device::cuda()), Tensor(),
+                                        options).out,
+             Device::cpu());
+      for (std::int64_t h = 0; h < 2; ++h)
+        for (std::int64_t i = 0; i < 150; ++i) {
+          INFO("D " << D << " causal " << causal << " head " << h << " query " << i);
+          const bool expected = h == 0 ? (!causal || i >= 5) : i == 140;
+          REQUIRE(std::isnan(gpu.at({0, h, i, 0})) == expected);
+          REQUIRE(std::isnan(gpu.at({0, h, i, D - 1})) == expected);
+        }
+    }
 }
 
 // The bounds hold for the widened float32 kernels too: that the GPU's

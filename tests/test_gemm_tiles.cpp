@@ -53,10 +53,10 @@ void require_bijection(int lines) {
 // a warp at each 64-row position, each step and block; `chunk` maps (row0,
 // step, lane) to the chunk read, the kernel's fragment_chunk or an unswizzled one.
 template <typename Chunk>
-int worst_fragment_load(int rows, int blocks, Chunk chunk) {
+int worst_fragment_load(int rows, int k, int blocks, Chunk chunk) {
   int worst = 0;
-  for (int warp_row0 = 0; warp_row0 < rows; warp_row0 += kWarpTile)
-    for (int step = 0; step < kBK / 16; ++step)
+  for (int warp_row0 = 0; warp_row0 < rows; warp_row0 += 16 * blocks)
+    for (int step = 0; step < k / 16; ++step)
       for (int f = 0; f < blocks; ++f)
         for (int phase = 0; phase < 4; ++phase) {
           std::vector<int> chunks;
@@ -66,28 +66,29 @@ int worst_fragment_load(int rows, int blocks, Chunk chunk) {
   return worst;
 }
 
-template <int Rows, bool KFastest>
-void require_operand_tile(bool b_pair) {
-  using Tile = OperandTile<Rows, KFastest>;
-  constexpr int kThreads = PipelineShape<128, 256>::kThreads;
-  constexpr int blocks = kWarpTile / 16;  // a warp's four A fragments, or four pairs of B's
-  INFO("tile of " << Rows << " rows, " << (KFastest ? "k fastest" : "rows fastest") << (b_pair ? ", B" : ", A"));
+// An operand's tile, read by warps of `blocks` 16-row blocks (of A fragments,
+// or pairs of B's) and copied by kThreads threads.
+template <int Rows, bool KFastest, int K = kBK, int kThreads = PipelineShape<128, 256>::kThreads>
+void require_operand_tile(bool b_pair, int blocks = kWarpTile / 16) {
+  using Tile = OperandTile<Rows, KFastest, K>;
+  INFO("tile of " << Rows << " rows by " << K << ", " << (KFastest ? "k fastest" : "rows fastest")
+                  << (b_pair ? ", B" : ", A"));
 
   // ldmatrix: one wavefront a phase; the same reads unswizzled take four (lines of 64 bytes) or eight.
   const auto swizzled = [&](int row0, int step, int lane) { return Tile::fragment_chunk(row0, step, lane, b_pair); };
-  CHECK(worst_fragment_load(Rows, blocks, swizzled) == 1);
+  CHECK(worst_fragment_load(Rows, K, blocks, swizzled) == 1);
   const auto plain = [&](int row0, int step, int lane) {
     const int q = lane / 8, q_rows = b_pair ? q / 2 : q % 2, q_k = b_pair ? q % 2 : q / 2;
     const int row = row0 + 8 * q_rows, k = 16 * step + 8 * q_k;
     return KFastest ? (row + lane % 8) * Tile::kLineChunks + k / kChunk
                     : (k + lane % 8) * Tile::kLineChunks + row / kChunk;
   };
-  CHECK(worst_fragment_load(Rows, blocks, plain) == (KFastest ? 4 : 8));
+  CHECK(worst_fragment_load(Rows, K, blocks, plain) == (Tile::kLineChunks == 4 ? 4 : 8));
 
   // What the kernel's FragmentOffsets assume: blocks (k fastest) or steps (otherwise) a constant apart.
-  for (int warp_row0 = 0; warp_row0 < Rows; warp_row0 += kWarpTile)
+  for (int warp_row0 = 0; warp_row0 < Rows; warp_row0 += 16 * blocks)
     for (int lane = 0; lane < 32; ++lane)
-      for (int step = 0; step < 2; ++step)
+      for (int step = 0; step < K / 16; ++step)
         for (int f = 0; f < blocks; ++f) {
           const int from = KFastest ? Tile::fragment_chunk(warp_row0, step, lane, b_pair)
                                     : Tile::fragment_chunk(warp_row0 + 16 * f, 0, lane, b_pair);
@@ -128,6 +129,16 @@ TEST_CASE("gemm tiles: the pipelined product's copies and ldmatrix meet no bank 
   require_operand_tile<128, false>(false);  // A transposed
   require_operand_tile<256, true>(true);    // B transposed
   require_operand_tile<256, false>(true);   // B as it is
+}
+
+// cuda/attention_bf16_flash.cu: 4 warps (128 threads) copy Q's 128 rows and
+// each key tile's K and V; a warp reads Q's fragments for its 32 queries (two
+// blocks), K's as B^T (a line a key) and V's as B (a line a key, read
+// transposing) across the whole tile.
+TEST_CASE("gemm tiles: the flash attention's Q, K and V tiles meet no bank conflict", "[gemm_tiles]") {
+  require_operand_tile<128, true, 64, 128>(false, 2);  // Q: a line a query
+  require_operand_tile<64, true, 64, 128>(true, 4);    // K: a line a key, 64 keys
+  require_operand_tile<64, false, 64, 128>(true, 4);   // V: a line a key, 64 values of D
 }
 
 TEST_CASE("gemm tiles: C's staging takes one wavefront a store and a read", "[gemm_tiles]") {

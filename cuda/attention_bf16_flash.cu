@@ -1,0 +1,305 @@
+// The bfloat16 attention forward in FlashAttention-2's shape, for the common
+// problem: head size 64, rows 16-byte aligned, no mask, no dropout (causal or
+// not). attention_forward_bf16 (cuda/attention_bf16.cu) sends those here and
+// the rest to its general kernel, whose conventions (what is rounded where,
+// the log-sum-exp, NaN rows) this one keeps.
+//
+// A block of 4 warps owns 128 queries of one (b, h), a warp 32 of them (two
+// mma tiles high), their Q fragments held in registers for the whole sweep.
+// Keys and values stream through shared memory in tiles of 64, copied by
+// cp.async into XOR-swizzled tiles (cuda/gemm_tiles.h: no bank conflict for
+// the copies, the plain ldmatrix of K nor the transposing one of V), the next
+// pair in flight while the warps work on this one, one barrier a tile. (Tiles
+// of 128 keys, as FlashAttention-2 takes at this head size, left ptxas 255
+// registers and spills inside the sweep.)
+// The sweep runs from the last key tile down: the last two are the only ones
+// with a hidden key (causal: the block's diagonal spans them and no earlier
+// tile reaches it; else the ragged end of the keys), so they alone are
+// masked, before a loop that has no mask code, and every copy of that loop
+// reads whole rows.
+// Each score costs one FFMA and one MUFU.EX2: exp2 of s log2(e) scale - m
+// log2(e) scale, the scale folded into the exponent's FFMA (the scale is
+// positive, so the max of the raw scores is the max of the scaled ones), and
+// the max keeps NaN in one instruction (max.NaN). The row sums stay per lane
+// until the end.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/attention_common.cuh"
+#include "cuda/gemm_tiles.h"
+#include "cuda/mma_bf16.cuh"
+
+namespace attograd::cuda::attention_detail {
+namespace flash {
+
+using gemm_tiles::byte_offset;
+using gemm_tiles::kChunk;
+using gemm_tiles::OperandTile;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kWarpQueries = 32, kBlockQueries = kWarps * kWarpQueries;
+constexpr int kHeadDim = 64, kKeys = 64;  // a key tile
+constexpr int kM = kWarpQueries / 16;      // a warp's mma tiles down its queries
+
+using QTile = OperandTile<kBlockQueries, true, kHeadDim>;  // A of Q K^T: a line a query
+using KTile = OperandTile<kKeys, true, kHeadDim>;          // B^T of Q K^T: a line a key
+using VTile = OperandTile<kHeadDim, false, kKeys>;         // B of P V, as B^T's tile: a line a key
+static_assert(KTile::kChunks == VTile::kChunks && KTile::kLineChunks == VTile::kLineChunks,
+              "K's and V's tiles are laid out alike: a line a key, its head size in chunks");
+static_assert(2 * kKeys == kBlockQueries, "the causal diagonal lies in the last two key tiles");
+constexpr int kLineChunks = KTile::kLineChunks;
+constexpr int kTileValues = KTile::kChunks * kChunk;  // of K, or of V
+constexpr int kSharedBytes = 2 * (QTile::kChunks * kChunk + 2 * 2 * kTileValues);  // Q, then two buffers of K and V
+
+__device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return NanMaxOp{}(a, b);
+#endif
+}
+
+// 2^x, one MUFU.EX2: 2^-inf is 0, and its relative error (2^-22) is far below bfloat16's.
+__device__ __forceinline__ float exp2_fast(float x) {
+#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return std::exp2(x);
+#endif
+}
+
+// A tile of rows of (b, h) into shared memory, a line a row, this thread's
+// chunks copy i lying i * kThreads chunks (16 rows) after copy 0's. `first`
+// points at copy 0's source row; rows at and past `valid` read nothing.
+template <typename Tile>
+__device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, const bfloat16* first,
+                                          std::int64_t row_step16, int valid) {
+  constexpr int kCopies = Tile::kChunks / kThreads, kRowsApart = kThreads / Tile::kLineChunks;
+  const int line0 = threadIdx.x / Tile::kLineChunks;
+  const bfloat16* source = first;
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    const bool inside = line0 + i * kRowsApart < valid;
+    copy_async16(byte_offset(tile, destination + i * kThreads * 16), inside ? source : first, inside ? 16 : 0);
+    source += row_step16;
+  }
+}
+
+// The same for a tile wholly inside: no row to check.
+template <typename Tile>
+__device__ __forceinline__ void copy_whole_rows(std::uint16_t* tile, int destination, const bfloat16* first,
+                                                std::int64_t row_step16) {
+  constexpr int kCopies = Tile::kChunks / kThreads;
+  const bfloat16* source = first;
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    copy_async16(byte_offset(tile, destination + i * kThreads * 16), source, 16);
+    source += row_step16;
+  }
+}
+
+template <bool Causal>
+__global__ void __launch_bounds__(kThreads, 2)
+    attention_forward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
+  static_assert(kThreads % kLineChunks == 0 && (kThreads / kLineChunks) % 8 == 0,
+                "a thread's copies lie a whole number of swizzle periods apart");
+  std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
+  std::uint16_t* const q_tile = smem;
+  std::uint16_t* const kv = smem + QTile::kChunks * kChunk;  // buffer u: K at 2u tiles, V after it
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockQueries;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  // This thread's copies: line threadIdx / 8 of a tile and every 16th after it, chunk threadIdx % 8.
+  const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
+  const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
+  constexpr int kRowsApart = kThreads / kLineChunks;
+  // Its ldmatrix addresses: K's per step of 16 along D (its blocks of 16 keys a constant apart),
+  // V's per block of 16 along D (its steps of 16 keys a constant apart).
+  int k_at[kHeadDim / 16], v_at[kHeadDim / 16];
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 16; ++i) {
+    k_at[i] = KTile::fragment_chunk(0, i, lane, true) * 16;
+    v_at[i] = VTile::fragment_chunk(16 * i, 0, lane, true) * 16;
+  }
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    const std::int64_t key_end = Causal ? min(p.Tk, i0 + kBlockQueries) : p.Tk;
+    const int last = key_end > 0 ? static_cast<int>((key_end - 1) / kKeys) : -1;  // the key tile swept first
+    const std::int64_t k_step16 = kRowsApart * x.k.st, v_step16 = kRowsApart * x.v.st;
+    const auto k_row = [&](std::int64_t j) { return x.k.row(b, h, min(j, p.Tk - 1)) + copy_chunk * kChunk; };
+    const auto v_row = [&](std::int64_t j) { return x.v.row(b, h, min(j, p.Tk - 1)) + copy_chunk * kChunk; };
+    __syncthreads();  // the previous (b, h) is done with shared memory
+
+    // The queries and the last key tile, then the queries' fragments into registers.
+    copy_rows<QTile>(q_tile, copy_at, x.q.row(b, h, min(i0 + copy_line, p.Tq - 1)) + copy_chunk * kChunk,
+                     kRowsApart * x.q.st, static_cast<int>(min(p.Tq - i0, std::int64_t(kBlockQueries))));
+    if (last >= 0) {
+      const std::int64_t j0 = std::int64_t(last) * kKeys;
+      const int valid = static_cast<int>(key_end - j0);
+      copy_rows<KTile>(kv, copy_at, k_row(j0 + copy_line), k_step16, valid);
+      copy_rows<VTile>(kv + kTileValues, copy_at, v_row(j0 + copy_line), v_step16, valid);
+    }
+    commit_async_copies();
+    wait_async_copies<0>();
+    __syncthreads();
+    std::uint32_t q_frag[kM][kHeadDim / 16][4];  // the warp's queries as A fragments, for the whole sweep
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks)
+        load_matrices<false>(q_frag[mt][ks],
+                             byte_offset(q_tile, QTile::fragment_chunk(warp * kWarpQueries + 16 * mt, ks, lane, false) * 16));
+
+    float o[kM][kHeadDim / 8][4] = {};                     // running sum of p v, rows g and g + 8 of each mma tile
+    float m[kM][2], l[kM][2];                              // the rows' running max (of raw scores) and this lane's sum
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+
+    // Tile `tile` (at j0) in buffer `buf`: scores, the online softmax, o += p v.
+    const auto sweep_tile = [&](int buf, std::int64_t j0, auto masked) {
+      const std::uint16_t* k_tile = kv + 2 * buf * kTileValues;
+      const std::uint16_t* v_tile = k_tile + kTileValues;
+      float s[kM][kKeys / 8][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+#pragma unroll
+        for (int f = 0; f < kKeys / 16; ++f) {
+          std::uint32_t kf[4];
+          load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * KTile::kLineStride * 16));
+          const std::uint32_t lo[2] = {kf[0], kf[1]}, hi[2] = {kf[2], kf[3]};
+#pragma unroll
+          for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], q_frag[mt][ks], lo), mma_bf16(s[mt][2 * f + 1], q_frag[mt][ks], hi);
+        }
+      }
+      if constexpr (decltype(masked)::value) {
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+          for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const std::int64_t i = i0 + warp * kWarpQueries + 16 * mt + g + 8 * (r / 2), j = j0 + 8 * n + 2 * t + r % 2;
+              if (j >= p.Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
+            }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float tile_max = s[mt][0][2 * half];
+#pragma unroll
+          for (int n = 0; n < kKeys / 8; ++n)
+            tile_max = nan_max(tile_max, nan_max(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+          tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+          tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+          const float m_new = nan_max(m[mt][half], tile_max);
+          // Nothing visible yet: exponents from 0, not -inf - -inf (every p and the correction 0).
+          const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+          const float correction = exp2_fast(m[mt][half] * scale_log2 - base);
+          m[mt][half] = m_new;
+          l[mt][half] *= correction;
+#pragma unroll
+          for (int n = 0; n < kHeadDim / 8; ++n) o[mt][n][2 * half] *= correction, o[mt][n][2 * half + 1] *= correction;
+#pragma unroll
+          for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& e = s[mt][n][2 * half + c];
+              e = exp2_fast(e * scale_log2 - base);
+              l[mt][half] += e;
+            }
+        }
+      // o += p v: the scores' accumulators are P's A fragments where they stand (attention_bf16.cu).
+#pragma unroll
+      for (int ks = 0; ks < kKeys / 16; ++ks) {
+        std::uint32_t pf[kM][4];
+#pragma unroll
+        for (int mt = 0; mt < kM; ++mt) {
+          const float(&left)[4] = s[mt][2 * ks];
+          const float(&right)[4] = s[mt][2 * ks + 1];
+          pf[mt][0] = round_pair(left[0], left[1]), pf[mt][1] = round_pair(left[2], left[3]);
+          pf[mt][2] = round_pair(right[0], right[1]), pf[mt][3] = round_pair(right[2], right[3]);
+        }
+#pragma unroll
+        for (int f = 0; f < kHeadDim / 16; ++f) {
+          std::uint32_t vf[4];
+          load_matrices<true>(vf, byte_offset(v_tile, v_at[f] + ks * VTile::kLineStride * 16));
+          const std::uint32_t lo[2] = {vf[0], vf[1]}, hi[2] = {vf[2], vf[3]};
+#pragma unroll
+          for (int mt = 0; mt < kM; ++mt) mma_bf16(o[mt][2 * f], pf[mt], lo), mma_bf16(o[mt][2 * f + 1], pf[mt], hi);
+        }
+      }
+    };
+
+    // The tiles below the last are whole: their copies' sources move down a tile at a time.
+    const bfloat16* k_next = last >= 1 ? k_row(std::int64_t(last - 1) * kKeys + copy_line) : nullptr;
+    const bfloat16* v_next = last >= 1 ? v_row(std::int64_t(last - 1) * kKeys + copy_line) : nullptr;
+    const auto copy_next = [&](int buf) {
+      copy_whole_rows<KTile>(kv + 2 * buf * kTileValues, copy_at, k_next, k_step16);
+      copy_whole_rows<VTile>(kv + 2 * buf * kTileValues + kTileValues, copy_at, v_next, v_step16);
+      k_next -= (kKeys / kRowsApart) * k_step16, v_next -= (kKeys / kRowsApart) * v_step16;  // a tile of rows down
+    };
+    if (last >= 1) copy_next(1);
+    commit_async_copies();
+    if (last >= 0) sweep_tile(0, std::int64_t(last) * kKeys, std::true_type{});
+    int buf = 1, tile = last - 1;
+    if (tile >= 0) {  // the second tile down: masked too (causal: it holds the diagonal's first half)
+      wait_async_copies<0>();
+      __syncthreads();
+      if (tile >= 1) copy_next(0);
+      commit_async_copies();
+      sweep_tile(1, std::int64_t(tile) * kKeys, std::true_type{});
+      --tile, buf = 0;
+    }
+    for (; tile >= 0; --tile, buf ^= 1) {
+      wait_async_copies<0>();  // this tile has landed
+      __syncthreads();         // everyone's copies have, and everyone is done with the other buffer
+      if (tile >= 1) copy_next(buf ^ 1);
+      commit_async_copies();
+      sweep_tile(buf, std::int64_t(tile) * kKeys, std::false_type{});
+    }
+
+    // The rows' sums over their quads, the log-sum-exp, and o / l rounded as stored.
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float sum = l[mt][half];
+        sum += __shfl_xor_sync(kFullMask, sum, 1);
+        sum += __shfl_xor_sync(kFullMask, sum, 2);
+        const std::int64_t i = i0 + warp * kWarpQueries + 16 * mt + g + 8 * half;
+        if (i >= p.Tq) continue;
+        if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : m[mt][half] * p.scale + logf(sum);
+        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+        bfloat16* row = out.row(b, h, i);
+#pragma unroll
+        for (int n = 0; n < kHeadDim / 8; ++n)
+          *reinterpret_cast<std::uint32_t*>(row + 8 * n + 2 * t) =
+              round_pair(o[mt][n][2 * half] * inv, o[mt][n][2 * half + 1] * inv);
+      }
+  }
+}
+
+}  // namespace flash
+
+bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
+                                  float* lse, cudaStream_t stream) {
+  // The output's rows are aligned wherever x.vec holds (Bf16AttentionOperands).
+  if (p.D != flash::kHeadDim || !x.vec || p.mask != nullptr || p.dropout() || !(p.scale > 0)) return false;
+  const auto kernel = p.causal ? flash::attention_forward_flash_kernel<true> : flash::attention_forward_flash_kernel<false>;
+  allow_shared_memory(kernel, flash::kSharedBytes);
+  launch(kernel, grid_over(p.Tq, flash::kBlockQueries, p.B, p.H), flash::kThreads, flash::kSharedBytes, stream, p, x,
+         out, lse);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace attograd::cuda::attention_detail
