@@ -104,6 +104,132 @@ __device__ __forceinline__ void copy_whole_rows(std::uint16_t* tile, int destina
   }
 }
 
+using QFragments = std::uint32_t[kM][kHeadDim / 16][4];  // a warp's queries as A fragments
+using Scores = float[kM][kKeys / 8][4];                    // its scores against a key tile, mma accumulators
+using LaneAddresses = int[kHeadDim / 16];                   // a lane's ldmatrix offsets into a K or V tile
+
+// A warp's rows, g and g + 8 of each of its mma tiles for lane (g, t): the
+// running sum of p v, the running max of the raw scores, and this lane's share
+// of the sum of p.
+struct WarpRows {
+  float o[kM][kHeadDim / 8][4] = {};
+  float m[kM][2], l[kM][2];
+  __device__ __forceinline__ WarpRows() {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
+  }
+};
+
+// s = Q K^T for the key tile: K's ldmatrix offsets per step of 16 along D
+// (k_at), its blocks of 16 keys a constant apart.
+__device__ __forceinline__ void tile_scores(Scores& s, const QFragments& q, const std::uint16_t* k_tile,
+                                            const LaneAddresses& k_at) {
+#pragma unroll
+  for (int ks = 0; ks < kHeadDim / 16; ++ks)
+#pragma unroll
+    for (int f = 0; f < kKeys / 16; ++f) {
+      std::uint32_t kf[4];
+      load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * KTile::kLineStride * 16));
+      const std::uint32_t lo[2] = {kf[0], kf[1]}, hi[2] = {kf[2], kf[3]};
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], q[mt][ks], lo), mma_bf16(s[mt][2 * f + 1], q[mt][ks], hi);
+    }
+}
+
+// Hidden keys at -inf: past Tk, or (causal) after the query. w0 is the warp's first query.
+template <bool Causal>
+__device__ __forceinline__ void mask_tile(Scores& s, std::int64_t w0, std::int64_t j0, std::int64_t Tk, int g, int t) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const std::int64_t i = w0 + 16 * mt + g + 8 * (r / 2), j = j0 + 8 * n + 2 * t + r % 2;
+        if (j >= Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
+      }
+}
+
+// The online softmax over the tile: s becomes 2^(s log2(e) scale - m log2(e) scale)
+// with m the rows' new max, and o and l are rescaled to it.
+__device__ __forceinline__ void online_softmax(Scores& s, WarpRows& rows, float scale_log2) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = s[mt][0][2 * half];
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) tile_max = nan_max(tile_max, nan_max(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+      tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+      tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+      const float m_new = nan_max(rows.m[mt][half], tile_max);
+      // Nothing visible yet: exponents from 0, not -inf - -inf (every p and the correction 0).
+      const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
+      const float correction = exp2_fast(rows.m[mt][half] * scale_log2 - base);
+      rows.m[mt][half] = m_new;
+      rows.l[mt][half] *= correction;
+#pragma unroll
+      for (int n = 0; n < kHeadDim / 8; ++n) rows.o[mt][n][2 * half] *= correction, rows.o[mt][n][2 * half + 1] *= correction;
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          float& e = s[mt][n][2 * half + c];
+          e = exp2_fast(e * scale_log2 - base);
+          rows.l[mt][half] += e;
+        }
+    }
+}
+
+// o += p v: the scores' accumulators are P's A fragments where they stand
+// (attention_bf16.cu). V's ldmatrix offsets per block of 16 along D (v_at),
+// its steps of 16 keys a constant apart.
+__device__ __forceinline__ void add_values(WarpRows& rows, const Scores& s, const std::uint16_t* v_tile,
+                                           const LaneAddresses& v_at) {
+#pragma unroll
+  for (int ks = 0; ks < kKeys / 16; ++ks) {
+    std::uint32_t pf[kM][4];
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      const float(&left)[4] = s[mt][2 * ks];
+      const float(&right)[4] = s[mt][2 * ks + 1];
+      pf[mt][0] = round_pair(left[0], left[1]), pf[mt][1] = round_pair(left[2], left[3]);
+      pf[mt][2] = round_pair(right[0], right[1]), pf[mt][3] = round_pair(right[2], right[3]);
+    }
+#pragma unroll
+    for (int f = 0; f < kHeadDim / 16; ++f) {
+      std::uint32_t vf[4];
+      load_matrices<true>(vf, byte_offset(v_tile, v_at[f] + ks * VTile::kLineStride * 16));
+      const std::uint32_t lo[2] = {vf[0], vf[1]}, hi[2] = {vf[2], vf[3]};
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt) mma_bf16(rows.o[mt][2 * f], pf[mt], lo), mma_bf16(rows.o[mt][2 * f + 1], pf[mt], hi);
+    }
+  }
+}
+
+// The end of the warp's rows of (b, h) = bh: the sums over their quads, the
+// log-sum-exp, and o / l rounded as stored.
+__device__ __forceinline__ void store_rows(const WarpRows& rows, const AttentionProblem& p, std::int64_t bh,
+                                           std::int64_t w0, int g, int t, Bf16AttentionOutput out, float* lse) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = rows.l[mt][half];
+      sum += __shfl_xor_sync(kFullMask, sum, 1);
+      sum += __shfl_xor_sync(kFullMask, sum, 2);
+      const std::int64_t i = w0 + 16 * mt + g + 8 * half;
+      if (i >= p.Tq) continue;
+      if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : rows.m[mt][half] * p.scale + logf(sum);
+      const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+      bfloat16* row = out.row(bh / p.H, bh % p.H, i);
+#pragma unroll
+      for (int n = 0; n < kHeadDim / 8; ++n)
+        *reinterpret_cast<std::uint32_t*>(row + 8 * n + 2 * t) =
+            round_pair(rows.o[mt][n][2 * half] * inv, rows.o[mt][n][2 * half + 1] * inv);
+    }
+}
+
 template <bool Causal>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_forward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
@@ -113,16 +239,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   std::uint16_t* const q_tile = smem;
   std::uint16_t* const kv = smem + QTile::kChunks * kChunk;  // buffer u: K at 2u tiles, V after it
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockQueries;
+  const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockQueries, w0 = i0 + warp * kWarpQueries;
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
   // This thread's copies: line threadIdx / 8 of a tile and every 16th after it, chunk threadIdx % 8.
   const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
   const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
   constexpr int kRowsApart = kThreads / kLineChunks;
-  // Its ldmatrix addresses: K's per step of 16 along D (its blocks of 16 keys a constant apart),
-  // V's per block of 16 along D (its steps of 16 keys a constant apart).
-  int k_at[kHeadDim / 16], v_at[kHeadDim / 16];
+  LaneAddresses k_at, v_at;
 #pragma unroll
   for (int i = 0; i < kHeadDim / 16; ++i) {
     k_at[i] = KTile::fragment_chunk(0, i, lane, true) * 16;
@@ -150,95 +274,22 @@ __global__ void __launch_bounds__(kThreads, 2)
     commit_async_copies();
     wait_async_copies<0>();
     __syncthreads();
-    std::uint32_t q_frag[kM][kHeadDim / 16][4];  // the warp's queries as A fragments, for the whole sweep
+    QFragments q;
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks)
-        load_matrices<false>(q_frag[mt][ks],
-                             byte_offset(q_tile, QTile::fragment_chunk(warp * kWarpQueries + 16 * mt, ks, lane, false) * 16));
+        load_matrices<false>(q[mt][ks], byte_offset(q_tile, QTile::fragment_chunk(warp * kWarpQueries + 16 * mt, ks,
+                                                                                   lane, false) * 16));
 
-    float o[kM][kHeadDim / 8][4] = {};                     // running sum of p v, rows g and g + 8 of each mma tile
-    float m[kM][2], l[kM][2];                              // the rows' running max (of raw scores) and this lane's sum
-#pragma unroll
-    for (int mt = 0; mt < kM; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
-
-    // Tile `tile` (at j0) in buffer `buf`: scores, the online softmax, o += p v.
+    WarpRows rows;
     const auto sweep_tile = [&](int buf, std::int64_t j0, auto masked) {
-      const std::uint16_t* k_tile = kv + 2 * buf * kTileValues;
-      const std::uint16_t* v_tile = k_tile + kTileValues;
-      float s[kM][kKeys / 8][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-#pragma unroll
-        for (int f = 0; f < kKeys / 16; ++f) {
-          std::uint32_t kf[4];
-          load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * KTile::kLineStride * 16));
-          const std::uint32_t lo[2] = {kf[0], kf[1]}, hi[2] = {kf[2], kf[3]};
-#pragma unroll
-          for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], q_frag[mt][ks], lo), mma_bf16(s[mt][2 * f + 1], q_frag[mt][ks], hi);
-        }
-      }
-      if constexpr (decltype(masked)::value) {
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-          for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-              const std::int64_t i = i0 + warp * kWarpQueries + 16 * mt + g + 8 * (r / 2), j = j0 + 8 * n + 2 * t + r % 2;
-              if (j >= p.Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
-            }
-      }
-#pragma unroll
-      for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float tile_max = s[mt][0][2 * half];
-#pragma unroll
-          for (int n = 0; n < kKeys / 8; ++n)
-            tile_max = nan_max(tile_max, nan_max(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
-          tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-          tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
-          const float m_new = nan_max(m[mt][half], tile_max);
-          // Nothing visible yet: exponents from 0, not -inf - -inf (every p and the correction 0).
-          const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
-          const float correction = exp2_fast(m[mt][half] * scale_log2 - base);
-          m[mt][half] = m_new;
-          l[mt][half] *= correction;
-#pragma unroll
-          for (int n = 0; n < kHeadDim / 8; ++n) o[mt][n][2 * half] *= correction, o[mt][n][2 * half + 1] *= correction;
-#pragma unroll
-          for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& e = s[mt][n][2 * half + c];
-              e = exp2_fast(e * scale_log2 - base);
-              l[mt][half] += e;
-            }
-        }
-      // o += p v: the scores' accumulators are P's A fragments where they stand (attention_bf16.cu).
-#pragma unroll
-      for (int ks = 0; ks < kKeys / 16; ++ks) {
-        std::uint32_t pf[kM][4];
-#pragma unroll
-        for (int mt = 0; mt < kM; ++mt) {
-          const float(&left)[4] = s[mt][2 * ks];
-          const float(&right)[4] = s[mt][2 * ks + 1];
-          pf[mt][0] = round_pair(left[0], left[1]), pf[mt][1] = round_pair(left[2], left[3]);
-          pf[mt][2] = round_pair(right[0], right[1]), pf[mt][3] = round_pair(right[2], right[3]);
-        }
-#pragma unroll
-        for (int f = 0; f < kHeadDim / 16; ++f) {
-          std::uint32_t vf[4];
-          load_matrices<true>(vf, byte_offset(v_tile, v_at[f] + ks * VTile::kLineStride * 16));
-          const std::uint32_t lo[2] = {vf[0], vf[1]}, hi[2] = {vf[2], vf[3]};
-#pragma unroll
-          for (int mt = 0; mt < kM; ++mt) mma_bf16(o[mt][2 * f], pf[mt], lo), mma_bf16(o[mt][2 * f + 1], pf[mt], hi);
-        }
-      }
+      Scores s = {};
+      tile_scores(s, q, kv + 2 * buf * kTileValues, k_at);
+      if constexpr (decltype(masked)::value) mask_tile<Causal>(s, w0, j0, p.Tk, g, t);
+      online_softmax(s, rows, scale_log2);
+      add_values(rows, s, kv + 2 * buf * kTileValues + kTileValues, v_at);
     };
-
     // The tiles below the last are whole: their copies' sources move down a tile at a time.
     const bfloat16* k_next = last >= 1 ? k_row(std::int64_t(last - 1) * kKeys + copy_line) : nullptr;
     const bfloat16* v_next = last >= 1 ? v_row(std::int64_t(last - 1) * kKeys + copy_line) : nullptr;
@@ -266,25 +317,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       commit_async_copies();
       sweep_tile(buf, std::int64_t(tile) * kKeys, std::false_type{});
     }
-
-    // The rows' sums over their quads, the log-sum-exp, and o / l rounded as stored.
-#pragma unroll
-    for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float sum = l[mt][half];
-        sum += __shfl_xor_sync(kFullMask, sum, 1);
-        sum += __shfl_xor_sync(kFullMask, sum, 2);
-        const std::int64_t i = i0 + warp * kWarpQueries + 16 * mt + g + 8 * half;
-        if (i >= p.Tq) continue;
-        if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : m[mt][half] * p.scale + logf(sum);
-        const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-        bfloat16* row = out.row(b, h, i);
-#pragma unroll
-        for (int n = 0; n < kHeadDim / 8; ++n)
-          *reinterpret_cast<std::uint32_t*>(row + 8 * n + 2 * t) =
-              round_pair(o[mt][n][2 * half] * inv, o[mt][n][2 * half + 1] * inv);
-      }
+    store_rows(rows, p, bh, w0, g, t, out, lse);
   }
 }
 

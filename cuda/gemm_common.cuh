@@ -236,9 +236,11 @@ struct GemmKernels {
 };
 const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 
-// The pipelined bfloat16 product (cuda/matmul_bf16_pipelined.cu): whether g
-// suits it on a GPU of `sms` multiprocessors, and its launch.
-bool gemm_bf16_pipelined_fits(const Bf16GemmArgs& g, int sms);
+// The pipelined bfloat16 product (cuda/matmul_bf16_pipelined.cu): on a GPU
+// of `sms` multiprocessors, 0 where g does not suit it, else the slices of K
+// to cut it into (1: none); and its launch (with g.splits slices of g.k_slice,
+// the float32 partial products into g.partial, which sum_slices adds).
+std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms);
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
 
 // The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over

@@ -182,21 +182,30 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   // K = 0 needs nothing apart: the loop over K is empty and C is the bias, or zero.
   Bf16GemmArgs g{a, b, c, bias, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
   g.k_slice = k;
-  // 128 x 128 tiles of 8 warps (64 x 32 each) reuse each loaded value most;
-  // where they would leave SMs idle, 64 x 64 tiles of 4 warps (32 x 32 each),
-  // and where even those would, 64 x 64 tiles over slices of K.
+  // The float32 partial products of g over `splits` slices of K (launch_slices(g)),
+  // added in slice order with the bias and rounded once.
+  const auto over_slices_of_k = [&](std::int64_t splits, auto launch_slices) {
+    slice_k(g, splits, kBK);
+    DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
+    g.partial = partial.as<float>();
+    launch_slices(g);
+    sum_slices<bfloat16>(c, partial.as<const float>(), bias, m, n, batches, g.splits, stream);
+  };
+  // Operands that allow 16-byte copies: the pipelined kernel, over slices of a long K
+  // where its 128 x 256 tiles alone would leave SMs idle (a Linear's weight gradient).
   const int sms = multiprocessors();
-  if (gemm_bf16_pipelined_fits(g, sms)) return gemm_bf16_pipelined(g, stream);
+  if (const std::int64_t splits = gemm_bf16_pipelined_splits(g, sms); splits > 0) {
+    if (splits == 1) return gemm_bf16_pipelined(g, stream);
+    return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { gemm_bf16_pipelined(sliced, stream); });
+  }
+  // The others: 128 x 128 tiles of 8 warps (64 x 32 each) reuse each loaded value
+  // most; where they would leave SMs idle, 64 x 64 tiles of 4 warps (32 x 32 each),
+  // and where even those would, 64 x 64 tiles over slices of K.
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
   if (big_tiles >= 2 * sms) return launch_gemm_bf16<128, 128, 64, 32, false>(g, stream);
   const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);
   if (splits == 1) return launch_gemm_bf16<64, 64, 32, 32, false>(g, stream);
-
-  slice_k(g, splits, kBK);
-  DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
-  g.partial = partial.as<float>();
-  launch_gemm_bf16<64, 64, 32, 32, true>(g, stream);
-  sum_slices<bfloat16>(c, partial.as<const float>(), bias, m, n, batches, g.splits, stream);
+  over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { launch_gemm_bf16<64, 64, 32, 32, true>(sliced, stream); });
 }
 
 }  // namespace attograd::cuda

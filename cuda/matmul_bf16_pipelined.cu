@@ -17,8 +17,10 @@
 //   blocks in flight share the tiles of A and B they read from L2.
 // - C leaves through shared memory (swizzled too): 16-byte stores of whole
 //   rows' chunks, the bias added before the one rounding.
-// gemm_bf16 (cuda/matmul_bf16.cu) sends here the products with enough tiles to
-// fill the GPU whose operands allow 16-byte copies; the rest go to its kernels.
+// gemm_bf16 (cuda/matmul_bf16.cu) sends here the products whose operands
+// allow 16-byte copies: those with enough tiles to fill the GPU as they are,
+// and those with too few over a long K in slices (split-K, as its other
+// kernels take it: float32 partial products, summed in slice order).
 #include <cstdint>
 #include <type_traits>
 
@@ -71,12 +73,13 @@ struct OperandCopies {
     }
   }
 
-  // The tile at k_first into `tile`: the copies of k below 0 read nothing.
-  __device__ __forceinline__ void first(std::uint16_t* tile, std::int64_t k_first) const {
+  // The tile at k_first into `tile`: the copies of k below k_begin (the job's
+  // first: 0, or its slice's) read nothing.
+  __device__ __forceinline__ void first(std::uint16_t* tile, std::int64_t k_first, std::int64_t k_begin) const {
 #pragma unroll
     for (int i = 0; i < kCopies; ++i) {
       const auto [line, chunk] = Tile::copy(static_cast<int>(threadIdx.x) + i * Threads);
-      const bool k_inside = (KFastest ? k_first + chunk * kChunk : k_first + line) >= 0;
+      const bool k_inside = (KFastest ? k_first + chunk * kChunk : k_first + line) >= k_begin;
       copy_async16(byte_offset(tile, destination + i * kApartBytes), k_inside ? source[i] - step : data,
                    inside[i] && k_inside);
     }
@@ -132,28 +135,139 @@ __device__ __forceinline__ TileAt raster_tile(std::int64_t m, std::int64_t n) {
   return {(first_m + in_group % group_m) * BM, in_group / group_m * BN};
 }
 
-template <int BM, int BN, bool ATransposed, bool BTransposed>
+// Where this thread's accumulators lie in C: the block's tile at (m0, n0),
+// the warp's 64 x 64 in it, and lane (g, t) of the warp, which holds rows g
+// and g + 8 of each 16 x 8 mma tile, columns 2t and 2t + 1.
+struct AccumulatorAt {
+  std::int64_t m0, n0;
+  int warp_m, warp_n, g, t;
+  __device__ __forceinline__ int row(int i, int half) const { return warp_m * kWarpTile + i * 16 + half * 8 + g; }
+  __device__ __forceinline__ int col(int j) const { return warp_n * kWarpTile + j * 8 + 2 * t; }
+};
+constexpr int kFM = kWarpTile / 16, kFN = kWarpTile / 8;  // a warp's A and B fragments per step of 16
+using Accumulators = float[kFM][kFN][4];                    // mma_bf16.cuh's C fragments of the warp's 16 x 8 tiles
+
+// acc += the warp's share of one stage's A and B^T tiles: two steps of 16
+// along K, the next step's fragments loaded while this one's products run.
+template <bool AKFastest, bool BKFastest, typename AAt, typename BAt>
+__device__ __forceinline__ void multiply_stage(Accumulators& acc, const std::uint16_t* a_tile, const std::uint16_t* b_tile,
+                                               const AAt& a_at, const BAt& b_at) {
+  std::uint32_t a_frag[2][kFM][4], b_frag[2][kFN][2];
+  const auto load_step = [&](int step) {
+#pragma unroll
+    for (int f = 0; f < kFM; ++f) load_block<!AKFastest>(a_frag[step][f], a_tile, a_at.at(step, f));
+#pragma unroll
+    for (int f = 0; f < kFN / 2; ++f) {
+      std::uint32_t r[4];
+      load_block<!BKFastest>(r, b_tile, b_at.at(step, f));
+      b_frag[step][2 * f][0] = r[0], b_frag[step][2 * f][1] = r[1];
+      b_frag[step][2 * f + 1][0] = r[2], b_frag[step][2 * f + 1][1] = r[3];
+    }
+  };
+  load_step(0);
+#pragma unroll
+  for (int step = 0; step < kBK / 16; ++step) {
+    if (step + 1 < kBK / 16) load_step(step + 1);
+#pragma unroll
+    for (int i = 0; i < kFM; ++i)
+#pragma unroll
+      for (int j = 0; j < kFN; ++j) mma_bf16(acc[i][j], a_frag[step][i], b_frag[step][j]);
+  }
+}
+
+// Split-K's partial product of the job, as it is: two neighbouring float32 values a lane and row.
+__device__ __forceinline__ void store_partial(const Accumulators& acc, const Bf16GemmArgs& g, std::int64_t job,
+                                              const AccumulatorAt& at) {
+  float* const partial = g.partial + job * g.m * g.n;
+  const bool pairs = g.n % 2 == 0;
+#pragma unroll
+  for (int i = 0; i < kFM; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t gm = at.m0 + at.row(i, half);
+      if (gm >= g.m) continue;
+#pragma unroll
+      for (int j = 0; j < kFN; ++j) {
+        const std::int64_t gn = at.n0 + at.col(j);
+        float* out = partial + gm * g.n + gn;
+        if (pairs && gn + 1 < g.n) {
+          *reinterpret_cast<float2*>(out) = make_float2(acc[i][j][2 * half], acc[i][j][2 * half + 1]);
+        } else {
+          if (gn < g.n) out[0] = acc[i][j][2 * half];
+          if (gn + 1 < g.n) out[1] = acc[i][j][2 * half + 1];
+        }
+      }
+    }
+}
+
+// C's tile, bias added and rounded once, through shared memory (`staging`,
+// free when called): each lane's 4-byte words into their swizzled chunks, then
+// 16-byte stores of eight columns where the row holds them all and C allows it.
+template <int BM, int BN>
+__device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* staging, const Bf16GemmArgs& g,
+                                        std::int64_t job, const AccumulatorAt& at) {
+  using Layout = typename PipelineShape<BM, BN>::CLayout;
+#pragma unroll
+  for (int j = 0; j < kFN; ++j) {
+    const int col = at.col(j);
+    float bias[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+      if (g.bias && at.n0 + col + c < g.n) bias[c] = static_cast<float>(g.bias[at.n0 + col + c]);
+#pragma unroll
+    for (int i = 0; i < kFM; ++i)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<std::uint32_t*>(staging + Layout::at(at.row(i, half), col / kChunk) * kChunk + col % kChunk) =
+            bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits, bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
+  }
+  __syncthreads();
+  bfloat16* const c = g.c + job * g.m * g.n;
+  const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
+#pragma unroll 4
+  for (int v = threadIdx.x; v < BM * BN / kChunk; v += PipelineShape<BM, BN>::kThreads) {
+    const int row = v / (BN / kChunk), chunk = v % (BN / kChunk);
+    const std::int64_t gm = at.m0 + row, gn = at.n0 + chunk * kChunk;
+    if (gm >= g.m || gn >= g.n) continue;
+    const uint4 values = *reinterpret_cast<const uint4*>(staging + Layout::at(row, chunk) * kChunk);
+    bfloat16* out = c + gm * g.n + gn;
+    if (c_vec && gn + kChunk <= g.n) {
+      *reinterpret_cast<uint4*>(out) = values;
+    } else {
+      const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
+#pragma unroll  // constant indices into words: a register each, not a stack array
+      for (int e = 0; e < kChunk; ++e)
+        if (gn + e < g.n) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
+    }
+  }
+  __syncthreads();  // the staging is read before the next job's copies overwrite it
+}
+
+// SplitK: the job (batch z, slice s of K) writes its float32 partial product
+// to g.partial (Bf16GemmArgs); otherwise C rounded to bfloat16, with the bias.
+template <int BM, int BN, bool SplitK, bool ATransposed, bool BTransposed>
 __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_pipelined_kernel(Bf16GemmArgs g) {
   using Shape = PipelineShape<BM, BN>;
   constexpr int kStages = Shape::kStages, kThreads = Shape::kThreads;
   constexpr bool a_k_fastest = !ATransposed, b_k_fastest = BTransposed;
-  constexpr int FM = kWarpTile / 16, FN = kWarpTile / 8;  // a warp's A and B fragments per step of 16
   std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int warp_m = warp / Shape::kWarpsN, warp_n = warp % Shape::kWarpsN;
   const auto [m0, n0] = raster_tile<BM, BN>(g.m, g.n);
-  const int tiles = static_cast<int>((g.k + kBK - 1) / kBK);
-  const std::int64_t k_first = g.k - std::int64_t(tiles) * kBK;  // the ragged tile first: -kBK < k_first <= 0
-
-  const FragmentOffsets<BM, a_k_fastest, FM> a_at(warp_m * kWarpTile, lane, false);
-  const FragmentOffsets<BN, b_k_fastest, FN / 2> b_at(warp_n * kWarpTile, lane, true);
+  const AccumulatorAt at{m0, n0, warp / Shape::kWarpsN, warp % Shape::kWarpsN, lane / 4, lane % 4};
+  const FragmentOffsets<BM, a_k_fastest, kFM> a_at(at.warp_m * kWarpTile, lane, false);
+  const FragmentOffsets<BN, b_k_fastest, kFN / 2> b_at(at.warp_n * kWarpTile, lane, true);
   // Stage s: A's tile, then B's.
   const auto stage_a = [&](int s) { return smem + s * Shape::kStageValues; };
   const auto stage_b = [&](int s) { return smem + s * Shape::kStageValues + BM * kBK; };
 
-  for (std::int64_t job = blockIdx.z; job < g.batches; job += gridDim.z) {
+  const std::int64_t splits = SplitK ? g.splits : 1;
+  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
+    const std::int64_t z = job / splits, k_begin = (job % splits) * g.k_slice;
+    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
+    const int tiles = static_cast<int>((k_end - k_begin + kBK - 1) / kBK);
+    const std::int64_t k_first = k_end - std::int64_t(tiles) * kBK;  // the ragged tile first: k_begin - kBK < k_first
     std::int64_t offset[2];
-    offsets_at(g.batch, job, offset);
+    offsets_at(g.batch, z, offset);
     const auto* a_data = reinterpret_cast<const std::uint16_t*>(g.a.data) + offset[0];
     const auto* b_data = reinterpret_cast<const std::uint16_t*>(g.b.data) + offset[1];
     OperandCopies<BM, a_k_fastest, kThreads> a_copies(a_data, g.a.ld, g.m, m0, k_first);
@@ -161,8 +275,8 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
 
     // The first kStages - 1 tiles in flight, a group each (empty past the last tile).
     if (tiles > 0) {
-      a_copies.first(stage_a(0), k_first);
-      b_copies.first(stage_b(0), k_first);
+      a_copies.first(stage_a(0), k_first, k_begin);
+      b_copies.first(stage_b(0), k_first, k_begin);
     }
     commit_async_copies();
 #pragma unroll
@@ -174,7 +288,7 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
       commit_async_copies();
     }
 
-    float acc[FM][FN][4] = {};  // mma_bf16.cuh's C fragments of the warp's 16 x 8 tiles
+    Accumulators acc = {};
     int read = 0, write = kStages - 1;
     for (int left = tiles; left > 0; --left) {  // left: tiles from this one to the last
       wait_async_copies<kStages - 2>();  // this thread's copies of this tile have landed
@@ -185,92 +299,31 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
         b_copies.next(stage_b(write));
       }
       commit_async_copies();
-
-      const std::uint16_t *a_tile = stage_a(read), *b_tile = stage_b(read);
-      std::uint32_t a_frag[2][FM][4], b_frag[2][FN][2];
-      const auto load_step = [&](int step) {
-#pragma unroll
-        for (int f = 0; f < FM; ++f) load_block<!a_k_fastest>(a_frag[step][f], a_tile, a_at.at(step, f));
-#pragma unroll
-        for (int f = 0; f < FN / 2; ++f) {
-          std::uint32_t r[4];
-          load_block<!b_k_fastest>(r, b_tile, b_at.at(step, f));
-          b_frag[step][2 * f][0] = r[0], b_frag[step][2 * f][1] = r[1];
-          b_frag[step][2 * f + 1][0] = r[2], b_frag[step][2 * f + 1][1] = r[3];
-        }
-      };
-      load_step(0);
-#pragma unroll
-      for (int step = 0; step < kBK / 16; ++step) {
-        if (step + 1 < kBK / 16) load_step(step + 1);  // in flight while this step's products run
-#pragma unroll
-        for (int i = 0; i < FM; ++i)
-#pragma unroll
-          for (int j = 0; j < FN; ++j) mma_bf16(acc[i][j], a_frag[step][i], b_frag[step][j]);
-      }
+      multiply_stage<a_k_fastest, b_k_fastest>(acc, stage_a(read), stage_b(read), a_at, b_at);
       read = read + 1 == kStages ? 0 : read + 1;
       write = write + 1 == kStages ? 0 : write + 1;
     }
     wait_async_copies<0>();  // only empty groups remain; none may land in C's staging below
     __syncthreads();
-
-    // C's tile into shared memory as bfloat16, bias added: lane (g, t) holds rows g and g + 8
-    // of each 16 x 8 tile, columns 2t and 2t + 1, one 4-byte word of a chunk.
-    const int g_lane = lane / 4, t_lane = lane % 4;
-#pragma unroll
-    for (int j = 0; j < FN; ++j) {
-      const int col = warp_n * kWarpTile + j * 8 + 2 * t_lane;
-      float bias[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int c = 0; c < 2; ++c)
-        if (g.bias && n0 + col + c < g.n) bias[c] = static_cast<float>(g.bias[n0 + col + c]);
-#pragma unroll
-      for (int i = 0; i < FM; ++i)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int row = warp_m * kWarpTile + i * 16 + half * 8 + g_lane;
-          const std::uint32_t pair = bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits,
-                                               bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
-          *reinterpret_cast<std::uint32_t*>(smem + Shape::CLayout::at(row, col / kChunk) * kChunk + col % kChunk) =
-              pair;
-        }
-    }
-    __syncthreads();
-
-    // Out in 16-byte stores of eight columns where the row holds them all and C allows it.
-    bfloat16* const c = g.c + job * g.m * g.n;
-    const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
-#pragma unroll 4
-    for (int v = threadIdx.x; v < BM * BN / kChunk; v += kThreads) {
-      const int row = v / (BN / kChunk), chunk = v % (BN / kChunk);
-      const std::int64_t gm = m0 + row, gn = n0 + chunk * kChunk;
-      if (gm >= g.m || gn >= g.n) continue;
-      const uint4 values = *reinterpret_cast<const uint4*>(smem + Shape::CLayout::at(row, chunk) * kChunk);
-      bfloat16* out = c + gm * g.n + gn;
-      if (c_vec && gn + kChunk <= g.n) {
-        *reinterpret_cast<uint4*>(out) = values;
-      } else {
-        const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
-#pragma unroll  // constant indices into words: a register each, not a stack array
-        for (int e = 0; e < kChunk; ++e)
-          if (gn + e < g.n) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
-      }
-    }
-    __syncthreads();  // the staging is read before the next job's copies overwrite it
+    if constexpr (SplitK)
+      store_partial(acc, g, job, at);  // no shared memory: the next job may copy into it at once
+    else
+      store_c<BM, BN>(acc, smem, g, job, at);
   }
 }
 
-template <int BM, int BN>
+template <int BM, int BN, bool SplitK>
 void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
   using Shape = PipelineShape<BM, BN>;
-  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, true, true>
-                                                       : gemm_bf16_pipelined_kernel<BM, BN, true, false>)
-                                     : (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, false, true>
-                                                       : gemm_bf16_pipelined_kernel<BM, BN, false, false>);
+  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, false>)
+                                     : (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, false>);
   allow_shared_memory(kernel, Shape::kSharedBytes);
   const std::int64_t tiles = ((g.m + BM - 1) / BM) * ((g.n + BN - 1) / BN);
   AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
-  const dim3 grid(static_cast<unsigned>(tiles), 1, static_cast<unsigned>(std::min<std::int64_t>(g.batches, 65535)));
+  const dim3 grid(static_cast<unsigned>(tiles), 1,
+                  static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
   launch(kernel, grid, Shape::kThreads, Shape::kSharedBytes, stream, g);
   CUDA_CHECK_LAUNCH();
 }
@@ -279,18 +332,24 @@ void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
 
 namespace gemm_detail {
 
-bool gemm_bf16_pipelined_fits(const Bf16GemmArgs& g, int sms) {
+std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms) {
   // 16-byte copies need aligned operands, and each copy's eight values wholly
   // inside the matrix or wholly outside: K a multiple of 8 where an operand
   // has k fastest (A as it is, B transposed), its rows (M, N) where it has not.
   const bool a_whole = g.a.transposed ? g.m % kChunk == 0 : g.k % kChunk == 0;
   const bool b_whole = g.b.transposed ? g.k % kChunk == 0 : g.n % kChunk == 0;
-  const std::int64_t tiles = ((g.m + kPipelineBM - 1) / kPipelineBM) * ((g.n + kPipelineBN - 1) / kPipelineBN);
-  return g.k > 0 && g.a_vec && g.b_vec && a_whole && b_whole && tiles * g.batches >= sms;
+  if (g.k == 0 || !g.a_vec || !g.b_vec || !a_whole || !b_whole) return 0;
+  // Enough tiles for every SM, or slices of a long K to make up for too few.
+  const std::int64_t tiles =
+      ((g.m + kPipelineBM - 1) / kPipelineBM) * ((g.n + kPipelineBN - 1) / kPipelineBN) * g.batches;
+  if (tiles >= sms) return 1;
+  const std::int64_t splits = k_splits(tiles, g.k, sms);
+  return splits > 1 ? splits : 0;
 }
 
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
-  launch_pipelined<kPipelineBM, kPipelineBN>(g, stream);
+  if (g.splits > 1) return launch_pipelined<kPipelineBM, kPipelineBN, true>(g, stream);
+  launch_pipelined<kPipelineBM, kPipelineBN, false>(g, stream);
 }
 
 }  // namespace gemm_detail

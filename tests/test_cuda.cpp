@@ -622,17 +622,22 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
 // operands allow 16-byte copies of whole chunks of eight. Here: partial tiles
 // on both edges; K of one tile, of a ragged first tile (k below 0 zero-filled)
 // and more tiles than the pipeline's stages, exact and ragged; N not a multiple of 8 (C stored value by value; the layouts with B
-// as it is go to the other kernels); batches broadcast; a bias.
+// as it is go to the other kernels); batches broadcast; a bias. Too few tiles over a long K take
+// it over slices of K (float32 partial products, summed in slice order): 1000 in slices of 352,
+// the last ragged below its slice's start; batches of one tile each.
 TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edges, ragged K, batches, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},     {{296, 40}, {40, 600}}, {{296, 200}, {200, 600}},
-                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}}, {{2, 1, 160, 48}, {3, 48, 520}}};
+                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}}, {{2, 1, 160, 48}, {3, 48, 520}},
+                                      {{200, 1000}, {1000, 296}}, {{3, 64, 800}, {800, 64}}};
   require_bf16_products_in_every_layout(cases, 60);
-  const Tensor a = bf16_operand({296, 72}, false, 61), b = bf16_operand({72, 600}, true, 62);
-  const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 63), DType::bf16);
-  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
-                       "pipelined bfloat16 matmul with a bias");
+  for (const auto [m, k] : {std::pair<std::int64_t, std::int64_t>{296, 72}, {200, 1000}}) {  // 9 tiles; 6, sliced
+    const Tensor a = bf16_operand({m, k}, false, 61), b = bf16_operand({k, 600}, true, 62);
+    const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 63), DType::bf16);
+    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                         fmt::format("pipelined bfloat16 matmul, K = {}, with a bias", k));
+  }
 }
 
 // Few output tiles over a long K (a Linear's weight gradient X^T dY): slices
