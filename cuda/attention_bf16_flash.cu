@@ -1,8 +1,9 @@
-// The bfloat16 attention forward in FlashAttention-2's shape, for the common
-// problem: head size 64, rows 16-byte aligned, no mask, no dropout (causal or
-// not). attention_forward_bf16 (cuda/attention_bf16.cu) sends those here and
-// the rest to its general kernel, whose conventions (what is rounded where,
-// the log-sum-exp, NaN rows) this one keeps.
+// The bfloat16 attention forward in FlashAttention-2's shape at head size 64
+// (rows 16-byte aligned): attention_forward_bf16 (cuda/attention_bf16.cu)
+// sends those problems here and the rest to its general kernel, whose
+// conventions (what is rounded where, the log-sum-exp, NaN rows, the dropout
+// stream) this one keeps. A kernel for each of causal, masked and dropout, so
+// that the common one (no mask, no dropout) has no code for either.
 //
 // A block of 4 warps owns 128 queries of one (b, h), a warp 32 of them (two
 // mma tiles high), their Q fragments held in registers for the whole sweep.
@@ -12,11 +13,11 @@
 // pair in flight while the warps work on this one, one barrier a tile. (Tiles
 // of 128 keys, as FlashAttention-2 takes at this head size, left ptxas 255
 // registers and spills inside the sweep.)
-// The sweep runs from the last key tile down: the last two are the only ones
-// with a hidden key (causal: the block's diagonal spans them and no earlier
-// tile reaches it; else the ragged end of the keys), so they alone are
-// masked, before a loop that has no mask code, and every copy of that loop
-// reads whole rows.
+// The sweep runs from the last key tile down: without a mask the last two are
+// the only ones with a hidden key (causal: the block's diagonal spans them and
+// no earlier tile reaches it; else the ragged end of the keys), so they alone
+// are masked, before a loop that has no mask code, and every copy of that
+// loop reads whole rows.
 // Each score costs one FFMA and one MUFU.EX2: exp2 of s log2(e) scale - m
 // log2(e) scale, the scale folded into the exponent's FFMA (the scale is
 // positive, so the max of the raw scores is the max of the scaled ones), and
@@ -136,18 +137,56 @@ __device__ __forceinline__ void tile_scores(Scores& s, const QFragments& q, cons
     }
 }
 
-// Hidden keys at -inf: past Tk, or (causal) after the query. w0 is the warp's first query.
-template <bool Causal>
-__device__ __forceinline__ void mask_tile(Scores& s, std::int64_t w0, std::int64_t j0, std::int64_t Tk, int g, int t) {
+// Where a lane's scores of a tile lie: the warp's first query w0 of (b, h), the tile's first key j0.
+struct TileAt {
+  std::int64_t b, h, w0, j0;
+  int g, t;
+  __device__ __forceinline__ std::int64_t i(int mt, int r) const { return w0 + 16 * mt + g + 8 * (r / 2); }
+  __device__ __forceinline__ std::int64_t j(int n, int r) const { return j0 + 8 * n + 2 * t + r % 2; }
+};
+
+// Hidden keys at -inf: with a mask, as the problem hides them; else past Tk,
+// or (causal) after the query.
+template <bool Causal, bool HasMask>
+__device__ __forceinline__ void mask_tile(Scores& s, const AttentionProblem& p, const TileAt& at) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const std::int64_t i = w0 + 16 * mt + g + 8 * (r / 2), j = j0 + 8 * n + 2 * t + r % 2;
-        if (j >= Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
+        const std::int64_t i = at.i(mt, r), j = at.j(n, r);
+        if (HasMask ? p.hidden(at.b, at.h, i, j) : j >= p.Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
       }
+}
+
+// Word k (0 to 3) of a draw, chosen by selects: indexing its array by a
+// run-time k would put the draw in local memory.
+__device__ __forceinline__ std::uint32_t draw_word(const Philox4& d, std::uint64_t k) {
+  return k == 0 ? d.v[0] : k == 1 ? d.v[1] : k == 2 ? d.v[2] : d.v[3];
+}
+
+// The dropped weights of the tile to 0, the kept ones times 1 / (1 - p): the
+// problem's stream (base/attention_problem.h), after their sum went into l.
+// A lane's two neighbouring weights of a row are elements e and e + 1 of the
+// stream, which draws counter e / 4 for element e: one draw serves both
+// unless e is the last of its four.
+__device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& p, const TileAt& at) {
+  const auto factor = [&](std::uint32_t bits) { return uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale; };
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::uint64_t row = p.weight_index(at.b, at.h, at.i(mt, 2 * half), 0);
+#pragma unroll
+      for (int n = 0; n < kKeys / 8; ++n) {
+        const std::uint64_t e = row + static_cast<std::uint64_t>(at.j(n, 0)), k = e % 4;
+        const Philox4 draw = philox4x32(p.offset + e / 4, p.seed);
+        const std::uint32_t second = k == 3 ? philox4x32(p.offset + e / 4 + 1, p.seed).v[0] : draw_word(draw, k + 1);
+        s[mt][n][2 * half] *= factor(draw_word(draw, k));
+        s[mt][n][2 * half + 1] *= factor(second);
+      }
+    }
 }
 
 // The online softmax over the tile: s becomes 2^(s log2(e) scale - m log2(e) scale)
@@ -230,7 +269,9 @@ __device__ __forceinline__ void store_rows(const WarpRows& rows, const Attention
     }
 }
 
-template <bool Causal>
+// HasMask: every tile is masked by the problem's mask (and causality, and
+// Tk); else only the last two. Dropout: the problem's dropout on the weights.
+template <bool Causal, bool HasMask, bool Dropout>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_forward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
   static_assert(kThreads % kLineChunks == 0 && (kThreads / kLineChunks) % 8 == 0,
@@ -286,8 +327,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     const auto sweep_tile = [&](int buf, std::int64_t j0, auto masked) {
       Scores s = {};
       tile_scores(s, q, kv + 2 * buf * kTileValues, k_at);
-      if constexpr (decltype(masked)::value) mask_tile<Causal>(s, w0, j0, p.Tk, g, t);
+      const TileAt at{b, h, w0, j0, g, t};
+      if constexpr (HasMask || decltype(masked)::value) mask_tile<Causal, HasMask>(s, p, at);
       online_softmax(s, rows, scale_log2);
+      if constexpr (Dropout) drop_weights(s, p, at);
       add_values(rows, s, kv + 2 * buf * kTileValues + kTileValues, v_at);
     };
     // The tiles below the last are whole: their copies' sources move down a tile at a time.
@@ -323,11 +366,28 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 }  // namespace flash
 
+namespace {
+
+// The kernel made for the problem's causality, mask and dropout.
+using FlashKernel = void (*)(AttentionProblem, Bf16AttentionOperands, Bf16AttentionOutput, float*);
+template <bool Causal, bool HasMask>
+FlashKernel flash_kernel_for(bool dropout) {
+  return dropout ? flash::attention_forward_flash_kernel<Causal, HasMask, true>
+                 : flash::attention_forward_flash_kernel<Causal, HasMask, false>;
+}
+FlashKernel flash_kernel_for(const AttentionProblem& p) {
+  const bool mask = p.mask != nullptr;
+  if (p.causal) return mask ? flash_kernel_for<true, true>(p.dropout()) : flash_kernel_for<true, false>(p.dropout());
+  return mask ? flash_kernel_for<false, true>(p.dropout()) : flash_kernel_for<false, false>(p.dropout());
+}
+
+}  // namespace
+
 bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
                                   float* lse, cudaStream_t stream) {
   // The output's rows are aligned wherever x.vec holds (Bf16AttentionOperands).
-  if (p.D != flash::kHeadDim || !x.vec || p.mask != nullptr || p.dropout() || !(p.scale > 0)) return false;
-  const auto kernel = p.causal ? flash::attention_forward_flash_kernel<true> : flash::attention_forward_flash_kernel<false>;
+  if (p.D != flash::kHeadDim || !x.vec || !(p.scale > 0)) return false;
+  const FlashKernel kernel = flash_kernel_for(p);
   allow_shared_memory(kernel, flash::kSharedBytes);
   launch(kernel, grid_over(p.Tq, flash::kBlockQueries, p.B, p.H), flash::kThreads, flash::kSharedBytes, stream, p, x,
          out, lse);

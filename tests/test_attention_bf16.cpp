@@ -196,12 +196,15 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
   cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
-  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64, no mask, no dropout):
-  // several query blocks and key tiles, ragged; Tq != Tk both ways, causal or not.
+  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64): several query
+  // blocks and key tiles, ragged; Tq != Tk both ways, causal or not; with a mask, dropout, both.
   cases.push_back({1, 2, 300, 300, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 200, 330, 64, false, false, true, 0.0});
   cases.push_back({2, 1, 150, 70, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 1, 1, 64, false, false, false, 0.0});
+  cases.push_back({2, 1, 100, 100, 64, true, false, false, 0.2});
+  cases.push_back({1, 1, 70, 77, 64, false, false, false, 0.3});  // odd Tk: a pair of weights across two draws
+  cases.push_back({1, 2, 150, 150, 64, true, true, true, 0.1});
   for (const Bf16AttentionCase& c : cases) {
     INFO("cuda: " << describe(c));
     check_run(c, run_case_on_gpu(c));
