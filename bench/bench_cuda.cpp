@@ -3,7 +3,8 @@
 //   cuda_matmul/{1024,2048,4096}                         square float32 SGEMM
 //   cuda_matmul/gpt_MxKxN[_at]                           the toy GPT's products (_at: A read transposed)
 //   cuda_matmul/tc/...                                   the same on the tensor-core kernels (3xTF32)
-//   cuda_matmul/bf16/...                                 the same on bfloat16 operands (tensor cores)
+//   cuda_matmul/bf16/...                                 the same on bfloat16 operands (tensor cores),
+//   cuda_matmul/bf16/gpt2_MxKxN[_at][_bt]                and GPT-2 small's products (_bt: B read transposed)
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL}             the same fused on bfloat16 (cuda/attention_bf16.cu)
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
@@ -101,18 +102,20 @@ void matmul_case(benchmark::State& state, cuda::KernelSet kernels_to_use, std::i
 // rounding of a float32 sum, the two sums added in different orders, so they
 // may differ by a unit of bfloat16 (2^-7 relative) and the sums' own error.
 void matmul_bf16_case(benchmark::State& state, std::int64_t M, std::int64_t K, std::int64_t N,
-                      bool a_transposed = false) {
+                      bool a_transposed = false, bool b_transposed = false) {
   const auto bf16 = [](const Tensor& x) { return kernels::cast(x, DType::bf16); };
-  const Tensor a_stored = bf16(gpu_input(a_transposed ? Shape{K, M} : Shape{M, K}, 1)), b = bf16(gpu_input({K, N}, 2));
+  const Tensor a_stored = bf16(gpu_input(a_transposed ? Shape{K, M} : Shape{M, K}, 1));
+  const Tensor b_stored = bf16(gpu_input(b_transposed ? Shape{N, K} : Shape{K, N}, 2));
   const Tensor a = a_transposed ? make_view(a_stored, {M, K}, {1, M}, 0) : a_stored;
+  const Tensor b = b_transposed ? make_view(b_stored, {K, N}, {1, K}, 0) : b_stored;
   {
     const std::int64_t band = std::min<std::int64_t>(64, M);
     const auto f32_on_cpu = [](const Tensor& x) {
       return kernels::cast(kernels::to_device(x, Device::cpu()), DType::f32);
     };
     const Tensor rows = f32_on_cpu(kernels::matmul(a, b));
-    const Tensor a_cpu = kernels::contiguous(kernels::to_device(a, Device::cpu()));
-    const Tensor want = kernels::matmul(make_view(a_cpu, {band, K}, {K, 1}, 0), kernels::to_device(b, Device::cpu()));
+    const Tensor a_band = make_view(a_stored, {band, K}, a.strides(), 0);  // A's first rows, brought over alone
+    const Tensor want = kernels::matmul(kernels::to_device(a_band, Device::cpu()), kernels::to_device(b, Device::cpu()));
     const Tensor got = make_view(rows, {band, N}, {N, 1}, 0);
     if (!check_close(state, "cuda bfloat16 matmul rows 0..63 vs the CPU", got, kernels::cast(want, DType::f32),
                      1e-4 * std::sqrt(double(K)), 1.0 / 128))
@@ -136,6 +139,24 @@ constexpr GemmShape kGptGemms[] = {
 std::string gemm_name(const std::string& prefix, const GemmShape& s) {
   return prefix + "gpt_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) +
          (s.a_transposed ? "_at" : "");
+}
+
+// GPT-2 small's products at batch 8 x 1024 (8192 tokens, C 768, vocab 50304), as
+// nn::Linear makes them: forward X W^T (B transposed: W is (out, in)), the
+// input's gradient dY W, the weight's dY^T X (A transposed; few tiles over a
+// long K, so split into slices). The qkv, the MLP's two, the head.
+struct Gpt2Gemm {
+  std::int64_t M, K, N;
+  bool a_transposed, b_transposed;
+};
+constexpr Gpt2Gemm kGpt2Gemms[] = {{8192, 768, 2304, false, true},  {8192, 768, 3072, false, true},
+                                   {8192, 3072, 768, false, true},  {8192, 768, 50304, false, true},
+                                   {8192, 3072, 768, false, false}, {3072, 8192, 768, true, false},
+                                   {50304, 8192, 768, true, false}};
+
+std::string gemm_name(const std::string& prefix, const Gpt2Gemm& s) {
+  return prefix + "gpt2_" + std::to_string(s.M) + "x" + std::to_string(s.K) + "x" + std::to_string(s.N) +
+         (s.a_transposed ? "_at" : "") + (s.b_transposed ? "_bt" : "");
 }
 
 // ---- attention -----------------------------------------------------------------------------------
@@ -283,6 +304,10 @@ const bool registered = [] {
   for (const GemmShape& s : kGptGemms)
     register_gpu_case(gemm_name("cuda_matmul/bf16/", s),
                       [s](benchmark::State& st) { matmul_bf16_case(st, s.M, s.K, s.N, s.a_transposed); });
+  for (const Gpt2Gemm& s : kGpt2Gemms)
+    register_gpu_case(gemm_name("cuda_matmul/bf16/", s), [s](benchmark::State& st) {
+      matmul_bf16_case(st, s.M, s.K, s.N, s.a_transposed, s.b_transposed);
+    });
   for (bool bwd : {false, true})
     for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore, kComposed})
       for (const AttentionShape& s : kGpuShapes) {

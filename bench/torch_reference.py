@@ -356,11 +356,11 @@ def matmul_case(M, K, N, a_transposed=False):
     return step, 2.0 * M * K * N, 4.0 * (M * K + K * N + M * N), None
 
 
-def matmul_bf16_case(M, K, N, a_transposed=False):
+def matmul_bf16_case(M, K, N, a_transposed=False, b_transposed=False):
     """bfloat16 operands and result (oneDNN's kernels: AMX or AVX512_BF16 where the CPU has them;
     cuBLAS on the GPU)."""
     a = (randn(K, M, seed=1).t() if a_transposed else randn(M, K, seed=1)).bfloat16()
-    b = randn(K, N, seed=2).bfloat16()
+    b = (randn(N, K, seed=2).t() if b_transposed else randn(K, N, seed=2)).bfloat16()
     check_close("matmul_bf16", (a @ b)[:16, :16].double(), a[:16].double() @ b[:, :16].double(),
                 1e-3 * math.sqrt(K), 1.0 / 128)
 
@@ -497,6 +497,10 @@ def all_cases():
 
 # bench_cuda.cpp's kGptGemms: the toy GPT's products (M, K, N, A read transposed).
 GPT_GEMMS = [(4096, 128, 128, False), (4096, 128, 512, False), (4096, 512, 128, False), (128, 4096, 512, True)]
+# bench_cuda.cpp's kGpt2Gemms: GPT-2 small's (M, K, N, A read transposed, B read transposed).
+GPT2_GEMMS = [(8192, 768, 2304, False, True), (8192, 768, 3072, False, True), (8192, 3072, 768, False, True),
+              (8192, 768, 50304, False, True), (8192, 3072, 768, False, False), (3072, 8192, 768, True, False),
+              (50304, 8192, 768, True, False)]
 
 
 def gpu_cases():
@@ -509,6 +513,9 @@ def gpu_cases():
     for M, K, N, a_transposed in GPT_GEMMS:
         name = f"cuda_matmul/bf16/gpt_{M}x{K}x{N}" + ("_at" if a_transposed else "")
         cases.append((name, lambda M=M, K=K, N=N, t=a_transposed: matmul_bf16_case(M, K, N, t)))
+    for M, K, N, a_transposed, b_transposed in GPT2_GEMMS:
+        name = f"cuda_matmul/bf16/gpt2_{M}x{K}x{N}" + ("_at" if a_transposed else "") + ("_bt" if b_transposed else "")
+        cases.append((name, lambda M=M, K=K, N=N, ta=a_transposed, tb=b_transposed: matmul_bf16_case(M, K, N, ta, tb)))
     for bwd in (False, True):
         for impl in ("fused", "composed"):
             for s, (B, T, C, H) in GPU_SHAPES.items():
