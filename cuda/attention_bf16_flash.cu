@@ -1,4 +1,4 @@
-// The bfloat16 attention forward in FlashAttention-2's shape at head size 64
+// The bfloat16 attention forward in FlashAttention-2's shape at head sizes 32 and 64
 // (rows 16-byte aligned): attention_forward_bf16 (cuda/attention_bf16.cu)
 // sends those problems here and the rest to its general kernel, whose
 // conventions (what is rounded where, the log-sum-exp, NaN rows, the dropout
@@ -41,18 +41,24 @@ using gemm_tiles::OperandTile;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kWarpQueries = 32, kBlockQueries = kWarps * kWarpQueries;
-constexpr int kHeadDim = 64, kKeys = 64;  // a key tile
-constexpr int kM = kWarpQueries / 16;      // a warp's mma tiles down its queries
-
-using QTile = OperandTile<kBlockQueries, true, kHeadDim>;  // A of Q K^T: a line a query
-using KTile = OperandTile<kKeys, true, kHeadDim>;          // B^T of Q K^T: a line a key
-using VTile = OperandTile<kHeadDim, false, kKeys>;         // B of P V, as B^T's tile: a line a key
-static_assert(KTile::kChunks == VTile::kChunks && KTile::kLineChunks == VTile::kLineChunks,
-              "K's and V's tiles are laid out alike: a line a key, its head size in chunks");
+constexpr int kKeys = 64;              // a key tile
+constexpr int kM = kWarpQueries / 16;  // a warp's mma tiles down its queries
 static_assert(2 * kKeys == kBlockQueries, "the causal diagonal lies in the last two key tiles");
-constexpr int kLineChunks = KTile::kLineChunks;
-constexpr int kTileValues = KTile::kChunks * kChunk;  // of K, or of V
-constexpr int kSharedBytes = 2 * (QTile::kChunks * kChunk + 2 * 2 * kTileValues);  // Q, then two buffers of K and V
+
+// The tiles at head size D.
+template <int D>
+struct Tiles {
+  using Q = OperandTile<kBlockQueries, true, D>;  // A of Q K^T: a line a query
+  using K = OperandTile<kKeys, true, D>;          // B^T of Q K^T: a line a key
+  using V = OperandTile<D, false, kKeys>;         // B of P V, as B^T's tile: a line a key
+  static_assert(K::kChunks == V::kChunks && K::kLineChunks == V::kLineChunks,
+                "K's and V's tiles are laid out alike: a line a key, its head size in chunks");
+  static constexpr int kLineChunks = K::kLineChunks;
+  static constexpr int kTileValues = K::kChunks * kChunk;                                // of K, or of V
+  static constexpr int kSharedBytes = 2 * (Q::kChunks * kChunk + 2 * 2 * kTileValues);  // Q, then two buffers of K and V
+  static_assert(kThreads % kLineChunks == 0 && (kThreads / kLineChunks) % 8 == 0,
+                "a thread's copies lie a whole number of swizzle periods apart");
+};
 
 __device__ __forceinline__ float nan_max(float a, float b) {
 #if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
@@ -105,15 +111,18 @@ __device__ __forceinline__ void copy_whole_rows(std::uint16_t* tile, int destina
   }
 }
 
-using QFragments = std::uint32_t[kM][kHeadDim / 16][4];  // a warp's queries as A fragments
-using Scores = float[kM][kKeys / 8][4];                    // its scores against a key tile, mma accumulators
-using LaneAddresses = int[kHeadDim / 16];                   // a lane's ldmatrix offsets into a K or V tile
+template <int D>
+using QFragments = std::uint32_t[kM][D / 16][4];  // a warp's queries as A fragments
+using Scores = float[kM][kKeys / 8][4];           // its scores against a key tile, mma accumulators
+template <int D>
+using LaneAddresses = int[D / 16];                // a lane's ldmatrix offsets into a K or V tile
 
 // A warp's rows, g and g + 8 of each of its mma tiles for lane (g, t): the
 // running sum of p v, the running max of the raw scores, and this lane's share
 // of the sum of p.
+template <int D>
 struct WarpRows {
-  float o[kM][kHeadDim / 8][4] = {};
+  float o[kM][D / 8][4] = {};
   float m[kM][2], l[kM][2];
   __device__ __forceinline__ WarpRows() {
 #pragma unroll
@@ -123,14 +132,15 @@ struct WarpRows {
 
 // s = Q K^T for the key tile: K's ldmatrix offsets per step of 16 along D
 // (k_at), its blocks of 16 keys a constant apart.
-__device__ __forceinline__ void tile_scores(Scores& s, const QFragments& q, const std::uint16_t* k_tile,
-                                            const LaneAddresses& k_at) {
+template <int D>
+__device__ __forceinline__ void tile_scores(Scores& s, const QFragments<D>& q, const std::uint16_t* k_tile,
+                                            const LaneAddresses<D>& k_at) {
 #pragma unroll
-  for (int ks = 0; ks < kHeadDim / 16; ++ks)
+  for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
     for (int f = 0; f < kKeys / 16; ++f) {
       std::uint32_t kf[4];
-      load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * KTile::kLineStride * 16));
+      load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * Tiles<D>::K::kLineStride * 16));
       const std::uint32_t lo[2] = {kf[0], kf[1]}, hi[2] = {kf[2], kf[3]};
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], q[mt][ks], lo), mma_bf16(s[mt][2 * f + 1], q[mt][ks], hi);
@@ -191,7 +201,8 @@ __device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& 
 
 // The online softmax over the tile: s becomes 2^(s log2(e) scale - m log2(e) scale)
 // with m the rows' new max, and o and l are rescaled to it.
-__device__ __forceinline__ void online_softmax(Scores& s, WarpRows& rows, float scale_log2) {
+template <int D>
+__device__ __forceinline__ void online_softmax(Scores& s, WarpRows<D>& rows, float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -208,7 +219,7 @@ __device__ __forceinline__ void online_softmax(Scores& s, WarpRows& rows, float 
       rows.m[mt][half] = m_new;
       rows.l[mt][half] *= correction;
 #pragma unroll
-      for (int n = 0; n < kHeadDim / 8; ++n) rows.o[mt][n][2 * half] *= correction, rows.o[mt][n][2 * half + 1] *= correction;
+      for (int n = 0; n < D / 8; ++n) rows.o[mt][n][2 * half] *= correction, rows.o[mt][n][2 * half + 1] *= correction;
 #pragma unroll
       for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
@@ -223,8 +234,9 @@ __device__ __forceinline__ void online_softmax(Scores& s, WarpRows& rows, float 
 // o += p v: the scores' accumulators are P's A fragments where they stand
 // (attention_bf16.cu). V's ldmatrix offsets per block of 16 along D (v_at),
 // its steps of 16 keys a constant apart.
-__device__ __forceinline__ void add_values(WarpRows& rows, const Scores& s, const std::uint16_t* v_tile,
-                                           const LaneAddresses& v_at) {
+template <int D>
+__device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores& s, const std::uint16_t* v_tile,
+                                           const LaneAddresses<D>& v_at) {
 #pragma unroll
   for (int ks = 0; ks < kKeys / 16; ++ks) {
     std::uint32_t pf[kM][4];
@@ -236,9 +248,9 @@ __device__ __forceinline__ void add_values(WarpRows& rows, const Scores& s, cons
       pf[mt][2] = round_pair(right[0], right[1]), pf[mt][3] = round_pair(right[2], right[3]);
     }
 #pragma unroll
-    for (int f = 0; f < kHeadDim / 16; ++f) {
+    for (int f = 0; f < D / 16; ++f) {
       std::uint32_t vf[4];
-      load_matrices<true>(vf, byte_offset(v_tile, v_at[f] + ks * VTile::kLineStride * 16));
+      load_matrices<true>(vf, byte_offset(v_tile, v_at[f] + ks * Tiles<D>::V::kLineStride * 16));
       const std::uint32_t lo[2] = {vf[0], vf[1]}, hi[2] = {vf[2], vf[3]};
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_bf16(rows.o[mt][2 * f], pf[mt], lo), mma_bf16(rows.o[mt][2 * f + 1], pf[mt], hi);
@@ -248,7 +260,8 @@ __device__ __forceinline__ void add_values(WarpRows& rows, const Scores& s, cons
 
 // The end of the warp's rows of (b, h) = bh: the sums over their quads, the
 // log-sum-exp, and o / l rounded as stored.
-__device__ __forceinline__ void store_rows(const WarpRows& rows, const AttentionProblem& p, std::int64_t bh,
+template <int D>
+__device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
                                            std::int64_t w0, int g, int t, Bf16AttentionOutput out, float* lse) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
@@ -263,7 +276,7 @@ __device__ __forceinline__ void store_rows(const WarpRows& rows, const Attention
       const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
       bfloat16* row = out.row(bh / p.H, bh % p.H, i);
 #pragma unroll
-      for (int n = 0; n < kHeadDim / 8; ++n)
+      for (int n = 0; n < D / 8; ++n)
         *reinterpret_cast<std::uint32_t*>(row + 8 * n + 2 * t) =
             round_pair(rows.o[mt][n][2 * half] * inv, rows.o[mt][n][2 * half + 1] * inv);
     }
@@ -271,11 +284,13 @@ __device__ __forceinline__ void store_rows(const WarpRows& rows, const Attention
 
 // HasMask: every tile is masked by the problem's mask (and causality, and
 // Tk); else only the last two. Dropout: the problem's dropout on the weights.
-template <bool Causal, bool HasMask, bool Dropout>
+template <int D, bool Causal, bool HasMask, bool Dropout>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_forward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Bf16AttentionOutput out, float* lse) {
-  static_assert(kThreads % kLineChunks == 0 && (kThreads / kLineChunks) % 8 == 0,
-                "a thread's copies lie a whole number of swizzle periods apart");
+  using QTile = typename Tiles<D>::Q;
+  using KTile = typename Tiles<D>::K;
+  using VTile = typename Tiles<D>::V;
+  constexpr int kLineChunks = Tiles<D>::kLineChunks, kTileValues = Tiles<D>::kTileValues;
   std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
   std::uint16_t* const q_tile = smem;
   std::uint16_t* const kv = smem + QTile::kChunks * kChunk;  // buffer u: K at 2u tiles, V after it
@@ -283,13 +298,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   const std::int64_t i0 = std::int64_t(blockIdx.x) * kBlockQueries, w0 = i0 + warp * kWarpQueries;
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
-  // This thread's copies: line threadIdx / 8 of a tile and every 16th after it, chunk threadIdx % 8.
+  // This thread's copies: a line of each tile and every kRowsApart-th after it, one chunk of each.
   const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
   const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
   constexpr int kRowsApart = kThreads / kLineChunks;
-  LaneAddresses k_at, v_at;
+  LaneAddresses<D> k_at, v_at;
 #pragma unroll
-  for (int i = 0; i < kHeadDim / 16; ++i) {
+  for (int i = 0; i < D / 16; ++i) {
     k_at[i] = KTile::fragment_chunk(0, i, lane, true) * 16;
     v_at[i] = VTile::fragment_chunk(16 * i, 0, lane, true) * 16;
   }
@@ -315,18 +330,18 @@ __global__ void __launch_bounds__(kThreads, 2)
     commit_async_copies();
     wait_async_copies<0>();
     __syncthreads();
-    QFragments q;
+    QFragments<D> q;
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks)
+      for (int ks = 0; ks < D / 16; ++ks)
         load_matrices<false>(q[mt][ks], byte_offset(q_tile, QTile::fragment_chunk(warp * kWarpQueries + 16 * mt, ks,
                                                                                    lane, false) * 16));
 
-    WarpRows rows;
+    WarpRows<D> rows;
     const auto sweep_tile = [&](int buf, std::int64_t j0, auto masked) {
       Scores s = {};
-      tile_scores(s, q, kv + 2 * buf * kTileValues, k_at);
+      tile_scores<D>(s, q, kv + 2 * buf * kTileValues, k_at);
       const TileAt at{b, h, w0, j0, g, t};
       if constexpr (HasMask || decltype(masked)::value) mask_tile<Causal, HasMask>(s, p, at);
       online_softmax(s, rows, scale_log2);
@@ -368,17 +383,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 namespace {
 
-// The kernel made for the problem's causality, mask and dropout.
+// The kernel made for the problem's head size, causality, mask and dropout.
 using FlashKernel = void (*)(AttentionProblem, Bf16AttentionOperands, Bf16AttentionOutput, float*);
-template <bool Causal, bool HasMask>
+template <int D, bool Causal, bool HasMask>
 FlashKernel flash_kernel_for(bool dropout) {
-  return dropout ? flash::attention_forward_flash_kernel<Causal, HasMask, true>
-                 : flash::attention_forward_flash_kernel<Causal, HasMask, false>;
+  return dropout ? flash::attention_forward_flash_kernel<D, Causal, HasMask, true>
+                 : flash::attention_forward_flash_kernel<D, Causal, HasMask, false>;
 }
+template <int D>
 FlashKernel flash_kernel_for(const AttentionProblem& p) {
   const bool mask = p.mask != nullptr;
-  if (p.causal) return mask ? flash_kernel_for<true, true>(p.dropout()) : flash_kernel_for<true, false>(p.dropout());
-  return mask ? flash_kernel_for<false, true>(p.dropout()) : flash_kernel_for<false, false>(p.dropout());
+  if (p.causal) return mask ? flash_kernel_for<D, true, true>(p.dropout()) : flash_kernel_for<D, true, false>(p.dropout());
+  return mask ? flash_kernel_for<D, false, true>(p.dropout()) : flash_kernel_for<D, false, false>(p.dropout());
 }
 
 }  // namespace
@@ -386,11 +402,11 @@ FlashKernel flash_kernel_for(const AttentionProblem& p) {
 bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
                                   float* lse, cudaStream_t stream) {
   // The output's rows are aligned wherever x.vec holds (Bf16AttentionOperands).
-  if (p.D != flash::kHeadDim || !x.vec || !(p.scale > 0)) return false;
-  const FlashKernel kernel = flash_kernel_for(p);
-  allow_shared_memory(kernel, flash::kSharedBytes);
-  launch(kernel, grid_over(p.Tq, flash::kBlockQueries, p.B, p.H), flash::kThreads, flash::kSharedBytes, stream, p, x,
-         out, lse);
+  if ((p.D != 32 && p.D != 64) || !x.vec || !(p.scale > 0)) return false;
+  const FlashKernel kernel = p.D == 32 ? flash_kernel_for<32>(p) : flash_kernel_for<64>(p);
+  const int smem = p.D == 32 ? flash::Tiles<32>::kSharedBytes : flash::Tiles<64>::kSharedBytes;
+  allow_shared_memory(kernel, smem);
+  launch(kernel, grid_over(p.Tq, flash::kBlockQueries, p.B, p.H), flash::kThreads, smem, stream, p, x, out, lse);
   CUDA_CHECK_LAUNCH();
   return true;
 }

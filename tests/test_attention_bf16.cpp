@@ -196,7 +196,7 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
   cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
-  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64): several query
+  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64 and 32): several query
   // blocks and key tiles, ragged; Tq != Tk both ways, causal or not; with a mask, dropout, both.
   cases.push_back({1, 2, 300, 300, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 200, 330, 64, false, false, true, 0.0});
@@ -205,6 +205,8 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   cases.push_back({2, 1, 100, 100, 64, true, false, false, 0.2});
   cases.push_back({1, 1, 70, 77, 64, false, false, false, 0.3});  // odd Tk: a pair of weights across two draws
   cases.push_back({1, 2, 150, 150, 64, true, true, true, 0.1});
+  cases.push_back({1, 2, 300, 300, 32, true, false, false, 0.0});  // head size 32: the toy GPT's
+  cases.push_back({2, 1, 130, 77, 32, false, true, true, 0.2});
   for (const Bf16AttentionCase& c : cases) {
     INFO("cuda: " << describe(c));
     check_run(c, run_case_on_gpu(c));
@@ -213,10 +215,10 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
 
 // A NaN in a key poisons every row that sees it, and one in a query its own
 // row alone, as on the CPU: the kernels' max lets a NaN win (the flash
-// forward's at head size 64, the general one's at 32), so a row's lanes agree.
+// forward's at head sizes 64 and 32, the general one's at 24), so a row's lanes agree.
 TEST_CASE("cuda: bfloat16 attention with NaN inputs gives NaN rows where the CPU does", "[cuda][bf16][attention]") {
   SKIP_WITHOUT_CUDA();
-  for (std::int64_t D : {64, 32})
+  for (std::int64_t D : {64, 32, 24})
     for (bool causal : {true, false}) {
       Tensor q = bf16_operand(1, 2, 150, D, false, 1), k = bf16_operand(1, 2, 150, D, false, 2);
       const Tensor v = bf16_operand(1, 2, 150, D, false, 3);

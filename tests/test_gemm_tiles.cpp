@@ -131,7 +131,7 @@ TEST_CASE("gemm tiles: the pipelined product's copies and ldmatrix meet no bank 
   require_operand_tile<256, false>(true);   // B as it is
 }
 
-// cuda/attention_bf16_flash.cu: 4 warps (128 threads) copy Q's 128 rows and
+// cuda/attention_bf16_flash.cu, at head sizes 64 and 32: 4 warps (128 threads) copy Q's 128 rows and
 // each key tile's K and V; a warp reads Q's fragments for its 32 queries (two
 // blocks), K's as B^T (a line a key) and V's as B (a line a key, read
 // transposing) across the whole tile.
@@ -139,6 +139,9 @@ TEST_CASE("gemm tiles: the flash attention's Q, K and V tiles meet no bank confl
   require_operand_tile<128, true, 64, 128>(false, 2);  // Q: a line a query
   require_operand_tile<64, true, 64, 128>(true, 4);    // K: a line a key, 64 keys
   require_operand_tile<64, false, 64, 128>(true, 4);   // V: a line a key, 64 values of D
+  require_operand_tile<128, true, 32, 128>(false, 2);  // the same at head size 32: lines of 64 bytes
+  require_operand_tile<64, true, 32, 128>(true, 4);
+  require_operand_tile<32, false, 64, 128>(true, 2);
 }
 
 TEST_CASE("gemm tiles: C's staging takes one wavefront a store and a read", "[gemm_tiles]") {
