@@ -9,7 +9,7 @@
 // - The tiles are stored unpadded and XOR-swizzled (cuda/gemm_tiles.h), each
 //   as its operand lies in memory, so copies and ldmatrix (plain, or
 //   transposing) meet no bank conflicts in any of the four layouts.
-// - K's ragged end is the first tile (its values below k = 0 are zeros), edge
+// - K's ragged end is the first tile (its values below the job's first k are zeros), edge
 //   rows are zero-filled copies whose byte counts are worked out once: the main
 //   loop has no bound to check, and each copy's source moves by one constant a tile.
 // - Fragments of the next 16 of K are loaded while the products of this one run.
@@ -42,8 +42,8 @@ constexpr int kRasterGroup = 8;  // tile rows a group of blocks covers before mo
 // by `step` elements a tile and a destination in the operand's tile, copy i
 // lying i * Threads chunks after copy 0's. A copy of a row outside the matrix
 // (the tile's edge) reads nothing and stores zeros: which copies those are is
-// the same for every tile, so it is worked out once. gemm_bf16_pipelined_fits
-// keeps a line's chunk wholly inside or wholly outside.
+// the same for every tile, so it is worked out once. gemm_bf16_pipelined_splits
+// admits only operands whose chunks lie wholly inside or wholly outside.
 template <int Rows, bool KFastest, int Threads>
 struct OperandCopies {
   using Tile = OperandTile<Rows, KFastest>;
