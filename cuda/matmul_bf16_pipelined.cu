@@ -9,9 +9,10 @@
 // - The tiles are stored unpadded and XOR-swizzled (cuda/gemm_tiles.h), each
 //   as its operand lies in memory, so copies and ldmatrix (plain, or
 //   transposing) meet no bank conflicts in any of the four layouts.
-// - K's ragged end is the first tile (its values below the job's first k are zeros), edge
-//   rows are zero-filled copies whose byte counts are worked out once: the main
-//   loop has no bound to check, and each copy's source moves by one constant a tile.
+// - K's ragged end is the first tile (its values below the job's first k are
+//   zeros), and which copies fall on edge rows (zero-filled, reading nothing)
+//   is worked out once: the main loop has no bound to check, and each copy's
+//   source moves by one constant a tile.
 // - Fragments of the next 16 of K are loaded while the products of this one run.
 // - Blocks go down groups of 8 tile rows before moving along N, so that the
 //   blocks in flight share the tiles of A and B they read from L2.
