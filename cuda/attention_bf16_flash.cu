@@ -29,6 +29,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/attention_common.cuh"
+#include "cuda/attention_warp_scores.cuh"
 #include "cuda/gemm_tiles.h"
 #include "cuda/mma_bf16.cuh"
 
@@ -60,15 +61,20 @@ struct Tiles {
                 "a thread's copies lie a whole number of swizzle periods apart");
 };
 
-__device__ __forceinline__ float nan_max(float a, float b) {
+// NanMaxOp (device_utils.cuh) in one instruction, max.NaN, where its
+// comparisons take four. Not NanMaxOp's own form: there it moved the general
+// bfloat16 forward at head size 32 to more registers and a larger stack.
+struct NanMax {
+  __device__ __forceinline__ float operator()(float a, float b) const {
 #if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
-  return r;
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+    return r;
 #else
-  return NanMaxOp{}(a, b);
+    return NanMaxOp{}(a, b);
 #endif
-}
+  }
+};
 
 // 2^x, one MUFU.EX2: 2^-inf is 0, and its relative error (2^-22) is far below bfloat16's.
 __device__ __forceinline__ float exp2_fast(float x) {
@@ -209,10 +215,9 @@ __device__ __forceinline__ void online_softmax(Scores& s, WarpRows<D>& rows, flo
     for (int half = 0; half < 2; ++half) {
       float tile_max = s[mt][0][2 * half];
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) tile_max = nan_max(tile_max, nan_max(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
-      tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-      tile_max = nan_max(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
-      const float m_new = nan_max(rows.m[mt][half], tile_max);
+      for (int n = 0; n < kKeys / 8; ++n)
+        tile_max = NanMax{}(tile_max, NanMax{}(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
+      const float m_new = NanMax{}(rows.m[mt][half], quad_reduce(tile_max, NanMax{}));
       // Nothing visible yet: exponents from 0, not -inf - -inf (every p and the correction 0).
       const float base = m_new == -INFINITY ? 0.0f : m_new * scale_log2;
       const float correction = exp2_fast(rows.m[mt][half] * scale_log2 - base);
@@ -267,9 +272,7 @@ __device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const Attent
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float sum = rows.l[mt][half];
-      sum += __shfl_xor_sync(kFullMask, sum, 1);
-      sum += __shfl_xor_sync(kFullMask, sum, 2);
+      const float sum = quad_reduce(rows.l[mt][half], SumOp{});
       const std::int64_t i = w0 + 16 * mt + g + 8 * half;
       if (i >= p.Tq) continue;
       if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : rows.m[mt][half] * p.scale + logf(sum);

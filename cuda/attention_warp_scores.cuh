@@ -7,7 +7,8 @@
 // lane % 4) holds rows g and g + 8 and, of each 8-column block n, columns
 // 2t and 2t + 1, as s[n][0..3] = (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
 // So a row's max and sum are the lane's own values and then two shuffles
-// within its quad of lanes. Included by those two files only.
+// within its quad of lanes. Included by those two files, and by
+// cuda/attention_bf16_flash.cu for quad_reduce.
 #include <cmath>
 #include <cstdint>
 
