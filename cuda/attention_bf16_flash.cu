@@ -29,6 +29,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/attention_common.cuh"
+#include "cuda/attention_flash.cuh"
 #include "cuda/attention_warp_scores.cuh"
 #include "cuda/gemm_tiles.h"
 #include "cuda/mma_bf16.cuh"
@@ -75,34 +76,6 @@ struct NanMax {
 #endif
   }
 };
-
-// 2^x, one MUFU.EX2: 2^-inf is 0, and its relative error (2^-22) is far below bfloat16's.
-__device__ __forceinline__ float exp2_fast(float x) {
-#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-#else
-  return std::exp2(x);
-#endif
-}
-
-// A tile of rows of (b, h) into shared memory, a line a row, this thread's
-// chunks copy i lying i * kThreads chunks (16 rows) after copy 0's. `first`
-// points at copy 0's source row; rows at and past `valid` read nothing.
-template <typename Tile>
-__device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, const bfloat16* first,
-                                          std::int64_t row_step16, int valid) {
-  constexpr int kCopies = Tile::kChunks / kThreads, kRowsApart = kThreads / Tile::kLineChunks;
-  const int line0 = threadIdx.x / Tile::kLineChunks;
-  const bfloat16* source = first;
-#pragma unroll
-  for (int i = 0; i < kCopies; ++i) {
-    const bool inside = line0 + i * kRowsApart < valid;
-    copy_async16(byte_offset(tile, destination + i * kThreads * 16), inside ? source : first, inside ? 16 : 0);
-    source += row_step16;
-  }
-}
 
 // The same for a tile wholly inside: no row to check.
 template <typename Tile>
@@ -174,12 +147,6 @@ __device__ __forceinline__ void mask_tile(Scores& s, const AttentionProblem& p, 
         const std::int64_t i = at.i(mt, r), j = at.j(n, r);
         if (HasMask ? p.hidden(at.b, at.h, i, j) : j >= p.Tk || (Causal && j > i)) s[mt][n][r] = -INFINITY;
       }
-}
-
-// Word k (0 to 3) of a draw, chosen by selects: indexing its array by a
-// run-time k would put the draw in local memory.
-__device__ __forceinline__ std::uint32_t draw_word(const Philox4& d, std::uint64_t k) {
-  return k == 0 ? d.v[0] : k == 1 ? d.v[1] : k == 2 ? d.v[2] : d.v[3];
 }
 
 // The dropped weights of the tile to 0, the kept ones times 1 / (1 - p): the
@@ -322,13 +289,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();  // the previous (b, h) is done with shared memory
 
     // The queries and the last key tile, then the queries' fragments into registers.
-    copy_rows<QTile>(q_tile, copy_at, x.q.row(b, h, min(i0 + copy_line, p.Tq - 1)) + copy_chunk * kChunk,
-                     kRowsApart * x.q.st, static_cast<int>(min(p.Tq - i0, std::int64_t(kBlockQueries))));
+    const bfloat16* q_first = x.q.row(b, h, min(i0 + copy_line, p.Tq - 1)) + copy_chunk * kChunk;
+    copy_rows<QTile, kThreads>(q_tile, copy_at, q_first, kRowsApart * x.q.st,
+                               static_cast<int>(min(p.Tq - i0, std::int64_t(kBlockQueries))), q_first);
     if (last >= 0) {
       const std::int64_t j0 = std::int64_t(last) * kKeys;
       const int valid = static_cast<int>(key_end - j0);
-      copy_rows<KTile>(kv, copy_at, k_row(j0 + copy_line), k_step16, valid);
-      copy_rows<VTile>(kv + kTileValues, copy_at, v_row(j0 + copy_line), v_step16, valid);
+      const bfloat16 *k_first = k_row(j0 + copy_line), *v_first = v_row(j0 + copy_line);
+      copy_rows<KTile, kThreads>(kv, copy_at, k_first, k_step16, valid, k_first);
+      copy_rows<VTile, kThreads>(kv + kTileValues, copy_at, v_first, v_step16, valid, v_first);
     }
     commit_async_copies();
     wait_async_copies<0>();

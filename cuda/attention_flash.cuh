@@ -1,0 +1,53 @@
+#pragma once
+// What the bfloat16 attention's forward and backward in FlashAttention-2's
+// shape share (cuda/attention_bf16_flash.cu, attention_bf16_flash_backward.cu):
+// exp2 in one instruction, a word of a Philox draw, and copying a tile of
+// rows into a swizzled tile (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy.
+#include <cmath>
+#include <cstdint>
+
+#include "base/philox.h"
+#include "cuda/async_copy.cuh"
+#include "cuda/gemm_tiles.h"
+
+namespace attograd::cuda::attention_detail::flash {
+
+// 2^x, one MUFU.EX2: 2^-inf is 0, and its relative error (2^-22) is far below bfloat16's.
+__device__ __forceinline__ float exp2_fast(float x) {
+#if defined(__CUDA_ARCH__) && !defined(ATTOGRAD_CUDA_EMULATION)
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+#else
+  return std::exp2(x);
+#endif
+}
+
+// Word k (0 to 3) of a draw, chosen by selects: indexing its array by a
+// run-time k would put the draw in local memory.
+__device__ __forceinline__ std::uint32_t draw_word(const Philox4& d, std::uint64_t k) {
+  return k == 0 ? d.v[0] : k == 1 ? d.v[1] : k == 2 ? d.v[2] : d.v[3];
+}
+
+// A tile of rows of (b, h) into shared memory by the block's Threads threads,
+// a line a row, this thread's copy i lying i * Threads chunks after copy 0's
+// (Threads / Tile::kLineChunks rows further on). `first` points at copy 0's
+// source row; rows at and past `valid` read nothing, from `fallback`, an
+// address inside the tensor.
+template <typename Tile, int Threads>
+__device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, const bfloat16* first,
+                                          std::int64_t row_step16, int valid, const bfloat16* fallback) {
+  static_assert(Tile::template kCopiesEvenlyApart<Threads>, "a thread's copies lie a whole number of swizzle periods apart");
+  constexpr int kCopies = Tile::kChunks / Threads, kRowsApart = Threads / Tile::kLineChunks;
+  const int line0 = threadIdx.x / Tile::kLineChunks;
+  const bfloat16* source = first;
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    const bool inside = line0 + i * kRowsApart < valid;
+    copy_async16(gemm_tiles::byte_offset(tile, destination + i * Threads * 16), inside ? source : fallback,
+                 inside ? 16 : 0);
+    source += row_step16;
+  }
+}
+
+}  // namespace attograd::cuda::attention_detail::flash
