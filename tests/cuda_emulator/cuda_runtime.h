@@ -54,6 +54,8 @@ struct alignas(16) uint4 {
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 inline void __syncthreads() { ::emu::syncthreads(); }
+// The lanes in `mask` meet: an exchange in which each keeps its own value.
+inline void __syncwarp(unsigned mask = 0xffffffffu) { ::emu::exchange(mask, 0, -1); }
 
 // Shuffles within segments of `width` lanes; a source outside the lane's
 // segment gives the lane its own value, as CUDA documents.
