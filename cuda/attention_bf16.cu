@@ -378,6 +378,7 @@ void attention_backward_bf16(const AttentionProblem& p, const Bf16AttentionOpera
   // sweeps are empty and they store their zero sums.
   DeviceBuffer delta(sizeof(float) * std::max<std::int64_t>(p.B * p.H * p.Tq, 1));  // (B, H, Tq)
   if (p.Tq > 0) launch_delta(p, dout, out, delta.as<float>(), stream);
+  if (attention_backward_bf16_flash(p, x, dout, lse, delta.as<const float>(), dq, dk, dv, stream)) return;
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();

@@ -112,5 +112,12 @@ void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dou
 // launched nothing, for the others.
 bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
                                   float* lse, cudaStream_t stream);
+// Its backward (cuda/attention_bf16_flash_backward.cu), launched by
+// attention_backward_bf16 once delta (B, H, Tq) is made: false, having
+// launched nothing, for the problems it does not take.
+bool attention_backward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x,
+                                   ::attograd::AttentionRows<const bfloat16> dout, const float* lse,
+                                   const float* delta, Bf16AttentionOutput dq, Bf16AttentionOutput dk,
+                                   Bf16AttentionOutput dv, cudaStream_t stream);
 
 }  // namespace attograd::cuda::attention_detail

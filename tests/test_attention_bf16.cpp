@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "helpers.h"
@@ -187,7 +188,8 @@ TEST_CASE("bfloat16 attention on AMX, on AVX512_BF16 and on their scalar models,
   }
 }
 
-// cuda/attention_bf16.cu and attention_bf16_flash.cu (on a GPU, or the emulator) within the same bounds:
+// cuda/attention_bf16.cu, attention_bf16_flash.cu and attention_bf16_flash_backward.cu (on a GPU, or
+// the emulator) within the same bounds:
 // the CPU's cases, and with every option on one at head dim 128 over several
 // of the kernels' query blocks and key tiles, and one whose head dim (20)
 // makes the kernels move a value at a time, not 8 (the other D are whole eights but 1).
@@ -196,20 +198,39 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   std::vector<Bf16AttentionCase> cases(std::begin(kCases), std::end(kCases));
   cases.push_back({1, 2, 150, 150, 128, true, true, true, 0.1});
   cases.push_back({2, 2, 70, 90, 20, true, true, true, 0.1});  // D not a multiple of 8: a value at a time
-  // The FlashAttention-2-shaped forward (cuda/attention_bf16_flash.cu: D 64 and 32): several query
-  // blocks and key tiles, ragged; Tq != Tk both ways, causal or not; with a mask, dropout, both.
+  // The FlashAttention-2-shaped forward and backward (D 64 and 32): several query blocks and key
+  // tiles, ragged; Tq != Tk both ways, causal or not; with a mask, dropout, both. The backward's
+  // key blocks add their parts of dQ in turn: a wrong turn stops the emulator.
   cases.push_back({1, 2, 300, 300, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 200, 330, 64, false, false, true, 0.0});
   cases.push_back({2, 1, 150, 70, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 1, 1, 64, false, false, false, 0.0});
   cases.push_back({2, 1, 100, 100, 64, true, false, false, 0.2});
   cases.push_back({1, 1, 70, 77, 64, false, false, false, 0.3});  // odd Tk: a pair of weights across two draws
+  cases.push_back({1, 1, 70, 200, 64, true, false, false, 0.0});  // causal, Tk > Tq: key blocks no query sees
   cases.push_back({1, 2, 150, 150, 64, true, true, true, 0.1});
   cases.push_back({1, 2, 300, 300, 32, true, false, false, 0.0});  // head size 32: the toy GPT's
   cases.push_back({2, 1, 130, 77, 32, false, true, true, 0.2});
+  // The flash backward's dropout (Tk a multiple of 4: a Philox draw for four weights), with a mask.
+  cases.push_back({1, 2, 150, 152, 64, true, true, true, 0.1});
+  cases.push_back({2, 1, 130, 76, 32, false, true, true, 0.2});
   for (const Bf16AttentionCase& c : cases) {
     INFO("cuda: " << describe(c));
     check_run(c, run_case_on_gpu(c));
+  }
+}
+
+// The flash backward sums each query tile's dQ over its key blocks in their
+// order, not by atomics: two runs give the same bits (on a GPU, where blocks
+// run at once; the emulator runs them in turn).
+TEST_CASE("cuda: the bfloat16 attention backward gives the same bits on every run", "[cuda][bf16][attention]") {
+  SKIP_WITHOUT_CUDA();
+  const Bf16AttentionCase c{2, 2, 200, 260, 64, false, false, false, 0.0};
+  const Bf16AttentionRun first = run_case_on_gpu(c), second = run_case_on_gpu(c);
+  for (const auto& [name, a, b] : {std::tuple{"dq", first.g.dq, second.g.dq}, std::tuple{"dk", first.g.dk, second.g.dk},
+                                   std::tuple{"dv", first.g.dv, second.g.dv}}) {
+    INFO(name);
+    REQUIRE(a.to_vector<double>() == b.to_vector<double>());
   }
 }
 

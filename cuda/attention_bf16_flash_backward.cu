@@ -1,0 +1,411 @@
+// The bfloat16 attention backward in FlashAttention-2's shape at head sizes 32
+// and 64 (rows 16-byte aligned): attention_backward_bf16 (cuda/attention_bf16.cu)
+// sends those problems here once delta is made, and the rest to its two
+// general kernels, whose conventions (attention_common.cuh's formulas, what
+// is rounded where) this one keeps. A kernel for each of causal, masked and
+// dropout, so that the common one has no code for either.
+//
+// A block owns 64 keys of one (b, h), a warp 16 of them, and makes all five
+// products in one sweep over the query tiles that see them (causal: from
+// its diagonal on), 64 queries a tile:
+//   S^T = K Q^T and dP^T = V dO^T, the warp's keys by the tile's queries,
+//     from K's and V's fragments held in registers for the whole sweep;
+//   P^T = 2^(S^T scale log2(e) - lse log2(e)) and dS^T = P^T (dP^T Z scale -
+//     delta scale) where they stand: the accumulators are the A fragments of
+//     the next products (attention_bf16.cu);
+//   dV += (P Z)^T dO and dK += dS^T Q, in registers until the sweep ends;
+//   dS^T through shared memory, then the tile's part of dQ (dS K), a warp
+//     16 of its queries.
+// (32 keys a warp, which would load fewer fragments a product, would hold
+// twice K, V, dK, dV, S and dP in registers: past ptxas's 255.)
+// The key blocks' parts of a query tile's dQ are summed in float32 in the
+// order of the key blocks (cuda/ordered_sum.cuh, a counter for each warp's
+// 16 queries), the first writing its part without reading and the last
+// rounding the sum into dq: the same bits on every run, and no pass to convert.
+// Tiles of Q and dO stream through two buffers of swizzled shared memory by
+// cp.async, the next pair copied while the warps work on this one, with their
+// lse and delta, loaded into registers then and stored at the tile's end.
+// Rows of the last query tile past Tq read zeros and get lse +inf, as rows
+// whose keys are all hidden (lse -inf) do: their P is 0 with no test. Tiles
+// with a hidden key (the causal diagonal, the keys' ragged end, a mask) are
+// worked by the same code with the test; the others have none.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/attention_common.cuh"
+#include "cuda/attention_flash.cuh"
+#include "cuda/buffer.h"
+#include "cuda/gemm_tiles.h"
+#include "cuda/mma_bf16.cuh"
+#include "cuda/ordered_sum.cuh"
+
+namespace attograd::cuda::attention_detail {
+namespace flash_backward {
+
+using flash::copy_rows;
+using flash::draw_word;
+using flash::exp2_fast;
+using gemm_tiles::byte_offset;
+using gemm_tiles::kChunk;
+using gemm_tiles::OperandTile;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kWarpKeys = 16, kBlockKeys = kWarps * kWarpKeys;
+constexpr int kQueries = 64;                    // a query tile
+constexpr int kStripe = kQueries / kWarps;      // a warp's queries of the tile's dQ
+constexpr int kQueryBlocks = kQueries / 8;      // a warp's accumulator blocks along the tile's queries
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The tiles at head size D, each read two ways: plain where the summed index
+// runs along its lines, transposing where it runs down them.
+template <int D>
+struct Tiles {
+  using KRows = OperandTile<kBlockKeys, true, D>;        // A of K Q^T and V dO^T: a line a key
+  using KCols = OperandTile<D, false, kBlockKeys>;       // B of dS K, from the same lines
+  using QRows = OperandTile<kQueries, true, D>;          // B^T of K Q^T and V dO^T: a line a query
+  using QCols = OperandTile<D, false, kQueries>;         // B of dS^T Q and (P Z)^T dO, from the same lines
+  using DsT = OperandTile<kQueries, false, kBlockKeys>;  // A of dS K, stored as dS^T: a line a key
+  static_assert(KRows::kLineChunks == KCols::kLineChunks && QRows::kLineChunks == QCols::kLineChunks &&
+                    KRows::kLineChunks == QRows::kLineChunks,
+                "every tile of rows has a line a row, its head size in chunks");
+  static constexpr int kLineChunks = QRows::kLineChunks;
+  static constexpr int kKeyValues = KRows::kValues, kQueryValues = QRows::kValues;
+  // K, V and dS^T, then two buffers of a query tile: its Q, dO and terms (lse log2(e), then delta scale).
+  static constexpr int kQueryBytes = 2 * kQueryValues, kTermBytes = sizeof(float) * kQueries;
+  static constexpr int kBuffersOffset = 2 * (2 * kKeyValues + DsT::kValues);
+  static constexpr int kBufferBytes = 2 * kQueryBytes + 2 * kTermBytes;
+  static constexpr int kSharedBytes = kBuffersOffset + 2 * kBufferBytes;
+};
+
+// What the kernel reads besides the operands, and writes.
+struct Gradients {
+  ::attograd::AttentionRows<const bfloat16> dout;
+  const float *lse, *delta;  // (B, H, Tq)
+  float* dq_sums;            // (B H, query tiles, 64, D): dQ's sums between key blocks
+  int* turns;                // (B H, query tiles, warps): the key blocks that have added theirs
+  Bf16AttentionOutput dq, dk, dv;
+};
+
+// The dropout factors of a lane's four weights of an accumulator block
+// (weight r: query 2t + r % 2, key g + 8 (r / 2)) from one Philox draw a
+// lane. Where every row of the weights starts at a multiple of 4 in the
+// stream (Tk % 4 == 0), the four keys 4a to 4a + 3 of a row are one draw's
+// four words, and lie with the four lanes c = g % 4 of group a = g / 4 (lane
+// 16a + 4c + t). Lane c draws for weight r = c (`counter`: query 2t + c % 2,
+// keys 4a + 8 (c / 2) on), keeps word c of it, and in round m hands word c ^ m
+// to lane c ^ m, getting back word c of draw c ^ m.
+__device__ __forceinline__ void four_factors(float (&z)[4], const AttentionProblem& p, std::uint64_t counter, int c) {
+  const Philox4 draw = philox4x32(counter, p.seed);
+  std::uint32_t got[4];  // got[m]: word c of draw c ^ m
+  got[0] = draw_word(draw, c);
+#pragma unroll
+  for (int m = 1; m < 4; ++m) got[m] = __shfl_xor_sync(kFullMask, draw_word(draw, c ^ m), 4 * m);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int m = c ^ r;
+    const std::uint32_t bits = m == 0 ? got[0] : m == 1 ? got[1] : m == 2 ? got[2] : got[3];
+    z[r] = uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale;
+  }
+}
+
+// A warp's 16 rows of dK or dV from row0, rounded, those below `count`.
+template <int D>
+__device__ __forceinline__ void store_key_rows(const float (&acc)[D / 8][4], const Bf16AttentionOutput& out,
+                                               std::int64_t b, std::int64_t h, std::int64_t row0, std::int64_t count,
+                                               int g, int t) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t j = row0 + g + 8 * half;
+    if (j >= count) continue;
+    bfloat16* row = out.row(b, h, j) + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<std::uint32_t*>(row + 8 * n) = round_pair(acc[n][2 * half], acc[n][2 * half + 1]);
+  }
+}
+
+// Accumulator blocks 2 ks and 2 ks + 1 as one A fragment, rounded (attention_bf16.cu).
+__device__ __forceinline__ void rounded_fragment(std::uint32_t (&a)[4], const float (&left)[4], const float (&right)[4]) {
+  a[0] = round_pair(left[0], left[1]), a[1] = round_pair(left[2], left[3]);
+  a[2] = round_pair(right[0], right[1]), a[3] = round_pair(right[2], right[3]);
+}
+
+template <int D, bool Causal, bool HasMask, bool Dropout>
+__global__ void __launch_bounds__(kThreads, 2)
+    attention_backward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Gradients grad) {
+  using T = Tiles<D>;
+  constexpr int kLineChunks = T::kLineChunks, kRowsApart = kThreads / kLineChunks;
+  constexpr int kKeyValues = T::kKeyValues;
+  std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
+  std::uint16_t* const k_tile = smem;
+  std::uint16_t* const v_tile = k_tile + kKeyValues;
+  std::uint16_t* const ds_tile = v_tile + kKeyValues;
+  // Buffer u at byte u * kBufferBytes from here: Q, dO, lse, delta. A buffer's
+  // offset goes to the other's by an exclusive or, where a multiply made 64-bit addresses.
+  std::uint16_t* const buffers = byte_offset(smem, T::kBuffersOffset);
+  constexpr int kDoAt = T::kQueryBytes, kLseAt = 2 * T::kQueryBytes, kDeltaAt = kLseAt + T::kTermBytes;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int jb = blockIdx.x;
+  const std::int64_t j0 = std::int64_t(jb) * kBlockKeys, w0 = j0 + kWarpKeys * warp;
+  const int key_blocks = static_cast<int>((p.Tk + kBlockKeys - 1) / kBlockKeys);
+  const int query_tiles = static_cast<int>((p.Tq + kQueries - 1) / kQueries);
+  const float scale_log2 = p.scale * kLog2e;
+
+  // This thread's copies: a line of each tile and every kRowsApart-th after it, one chunk of each.
+  const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
+  const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
+  // This lane's ldmatrix offsets: per step of 16 along D (plain), or per block of 16 of D (transposing).
+  int q_plain[D / 16], q_trans[D / 16], k_trans[D / 16];
+#pragma unroll
+  for (int i = 0; i < D / 16; ++i) {
+    q_plain[i] = T::QRows::fragment_chunk(0, i, lane, true) * 16;
+    q_trans[i] = T::QCols::fragment_chunk(16 * i, 0, lane, true) * 16;
+    k_trans[i] = T::KCols::fragment_chunk(16 * i, 0, lane, true) * 16;
+  }
+  const int ds_at = T::DsT::fragment_chunk(kStripe * warp, 0, lane, false) * 16;
+  const auto ds_word = [&](int key, int chunk) { return T::DsT::Layout::at(kWarpKeys * warp + key, chunk) * 16 + 4 * t; };
+
+  for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    const int first_tile = Causal ? jb : 0;  // the query tiles before it see none of these keys
+    const int valid_keys = static_cast<int>(min(p.Tk - j0, std::int64_t(kBlockKeys)));
+    __syncthreads();  // the previous (b, h) is done with shared memory
+
+    const bfloat16* k_first = x.k.row(b, h, min(j0 + copy_line, p.Tk - 1)) + copy_chunk * kChunk;
+    const bfloat16* v_first = x.v.row(b, h, min(j0 + copy_line, p.Tk - 1)) + copy_chunk * kChunk;
+    copy_rows<typename T::KRows, kThreads>(k_tile, copy_at, k_first, kRowsApart * x.k.st, valid_keys, k_first);
+    copy_rows<typename T::KRows, kThreads>(v_tile, copy_at, v_first, kRowsApart * x.v.st, valid_keys, v_first);
+    commit_async_copies();
+
+    // The query tiles' stream, every step worked out here: q_next and o_next
+    // point at this thread's first copy of the next tile, term_source at its
+    // term. A copy past Tq reads nothing, from the tensor's first row.
+    const std::int64_t q_step16 = kRowsApart * x.q.st, o_step16 = kRowsApart * grad.dout.st;
+    const std::int64_t q_tile_step = kQueries * x.q.st, o_tile_step = kQueries * grad.dout.st;
+    const std::int64_t q0_first = std::int64_t(first_tile) * kQueries;
+    const bfloat16* q_next = x.q.row(b, h, q0_first + copy_line) + copy_chunk * kChunk;
+    const bfloat16* o_next = grad.dout.row(b, h, q0_first + copy_line) + copy_chunk * kChunk;
+    // Threads 0-63 carry a query's lse, 64-127 its delta: the tile's terms as they lie in shared memory.
+    const int term_row = static_cast<int>(threadIdx.x) % kQueries;
+    const float* term_source =
+        (threadIdx.x < kQueries ? grad.lse : grad.delta) + bh * p.Tq + q0_first + term_row;
+    const auto rows_from = [&](std::int64_t q0) { return static_cast<int>(min(p.Tq - q0, std::int64_t(kQueries))); };
+    float next_term = 0.0f;
+    const auto copy_next = [&](int buf_at, int rows) {
+      copy_rows<typename T::QRows, kThreads>(byte_offset(buffers, buf_at), copy_at, q_next, q_step16, rows, x.q.data);
+      copy_rows<typename T::QRows, kThreads>(byte_offset(buffers, buf_at + kDoAt), copy_at, o_next, o_step16, rows,
+                                             grad.dout.data);
+      if (term_row < rows) next_term = *term_source;
+      q_next += q_tile_step, o_next += o_tile_step, term_source += kQueries;
+    };
+    // lse as the exponent's: +inf where no key is seen (lse -inf) or past Tq, so that P is 0.
+    const auto store_terms = [&](int buf_at, int rows) {
+      const bool inside = term_row < rows;
+      const float term = threadIdx.x < kQueries ? (!inside || next_term == -INFINITY ? INFINITY : next_term * kLog2e)
+                                                : (inside ? next_term * p.scale : 0.0f);
+      reinterpret_cast<float*>(byte_offset(buffers, buf_at + kLseAt))[threadIdx.x] = term;
+    };
+    if (first_tile < query_tiles) copy_next(0, rows_from(q0_first));
+    commit_async_copies();
+    wait_async_copies<1>();  // K and V have landed
+    if (first_tile < query_tiles) store_terms(0, rows_from(q0_first));
+    __syncthreads();
+    std::uint32_t kf[D / 16][4], vf[D / 16][4];  // the warp's keys and values as A fragments
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int at = T::KRows::fragment_chunk(kWarpKeys * warp, ks, lane, false) * 16;
+      load_matrices<false>(kf[ks], byte_offset(k_tile, at));
+      load_matrices<false>(vf[ks], byte_offset(v_tile, at));
+    }
+
+    float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+    // This lane's rows g and g + 8 of its warp's stripe of dQ, in the sums and in dq; its counter.
+    const std::int64_t stripe_row = std::int64_t(bh * query_tiles + first_tile) * kQueries + kStripe * warp + g;
+    float* dq_sums = grad.dq_sums + stripe_row * D + 2 * t;
+    int* turn = grad.turns + (bh * query_tiles + first_tile) * kWarps + warp;
+    bfloat16* dq_row = grad.dq.row(b, h, 0) + (q0_first + kStripe * warp + g) * grad.dq.st + 2 * t;
+    const std::int64_t dq_tile_step = kQueries * grad.dq.st, dq_half_step = 8 * grad.dq.st;
+
+    std::int64_t q0 = q0_first;
+    // Dropout (four_factors): this lane's draw for its first accumulator block of the
+    // tile; each block 8 queries on is 2 Tk counters on, each tile 16 Tk.
+    const int c = g % 4;
+    std::uint64_t draw_counter = 0;
+    if (Dropout) draw_counter = p.offset + p.weight_index(b, h, q0_first + 2 * t + c % 2, w0 + (g - c) + 8 * (c / 2)) / 4;
+    const std::uint64_t block_counters = 2 * static_cast<std::uint64_t>(p.Tk), tile_counters = 8 * block_counters;
+    // Causal: key > query + past is hidden, past being the tile's first query less the block's
+    // first key (0 on the first tile, the diagonal), and at most 64, past which nothing is.
+    int past = 0;
+    for (int tile = first_tile, buf_at = 0; tile < query_tiles; ++tile, buf_at ^= T::kBufferBytes, q0 += kQueries) {
+      wait_async_copies<0>();  // this tile has landed
+      __syncthreads();         // everyone's copies have, and everyone is done with the other buffer and dS^T
+      const bool more = tile + 1 < query_tiles;
+      const int rows = rows_from(q0), next_rows = rows_from(q0 + kQueries);
+      if (more) copy_next(buf_at ^ T::kBufferBytes, next_rows);
+      commit_async_copies();
+      const std::uint16_t* q_buf = byte_offset(buffers, buf_at);
+      const std::uint16_t* o_buf = byte_offset(buffers, buf_at + kDoAt);
+      const float* lse_log2 = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kLseAt));
+      const float* delta_scaled = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kDeltaAt));
+
+      const auto work = [&](auto masked) {
+        float s[kQueryBlocks][4] = {}, dp[kQueryBlocks][4] = {};  // S^T and dP^T: rows keys, columns queries
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+          for (int f = 0; f < kQueries / 16; ++f) {
+            std::uint32_t qf[4], of[4];
+            const int at = q_plain[ks] + f * T::QRows::kLineStride * 16;
+            load_matrices<false>(qf, byte_offset(q_buf, at));
+            load_matrices<false>(of, byte_offset(o_buf, at));
+            const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
+            const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
+            mma_bf16(s[2 * f], kf[ks], q_lo), mma_bf16(s[2 * f + 1], kf[ks], q_hi);
+            mma_bf16(dp[2 * f], vf[ks], o_lo), mma_bf16(dp[2 * f + 1], vf[ks], o_hi);
+          }
+        // P Z into s and scale dS into dp.
+#pragma unroll
+        for (int n = 0; n < kQueryBlocks; ++n) {
+          const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + 8 * n + 2 * t);
+          const float2 delta_pair = *reinterpret_cast<const float2*>(delta_scaled + 8 * n + 2 * t);
+          float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+          if (Dropout) four_factors(z, p, draw_counter + n * block_counters, c);
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            // The pair's query and key in the tile, and in (b, h) for the mask and dropout.
+            const int query = 8 * n + 2 * t + r % 2, key = kWarpKeys * warp + g + 8 * (r / 2);
+            const std::int64_t i = q0 + query, j = j0 + key;
+            const float prob = exp2_fast(s[n][r] * scale_log2 - (r % 2 ? lse_pair.y : lse_pair.x));
+            float pz = prob * z[r];
+            float ds = prob * (dp[n][r] * z[r] * p.scale - (r % 2 ? delta_pair.y : delta_pair.x));
+            if constexpr (decltype(masked)::value) {
+              const bool hidden = HasMask ? p.hidden(b, h, i, j) : key >= valid_keys || (Causal && key > query + past);
+              if (hidden) pz = 0.0f, ds = 0.0f;
+            }
+            s[n][r] = pz, dp[n][r] = ds;
+          }
+        }
+        // dV += (P Z)^T dO and dK += dS^T Q; dS^T into shared memory for dQ.
+#pragma unroll
+        for (int ks = 0; ks < kQueries / 16; ++ks) {
+          std::uint32_t pa[4], da[4];
+          rounded_fragment(pa, s[2 * ks], s[2 * ks + 1]);
+          rounded_fragment(da, dp[2 * ks], dp[2 * ks + 1]);
+          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks))) = da[0];
+          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g + 8, 2 * ks))) = da[1];
+          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks + 1))) = da[2];
+          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g + 8, 2 * ks + 1))) = da[3];
+#pragma unroll
+          for (int f = 0; f < D / 16; ++f) {
+            std::uint32_t of[4], qf[4];
+            const int at = q_trans[f] + ks * T::QCols::kLineStride * 16;
+            load_matrices<true>(of, byte_offset(o_buf, at));
+            load_matrices<true>(qf, byte_offset(q_buf, at));
+            const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
+            const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
+            mma_bf16(dv[2 * f], pa, o_lo), mma_bf16(dv[2 * f + 1], pa, o_hi);
+            mma_bf16(dk[2 * f], da, q_lo), mma_bf16(dk[2 * f + 1], da, q_hi);
+          }
+        }
+      };
+      if (HasMask || valid_keys < kBlockKeys || (Causal && tile == first_tile))
+        work(std::true_type{});
+      else
+        work(std::false_type{});
+      __syncthreads();  // dS^T is whole
+
+      // The tile's dQ from these keys, the warp's 16 queries: dS K.
+      float dq[D / 8][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kBlockKeys / 16; ++ks) {
+        std::uint32_t a[4];
+        load_matrices<true>(a, byte_offset(ds_tile, ds_at + ks * T::DsT::kLineStride * 16));
+#pragma unroll
+        for (int f = 0; f < D / 16; ++f) {
+          std::uint32_t kk[4];
+          load_matrices<true>(kk, byte_offset(k_tile, k_trans[f] + ks * T::KCols::kLineStride * 16));
+          const std::uint32_t lo[2] = {kk[0], kk[1]}, hi[2] = {kk[2], kk[3]};
+          mma_bf16(dq[2 * f], a, lo), mma_bf16(dq[2 * f + 1], a, hi);
+        }
+      }
+      // Added to the key blocks' before in their order; the last rounds the sum into dq.
+      const int last = Causal ? min(tile, key_blocks - 1) : key_blocks - 1;
+      if (jb > 0) wait_for_turn(turn, jb);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float2* sums = reinterpret_cast<float2*>(dq_sums + 8 * half * D);
+        const bool inside = kStripe * warp + g + 8 * half < rows;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          float2 sum = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+          if (jb > 0) {
+            const float2 before = load_sum(sums + 4 * n);
+            sum = make_float2(before.x + sum.x, before.y + sum.y);
+          }
+          if (jb != last)
+            store_sum(sums + 4 * n, sum);
+          else if (inside)
+            *reinterpret_cast<std::uint32_t*>(dq_row + half * dq_half_step + 8 * n) = round_pair(sum.x, sum.y);
+        }
+      }
+      if (jb != last) pass_turn(turn, jb + 1);
+      if (more) store_terms(buf_at ^ T::kBufferBytes, next_rows);
+      dq_sums += kQueries * D, turn += kWarps, dq_row += dq_tile_step, past = min(past + kQueries, kQueries);
+      draw_counter += tile_counters;
+    }
+    store_key_rows<D>(dk, grad.dk, b, h, w0, p.Tk, g, t);
+    store_key_rows<D>(dv, grad.dv, b, h, w0, p.Tk, g, t);
+  }
+}
+
+}  // namespace flash_backward
+
+namespace {
+
+using FlashBackwardKernel = void (*)(AttentionProblem, Bf16AttentionOperands, flash_backward::Gradients);
+template <int D, bool Causal, bool HasMask>
+FlashBackwardKernel flash_backward_kernel_for(bool dropout) {
+  return dropout ? flash_backward::attention_backward_flash_kernel<D, Causal, HasMask, true>
+                 : flash_backward::attention_backward_flash_kernel<D, Causal, HasMask, false>;
+}
+template <int D>
+FlashBackwardKernel flash_backward_kernel_for(const AttentionProblem& p) {
+  const bool mask = p.mask != nullptr;
+  if (p.causal)
+    return mask ? flash_backward_kernel_for<D, true, true>(p.dropout())
+                : flash_backward_kernel_for<D, true, false>(p.dropout());
+  return mask ? flash_backward_kernel_for<D, false, true>(p.dropout())
+              : flash_backward_kernel_for<D, false, false>(p.dropout());
+}
+
+}  // namespace
+
+bool attention_backward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x,
+                                   ::attograd::AttentionRows<const bfloat16> dout, const float* lse,
+                                   const float* delta, Bf16AttentionOutput dq, Bf16AttentionOutput dk,
+                                   Bf16AttentionOutput dv, cudaStream_t stream) {
+  // dout's and the gradients' rows are aligned wherever x.vec holds (Bf16AttentionOperands);
+  // dropout's draws serve four weights each where rows of weights start at multiples of 4.
+  if ((p.D != 32 && p.D != 64) || !x.vec || p.Tq == 0 || p.Tk == 0 || (p.dropout() && p.Tk % 4 != 0)) return false;
+  using namespace flash_backward;
+  const std::int64_t query_tiles = (p.Tq + kQueries - 1) / kQueries, key_blocks = (p.Tk + kBlockKeys - 1) / kBlockKeys;
+  AG_CHECK(query_tiles <= 0x7fffffff / kWarps, "attention", "sequence of {} queries is too long for the CUDA kernels",
+           p.Tq);
+  // The sums between key blocks: none where one block holds every key.
+  const std::size_t sum_values = key_blocks > 1 ? static_cast<std::size_t>(p.B * p.H * query_tiles * kQueries * p.D) : 1;
+  DeviceBuffer sums(sizeof(float) * sum_values);
+  const std::size_t turn_bytes = sizeof(int) * static_cast<std::size_t>(p.B * p.H * query_tiles * kWarps);
+  DeviceBuffer turns(turn_bytes);
+  CUDA_CHECK(cudaMemsetAsync(turns.as<void>(), 0, turn_bytes, stream));
+  const FlashBackwardKernel kernel = p.D == 32 ? flash_backward_kernel_for<32>(p) : flash_backward_kernel_for<64>(p);
+  const int smem = p.D == 32 ? Tiles<32>::kSharedBytes : Tiles<64>::kSharedBytes;
+  allow_shared_memory(kernel, smem);
+  const Gradients grad{dout, lse, delta, sums.as<float>(), turns.as<int>(), dq, dk, dv};
+  launch(kernel, grid_over(p.Tk, kBlockKeys, p.B, p.H), kThreads, smem, stream, p, x, grad);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+}  // namespace attograd::cuda::attention_detail
