@@ -38,11 +38,20 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t dynami
 #endif
 }
 
-// Kernels asking for more than 48 KiB of dynamic shared memory must say so first.
+// Whether `kernel` may already take `bytes` of dynamic shared memory on the
+// current device, and noting that it may (cuda/runtime.cu keeps what was set).
+bool shared_memory_allowed(const void* kernel, std::size_t bytes);
+void note_shared_memory_allowed(const void* kernel, std::size_t bytes);
+
+// Kernels asking for more than 48 KiB of dynamic shared memory must say so
+// first, once per device: the attribute is a driver call, which a launch
+// of every step would pay again.
 template <typename Kernel>
 void allow_shared_memory(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  const void* key = reinterpret_cast<const void*>(kernel);
+  if (bytes <= 48 * 1024 || shared_memory_allowed(key, bytes)) return;
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  note_shared_memory_allowed(key, bytes);
 }
 
 // The block's dynamic shared memory (the launch's dynamic_smem bytes), as T.

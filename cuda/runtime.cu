@@ -3,10 +3,13 @@
 // Device memory itself is in cuda/allocator.cu.
 #include <fmt/format.h>
 
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.h"
+#include "cuda/device_utils.cuh"
 #include "cuda/runtime.h"
 #include "cuda/stream.h"
 
@@ -122,6 +125,40 @@ double time_gpu_ms(int device, const std::function<void()>& fn) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
   return ms;
+}
+
+// ---- dynamic shared memory allowed per kernel (device_utils.cuh's allow_shared_memory) ----
+
+namespace {
+struct SharedMemoryAllowances {
+  std::mutex mutex;
+  std::map<std::pair<const void*, int>, std::size_t> bytes;  // (kernel, device): the most set
+};
+SharedMemoryAllowances& shared_memory_allowances() {
+  static SharedMemoryAllowances allowances;
+  return allowances;
+}
+int device_now() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+}  // namespace
+
+bool shared_memory_allowed(const void* kernel, std::size_t bytes) {
+  SharedMemoryAllowances& a = shared_memory_allowances();
+  const std::pair<const void*, int> key{kernel, device_now()};
+  const std::lock_guard<std::mutex> lock(a.mutex);
+  const auto found = a.bytes.find(key);
+  return found != a.bytes.end() && found->second >= bytes;
+}
+
+void note_shared_memory_allowed(const void* kernel, std::size_t bytes) {
+  SharedMemoryAllowances& a = shared_memory_allowances();
+  const std::pair<const void*, int> key{kernel, device_now()};
+  const std::lock_guard<std::mutex> lock(a.mutex);
+  std::size_t& allowed = a.bytes[key];
+  allowed = std::max(allowed, bytes);
 }
 
 }  // namespace attograd::cuda
