@@ -151,25 +151,29 @@ __device__ __forceinline__ void mask_tile(Scores& s, const AttentionProblem& p, 
 
 // The dropped weights of the tile to 0, the kept ones times 1 / (1 - p): the
 // problem's stream (base/attention_problem.h), after their sum went into l.
-// A lane's two neighbouring weights of a row are elements e and e + 1 of the
-// stream, which draws counter e / 4 for element e: one draw serves both
-// unless e is the last of its four.
+// Every row of the weights starts at a multiple of 4 in the stream (Tk % 4 ==
+// 0, which attention_forward_bf16_flash asks of dropout), so keys 8n + 4u to
+// 8n + 4u + 3 of a row are one draw's four words, held by the lanes t = 2u
+// (words 0 and 1) and 2u + 1 (2 and 3), which share rows g and g + 8: the lane
+// of parity v draws for its rows g + 8v, keeps words 2v and 2v + 1, and hands
+// the other two to its partner. One draw for four weights.
 __device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& p, const TileAt& at) {
   const auto factor = [&](std::uint32_t bits) { return uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale; };
+  const int v = at.t % 2;
 #pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
+  for (int mt = 0; mt < kM; ++mt) {
+    // Counter of the lane's row g + 8v, keys j0 + 4u on; each 8 keys on is 2 counters on.
+    const std::uint64_t counter = p.offset + p.weight_index(at.b, at.h, at.i(mt, 2 * v), at.j0) / 4 + at.t / 2;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::uint64_t row = p.weight_index(at.b, at.h, at.i(mt, 2 * half), 0);
-#pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n) {
-        const std::uint64_t e = row + static_cast<std::uint64_t>(at.j(n, 0)), k = e % 4;
-        const Philox4 draw = philox4x32(p.offset + e / 4, p.seed);
-        const std::uint32_t second = k == 3 ? philox4x32(p.offset + e / 4 + 1, p.seed).v[0] : draw_word(draw, k + 1);
-        s[mt][n][2 * half] *= factor(draw_word(draw, k));
-        s[mt][n][2 * half + 1] *= factor(second);
-      }
+    for (int n = 0; n < kKeys / 8; ++n) {
+      const Philox4 draw = philox4x32(counter + 2 * n, p.seed);
+      const std::uint32_t keep0 = v ? draw.v[2] : draw.v[0], keep1 = v ? draw.v[3] : draw.v[1];
+      const std::uint32_t got0 = __shfl_xor_sync(kFullMask, v ? draw.v[0] : draw.v[2], 1);
+      const std::uint32_t got1 = __shfl_xor_sync(kFullMask, v ? draw.v[1] : draw.v[3], 1);
+      s[mt][n][0] *= factor(v ? got0 : keep0), s[mt][n][1] *= factor(v ? got1 : keep1);  // row g
+      s[mt][n][2] *= factor(v ? keep0 : got0), s[mt][n][3] *= factor(v ? keep1 : got1);  // row g + 8
     }
+  }
 }
 
 // The online softmax over the tile: s becomes 2^(s log2(e) scale - m log2(e) scale)
@@ -374,7 +378,8 @@ FlashKernel flash_kernel_for(const AttentionProblem& p) {
 bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16AttentionOperands& x, Bf16AttentionOutput out,
                                   float* lse, cudaStream_t stream) {
   // The output's rows are aligned wherever x.vec holds (Bf16AttentionOperands).
-  if ((p.D != 32 && p.D != 64) || !x.vec || !(p.scale > 0)) return false;
+  // Dropout's draws serve four weights each where rows of weights start at multiples of 4.
+  if ((p.D != 32 && p.D != 64) || !x.vec || !(p.scale > 0) || (p.dropout() && p.Tk % 4 != 0)) return false;
   const FlashKernel kernel = p.D == 32 ? flash_kernel_for<32>(p) : flash_kernel_for<64>(p);
   const int smem = p.D == 32 ? flash::Tiles<32>::kSharedBytes : flash::Tiles<64>::kSharedBytes;
   allow_shared_memory(kernel, smem);

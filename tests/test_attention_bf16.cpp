@@ -206,7 +206,7 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   cases.push_back({2, 1, 150, 70, 64, true, false, false, 0.0});
   cases.push_back({1, 1, 1, 1, 64, false, false, false, 0.0});
   cases.push_back({2, 1, 100, 100, 64, true, false, false, 0.2});
-  cases.push_back({1, 1, 70, 77, 64, false, false, false, 0.3});  // odd Tk: a pair of weights across two draws
+  cases.push_back({1, 1, 70, 77, 64, false, false, false, 0.3});  // odd Tk: the general kernels' dropout
   cases.push_back({1, 1, 70, 200, 64, true, false, false, 0.0});  // causal, Tk > Tq: key blocks no query sees
   cases.push_back({1, 2, 150, 150, 64, true, true, true, 0.1});
   cases.push_back({1, 2, 300, 300, 32, true, false, false, 0.0});  // head size 32: the toy GPT's
