@@ -90,11 +90,29 @@ __device__ __forceinline__ void copy_whole_rows(std::uint16_t* tile, int destina
   }
 }
 
+// A warp's scores against Keys keys of a tile, mma accumulators: the whole
+// tile up to head size 64; at 128, where O takes 128 registers, a half tile at
+// a time (the sweep's exponent and rescaling twice a tile, and no spill).
 template <int D>
-using QFragments = std::uint32_t[kM][D / 16][4];  // a warp's queries as A fragments
-using Scores = float[kM][kKeys / 8][4];           // its scores against a key tile, mma accumulators
+constexpr int kScoreKeys = D <= 64 ? kKeys : kKeys / 2;
+template <int Keys>
+using Scores = float[kM][Keys / 8][4];
+
+// A lane's ldmatrix offsets into a tile whose lines hold the head size, one for
+// each 16 of D (a step of Q K^T, or a block of P V's columns). The swizzle
+// permutes chunks within each run of 8 (128 bytes), so offsets 4 apart are 128
+// bytes apart: only the first four are held, which at D = 128 keeps 12 registers.
 template <int D>
-using LaneAddresses = int[D / 16];                // a lane's ldmatrix offsets into a K or V tile
+struct LaneAddresses {
+  static constexpr int kHeld = D / 16 < 4 ? D / 16 : 4;
+  int at[kHeld];
+  template <typename Offset>  // Offset: int(int i), the offset for the i-th 16 of D
+  __device__ __forceinline__ explicit LaneAddresses(Offset offset) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) at[i] = offset(i);
+  }
+  __device__ __forceinline__ int operator[](int i) const { return at[i % kHeld] + i / kHeld * 128; }
+};
 
 // A warp's rows, g and g + 8 of each of its mma tiles for lane (g, t): the
 // running sum of p v, the running max of the raw scores, and this lane's share
@@ -109,21 +127,60 @@ struct WarpRows {
   }
 };
 
+// A warp's queries as A fragments. At head sizes up to 64 they are held in
+// registers for the whole sweep; at 128 they would take 64 of the registers
+// that O's 128 need beside the scores, so they are read from the Q tile again
+// for each key tile (a sixth more LDSM a tile).
+template <int D, bool InRegisters = (D <= 64)>
+struct WarpQueries {
+  std::uint32_t f[kM][D / 16][4];
+  __device__ __forceinline__ WarpQueries(const std::uint16_t* q_tile, int warp, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        load_matrices<false>(f[mt][ks], byte_offset(q_tile, Tiles<D>::Q::fragment_chunk(warp * kWarpQueries + 16 * mt,
+                                                                                         ks, lane, false) * 16));
+  }
+  __device__ __forceinline__ void step(std::uint32_t (&a)[kM][4], int ks) const {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) a[mt][r] = f[mt][ks][r];
+  }
+};
+template <int D>
+struct WarpQueries<D, false> {
+  const std::uint16_t* tile;
+  LaneAddresses<D> at;  // per step of 16 along D; the warp's second mma tile 16 lines on
+  __device__ __forceinline__ WarpQueries(const std::uint16_t* q_tile, int warp, int lane)
+      : tile(q_tile),
+        at([&](int ks) { return Tiles<D>::Q::fragment_chunk(warp * kWarpQueries, ks, lane, false) * 16; }) {}
+  __device__ __forceinline__ void step(std::uint32_t (&a)[kM][4], int ks) const {
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+      load_matrices<false>(a[mt], byte_offset(tile, at[ks] + mt * Tiles<D>::Q::kLineStride * 16));
+  }
+};
+
 // s = Q K^T for the key tile: K's ldmatrix offsets per step of 16 along D
 // (k_at), its blocks of 16 keys a constant apart.
 template <int D>
-__device__ __forceinline__ void tile_scores(Scores& s, const QFragments<D>& q, const std::uint16_t* k_tile,
+__device__ __forceinline__ void tile_scores(Scores<kScoreKeys<D>>& s, const WarpQueries<D>& q, const std::uint16_t* k_tile,
                                             const LaneAddresses<D>& k_at) {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks)
+  for (int ks = 0; ks < D / 16; ++ks) {
+    std::uint32_t a[kM][4];
+    q.step(a, ks);
 #pragma unroll
-    for (int f = 0; f < kKeys / 16; ++f) {
+    for (int f = 0; f < kScoreKeys<D> / 16; ++f) {
       std::uint32_t kf[4];
       load_matrices<false>(kf, byte_offset(k_tile, k_at[ks] + f * Tiles<D>::K::kLineStride * 16));
       const std::uint32_t lo[2] = {kf[0], kf[1]}, hi[2] = {kf[2], kf[3]};
 #pragma unroll
-      for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], q[mt][ks], lo), mma_bf16(s[mt][2 * f + 1], q[mt][ks], hi);
+      for (int mt = 0; mt < kM; ++mt) mma_bf16(s[mt][2 * f], a[mt], lo), mma_bf16(s[mt][2 * f + 1], a[mt], hi);
     }
+  }
 }
 
 // Where a lane's scores of a tile lie: the warp's first query w0 of (b, h), the tile's first key j0.
@@ -136,12 +193,12 @@ struct TileAt {
 
 // Hidden keys at -inf: with a mask, as the problem hides them; else past Tk,
 // or (causal) after the query.
-template <bool Causal, bool HasMask>
-__device__ __forceinline__ void mask_tile(Scores& s, const AttentionProblem& p, const TileAt& at) {
+template <bool Causal, bool HasMask, int N>  // N blocks of 8 keys
+__device__ __forceinline__ void mask_tile(float (&s)[kM][N][4], const AttentionProblem& p, const TileAt& at) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
+    for (int n = 0; n < N; ++n)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const std::int64_t i = at.i(mt, r), j = at.j(n, r);
@@ -157,7 +214,8 @@ __device__ __forceinline__ void mask_tile(Scores& s, const AttentionProblem& p, 
 // (words 0 and 1) and 2u + 1 (2 and 3), which share rows g and g + 8: the lane
 // of parity v draws for its rows g + 8v, keeps words 2v and 2v + 1, and hands
 // the other two to its partner. One draw for four weights.
-__device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& p, const TileAt& at) {
+template <int N>  // N blocks of 8 keys
+__device__ __forceinline__ void drop_weights(float (&s)[kM][N][4], const AttentionProblem& p, const TileAt& at) {
   const auto factor = [&](std::uint32_t bits) { return uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale; };
   const int v = at.t % 2;
 #pragma unroll
@@ -165,7 +223,7 @@ __device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& 
     // Counter of the lane's row g + 8v, keys j0 + 4u on; each 8 keys on is 2 counters on.
     const std::uint64_t counter = p.offset + p.weight_index(at.b, at.h, at.i(mt, 2 * v), at.j0) / 4 + at.t / 2;
 #pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
+    for (int n = 0; n < N; ++n) {
       const Philox4 draw = philox4x32(counter + 2 * n, p.seed);
       const std::uint32_t keep0 = v ? draw.v[2] : draw.v[0], keep1 = v ? draw.v[3] : draw.v[1];
       const std::uint32_t got0 = __shfl_xor_sync(kFullMask, v ? draw.v[0] : draw.v[2], 1);
@@ -179,14 +237,14 @@ __device__ __forceinline__ void drop_weights(Scores& s, const AttentionProblem& 
 // The online softmax over the tile: s becomes 2^(s log2(e) scale - m log2(e) scale)
 // with m the rows' new max, and o and l are rescaled to it.
 template <int D>
-__device__ __forceinline__ void online_softmax(Scores& s, WarpRows<D>& rows, float scale_log2) {
+__device__ __forceinline__ void online_softmax(Scores<kScoreKeys<D>>& s, WarpRows<D>& rows, float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = s[mt][0][2 * half];
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+      for (int n = 0; n < kScoreKeys<D> / 8; ++n)
         tile_max = NanMax{}(tile_max, NanMax{}(s[mt][n][2 * half], s[mt][n][2 * half + 1]));
       const float m_new = NanMax{}(rows.m[mt][half], quad_reduce(tile_max, NanMax{}));
       // Nothing visible yet: exponents from 0, not -inf - -inf (every p and the correction 0).
@@ -197,7 +255,7 @@ __device__ __forceinline__ void online_softmax(Scores& s, WarpRows<D>& rows, flo
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) rows.o[mt][n][2 * half] *= correction, rows.o[mt][n][2 * half + 1] *= correction;
 #pragma unroll
-      for (int n = 0; n < kKeys / 8; ++n)
+      for (int n = 0; n < kScoreKeys<D> / 8; ++n)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           float& e = s[mt][n][2 * half + c];
@@ -211,10 +269,10 @@ __device__ __forceinline__ void online_softmax(Scores& s, WarpRows<D>& rows, flo
 // (attention_bf16.cu). V's ldmatrix offsets per block of 16 along D (v_at),
 // its steps of 16 keys a constant apart.
 template <int D>
-__device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores& s, const std::uint16_t* v_tile,
+__device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores<kScoreKeys<D>>& s, const std::uint16_t* v_tile,
                                            const LaneAddresses<D>& v_at) {
 #pragma unroll
-  for (int ks = 0; ks < kKeys / 16; ++ks) {
+  for (int ks = 0; ks < kScoreKeys<D> / 16; ++ks) {
     std::uint32_t pf[kM][4];
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
@@ -276,12 +334,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
   const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
   constexpr int kRowsApart = kThreads / kLineChunks;
-  LaneAddresses<D> k_at, v_at;
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) {
-    k_at[i] = KTile::fragment_chunk(0, i, lane, true) * 16;
-    v_at[i] = VTile::fragment_chunk(16 * i, 0, lane, true) * 16;
-  }
+  const LaneAddresses<D> k_at([&](int i) { return KTile::fragment_chunk(0, i, lane, true) * 16; });
+  const LaneAddresses<D> v_at([&](int i) { return VTile::fragment_chunk(16 * i, 0, lane, true) * 16; });
 
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
@@ -306,23 +360,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     commit_async_copies();
     wait_async_copies<0>();
     __syncthreads();
-    QFragments<D> q;
-#pragma unroll
-    for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        load_matrices<false>(q[mt][ks], byte_offset(q_tile, QTile::fragment_chunk(warp * kWarpQueries + 16 * mt, ks,
-                                                                                   lane, false) * 16));
+    const WarpQueries<D> q(q_tile, warp, lane);
 
     WarpRows<D> rows;
     const auto sweep_tile = [&](int buf, std::int64_t j0, auto masked) {
-      Scores s = {};
-      tile_scores<D>(s, q, kv + 2 * buf * kTileValues, k_at);
-      const TileAt at{b, h, w0, j0, g, t};
-      if constexpr (HasMask || decltype(masked)::value) mask_tile<Causal, HasMask>(s, p, at);
-      online_softmax(s, rows, scale_log2);
-      if constexpr (Dropout) drop_weights(s, p, at);
-      add_values(rows, s, kv + 2 * buf * kTileValues + kTileValues, v_at);
+      constexpr int kPart = kScoreKeys<D>, kPartBytes = 2 * kPart * kLineChunks * kChunk;  // lines of K or V
+#pragma unroll
+      for (int part = 0; part < kKeys / kPart; ++part) {
+        Scores<kPart> s = {};
+        tile_scores<D>(s, q, byte_offset(kv + 2 * buf * kTileValues, part * kPartBytes), k_at);
+        const TileAt at{b, h, w0, j0 + part * kPart, g, t};
+        if constexpr (HasMask || decltype(masked)::value) mask_tile<Causal, HasMask>(s, p, at);
+        online_softmax(s, rows, scale_log2);
+        if constexpr (Dropout) drop_weights(s, p, at);
+        add_values(rows, s, byte_offset(kv + 2 * buf * kTileValues + kTileValues, part * kPartBytes), v_at);
+      }
     };
     // The tiles below the last are whole: their copies' sources move down a tile at a time.
     const bfloat16* k_next = last >= 1 ? k_row(std::int64_t(last - 1) * kKeys + copy_line) : nullptr;
@@ -379,9 +431,14 @@ bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16Attention
                                   float* lse, cudaStream_t stream) {
   // The output's rows are aligned wherever x.vec holds (Bf16AttentionOperands).
   // Dropout's draws serve four weights each where rows of weights start at multiples of 4.
-  if ((p.D != 32 && p.D != 64) || !x.vec || !(p.scale > 0) || (p.dropout() && p.Tk % 4 != 0)) return false;
-  const FlashKernel kernel = p.D == 32 ? flash_kernel_for<32>(p) : flash_kernel_for<64>(p);
-  const int smem = p.D == 32 ? flash::Tiles<32>::kSharedBytes : flash::Tiles<64>::kSharedBytes;
+  if ((p.D != 32 && p.D != 64 && p.D != 128) || !x.vec || !(p.scale > 0) || (p.dropout() && p.Tk % 4 != 0))
+    return false;
+  const FlashKernel kernel = p.D == 32   ? flash_kernel_for<32>(p)
+                             : p.D == 64 ? flash_kernel_for<64>(p)
+                                         : flash_kernel_for<128>(p);
+  const int smem = p.D == 32   ? flash::Tiles<32>::kSharedBytes
+                   : p.D == 64 ? flash::Tiles<64>::kSharedBytes
+                               : flash::Tiles<128>::kSharedBytes;
   allow_shared_memory(kernel, smem);
   launch(kernel, grid_over(p.Tq, flash::kBlockQueries, p.B, p.H), flash::kThreads, smem, stream, p, x, out, lse);
   CUDA_CHECK_LAUNCH();

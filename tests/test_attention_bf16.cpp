@@ -211,6 +211,11 @@ TEST_CASE("cuda: bfloat16 attention on the tensor cores, within bfloat16's bound
   cases.push_back({1, 2, 150, 150, 64, true, true, true, 0.1});
   cases.push_back({1, 2, 300, 300, 32, true, false, false, 0.0});  // head size 32: the toy GPT's
   cases.push_back({2, 1, 130, 77, 32, false, true, true, 0.2});
+  // The flash forward at head size 128 (Q read from its tile, the scores half a key tile at a
+  // time): causal over several tiles, Tk ragged and > Tq, a mask with dropout.
+  cases.push_back({1, 1, 200, 200, 128, true, false, false, 0.0});
+  cases.push_back({2, 1, 70, 150, 128, false, false, true, 0.0});
+  cases.push_back({1, 2, 130, 100, 128, false, true, false, 0.2});
   // The flash backward's dropout (Tk a multiple of 4: a Philox draw for four weights), with a mask.
   cases.push_back({1, 2, 150, 152, 64, true, true, true, 0.1});
   cases.push_back({2, 1, 130, 76, 32, false, true, true, 0.2});
