@@ -98,22 +98,6 @@ constexpr int kScoreKeys = D <= 64 ? kKeys : kKeys / 2;
 template <int Keys>
 using Scores = float[kM][Keys / 8][4];
 
-// A lane's ldmatrix offsets into a tile whose lines hold the head size, one for
-// each 16 of D (a step of Q K^T, or a block of P V's columns). The swizzle
-// permutes chunks within each run of 8 (128 bytes), so offsets 4 apart are 128
-// bytes apart: only the first four are held, which at D = 128 keeps 12 registers.
-template <int D>
-struct LaneAddresses {
-  static constexpr int kHeld = D / 16 < 4 ? D / 16 : 4;
-  int at[kHeld];
-  template <typename Offset>  // Offset: int(int i), the offset for the i-th 16 of D
-  __device__ __forceinline__ explicit LaneAddresses(Offset offset) {
-#pragma unroll
-    for (int i = 0; i < kHeld; ++i) at[i] = offset(i);
-  }
-  __device__ __forceinline__ int operator[](int i) const { return at[i % kHeld] + i / kHeld * 128; }
-};
-
 // A warp's rows, g and g + 8 of each of its mma tiles for lane (g, t): the
 // running sum of p v, the running max of the raw scores, and this lane's share
 // of the sum of p.

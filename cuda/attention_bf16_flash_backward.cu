@@ -47,6 +47,7 @@ namespace flash_backward {
 using flash::copy_rows;
 using flash::draw_word;
 using flash::exp2_fast;
+using flash::LaneAddresses;
 using gemm_tiles::byte_offset;
 using gemm_tiles::kChunk;
 using gemm_tiles::OperandTile;
@@ -55,7 +56,10 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kWarpKeys = 16, kBlockKeys = kWarps * kWarpKeys;
 constexpr int kQueries = 64;                    // a query tile
 constexpr int kStripe = kQueries / kWarps;      // a warp's queries of the tile's dQ
-constexpr int kQueryBlocks = kQueries / 8;      // a warp's accumulator blocks along the tile's queries
+// The queries a warp's S^T and dP^T hold at a time: the whole tile up to head
+// size 64; at 128, where dK and dV take 128 registers, half of it.
+template <int D>
+constexpr int kPartQueries = D <= 64 ? kQueries : kQueries / 2;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // The tiles at head size D, each read two ways: plain where the summed index
@@ -110,6 +114,39 @@ __device__ __forceinline__ void four_factors(float (&z)[4], const AttentionProbl
   }
 }
 
+// A warp's keys and values as the A fragments of K Q^T and V dO^T: held in
+// registers up to head size 64; at 128 they would take 64 of the registers
+// that dK and dV's 128 need, so they are read from their tiles for each use.
+template <int D, bool InRegisters = (D <= 64)>
+struct WarpKeys {
+  std::uint32_t k[D / 16][4], v[D / 16][4];
+  __device__ __forceinline__ WarpKeys(const std::uint16_t* k_tile, const std::uint16_t* v_tile, int warp, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int at = OperandTile<kBlockKeys, true, D>::fragment_chunk(kWarpKeys * warp, ks, lane, false) * 16;
+      load_matrices<false>(k[ks], byte_offset(k_tile, at));
+      load_matrices<false>(v[ks], byte_offset(v_tile, at));
+    }
+  }
+  __device__ __forceinline__ void step(std::uint32_t (&kf)[4], std::uint32_t (&vf)[4], int ks) const {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) kf[r] = k[ks][r], vf[r] = v[ks][r];
+  }
+};
+template <int D>
+struct WarpKeys<D, false> {
+  const std::uint16_t *k_tile, *v_tile;
+  LaneAddresses<D> at;
+  __device__ __forceinline__ WarpKeys(const std::uint16_t* k, const std::uint16_t* v, int warp, int lane)
+      : k_tile(k), v_tile(v), at([&](int ks) {
+          return OperandTile<kBlockKeys, true, D>::fragment_chunk(kWarpKeys * warp, ks, lane, false) * 16;
+        }) {}
+  __device__ __forceinline__ void step(std::uint32_t (&kf)[4], std::uint32_t (&vf)[4], int ks) const {
+    load_matrices<false>(kf, byte_offset(k_tile, at[ks]));
+    load_matrices<false>(vf, byte_offset(v_tile, at[ks]));
+  }
+};
+
 // A warp's 16 rows of dK or dV from row0, rounded, those below `count`.
 template <int D>
 __device__ __forceinline__ void store_key_rows(const float (&acc)[D / 8][4], const Bf16AttentionOutput& out,
@@ -157,13 +194,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
   const int copy_at = gemm_tiles::Swizzle<kLineChunks>::at(copy_line, copy_chunk) * 16;
   // This lane's ldmatrix offsets: per step of 16 along D (plain), or per block of 16 of D (transposing).
-  int q_plain[D / 16], q_trans[D / 16], k_trans[D / 16];
-#pragma unroll
-  for (int i = 0; i < D / 16; ++i) {
-    q_plain[i] = T::QRows::fragment_chunk(0, i, lane, true) * 16;
-    q_trans[i] = T::QCols::fragment_chunk(16 * i, 0, lane, true) * 16;
-    k_trans[i] = T::KCols::fragment_chunk(16 * i, 0, lane, true) * 16;
-  }
+  const LaneAddresses<D> q_plain([&](int i) { return T::QRows::fragment_chunk(0, i, lane, true) * 16; });
+  const LaneAddresses<D> q_trans([&](int i) { return T::QCols::fragment_chunk(16 * i, 0, lane, true) * 16; });
+  const LaneAddresses<D> k_trans([&](int i) { return T::KCols::fragment_chunk(16 * i, 0, lane, true) * 16; });
   const int ds_at = T::DsT::fragment_chunk(kStripe * warp, 0, lane, false) * 16;
   const auto ds_word = [&](int key, int chunk) { return T::DsT::Layout::at(kWarpKeys * warp + key, chunk) * 16 + 4 * t; };
 
@@ -212,13 +245,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     wait_async_copies<1>();  // K and V have landed
     if (first_tile < query_tiles) store_terms(0, rows_from(q0_first));
     __syncthreads();
-    std::uint32_t kf[D / 16][4], vf[D / 16][4];  // the warp's keys and values as A fragments
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const int at = T::KRows::fragment_chunk(kWarpKeys * warp, ks, lane, false) * 16;
-      load_matrices<false>(kf[ks], byte_offset(k_tile, at));
-      load_matrices<false>(vf[ks], byte_offset(v_tile, at));
-    }
+    const WarpKeys<D> keys(k_tile, v_tile, warp, lane);
 
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     // This lane's rows g and g + 8 of its warp's stripe of dQ, in the sums and in dq; its counter.
@@ -250,32 +277,38 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float* lse_log2 = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kLseAt));
       const float* delta_scaled = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kDeltaAt));
 
-      const auto work = [&](auto masked) {
-        float s[kQueryBlocks][4] = {}, dp[kQueryBlocks][4] = {};  // S^T and dP^T: rows keys, columns queries
+      // The tile's queries [part * kPart, part * kPart + kPart).
+      const auto work_part = [&](auto masked, int part) {
+        constexpr int kPart = kPartQueries<D>, kBlocks = kPart / 8;
+        float s[kBlocks][4] = {}, dp[kBlocks][4] = {};  // S^T and dP^T: rows keys, columns queries
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks)
+        for (int ks = 0; ks < D / 16; ++ks) {
+          std::uint32_t kf[4], vf[4];
+          keys.step(kf, vf, ks);
 #pragma unroll
-          for (int f = 0; f < kQueries / 16; ++f) {
+          for (int f = 0; f < kPart / 16; ++f) {
             std::uint32_t qf[4], of[4];
-            const int at = q_plain[ks] + f * T::QRows::kLineStride * 16;
+            const int at = q_plain[ks] + (part * kPart / 16 + f) * T::QRows::kLineStride * 16;
             load_matrices<false>(qf, byte_offset(q_buf, at));
             load_matrices<false>(of, byte_offset(o_buf, at));
             const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
             const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
-            mma_bf16(s[2 * f], kf[ks], q_lo), mma_bf16(s[2 * f + 1], kf[ks], q_hi);
-            mma_bf16(dp[2 * f], vf[ks], o_lo), mma_bf16(dp[2 * f + 1], vf[ks], o_hi);
+            mma_bf16(s[2 * f], kf, q_lo), mma_bf16(s[2 * f + 1], kf, q_hi);
+            mma_bf16(dp[2 * f], vf, o_lo), mma_bf16(dp[2 * f + 1], vf, o_hi);
           }
+        }
         // P Z into s and scale dS into dp.
 #pragma unroll
-        for (int n = 0; n < kQueryBlocks; ++n) {
-          const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + 8 * n + 2 * t);
-          const float2 delta_pair = *reinterpret_cast<const float2*>(delta_scaled + 8 * n + 2 * t);
+        for (int n = 0; n < kBlocks; ++n) {
+          const int block = part * kBlocks + n;  // of the tile's 8 blocks of 8 queries
+          const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + 8 * block + 2 * t);
+          const float2 delta_pair = *reinterpret_cast<const float2*>(delta_scaled + 8 * block + 2 * t);
           float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-          if (Dropout) four_factors(z, p, draw_counter + n * block_counters, c);
+          if (Dropout) four_factors(z, p, draw_counter + block * block_counters, c);
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             // The pair's query and key in the tile, and in (b, h) for the mask and dropout.
-            const int query = 8 * n + 2 * t + r % 2, key = kWarpKeys * warp + g + 8 * (r / 2);
+            const int query = 8 * block + 2 * t + r % 2, key = kWarpKeys * warp + g + 8 * (r / 2);
             const std::int64_t i = q0 + query, j = j0 + key;
             const float prob = exp2_fast(s[n][r] * scale_log2 - (r % 2 ? lse_pair.y : lse_pair.x));
             float pz = prob * z[r];
@@ -289,10 +322,11 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         // dV += (P Z)^T dO and dK += dS^T Q; dS^T into shared memory for dQ.
 #pragma unroll
-        for (int ks = 0; ks < kQueries / 16; ++ks) {
+        for (int step = 0; step < kPart / 16; ++step) {
+          const int ks = part * kPart / 16 + step;  // of the tile's 4 steps of 16 queries
           std::uint32_t pa[4], da[4];
-          rounded_fragment(pa, s[2 * ks], s[2 * ks + 1]);
-          rounded_fragment(da, dp[2 * ks], dp[2 * ks + 1]);
+          rounded_fragment(pa, s[2 * step], s[2 * step + 1]);
+          rounded_fragment(da, dp[2 * step], dp[2 * step + 1]);
           *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks))) = da[0];
           *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g + 8, 2 * ks))) = da[1];
           *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks + 1))) = da[2];
@@ -309,6 +343,10 @@ __global__ void __launch_bounds__(kThreads, 2)
             mma_bf16(dk[2 * f], da, q_lo), mma_bf16(dk[2 * f + 1], da, q_hi);
           }
         }
+      };
+      const auto work = [&](auto masked) {
+#pragma unroll
+        for (int part = 0; part < kQueries / kPartQueries<D>; ++part) work_part(masked, part);
       };
       if (HasMask || valid_keys < kBlockKeys || (Causal && tile == first_tile))
         work(std::true_type{});
@@ -388,7 +426,8 @@ bool attention_backward_bf16_flash(const AttentionProblem& p, const Bf16Attentio
                                    Bf16AttentionOutput dv, cudaStream_t stream) {
   // dout's and the gradients' rows are aligned wherever x.vec holds (Bf16AttentionOperands);
   // dropout's draws serve four weights each where rows of weights start at multiples of 4.
-  if ((p.D != 32 && p.D != 64) || !x.vec || p.Tq == 0 || p.Tk == 0 || (p.dropout() && p.Tk % 4 != 0)) return false;
+  if ((p.D != 32 && p.D != 64 && p.D != 128) || !x.vec || p.Tq == 0 || p.Tk == 0 || (p.dropout() && p.Tk % 4 != 0))
+    return false;
   using namespace flash_backward;
   const std::int64_t query_tiles = (p.Tq + kQueries - 1) / kQueries, key_blocks = (p.Tk + kBlockKeys - 1) / kBlockKeys;
   AG_CHECK(query_tiles <= 0x7fffffff / kWarps, "attention", "sequence of {} queries is too long for the CUDA kernels",
@@ -399,8 +438,10 @@ bool attention_backward_bf16_flash(const AttentionProblem& p, const Bf16Attentio
   const std::size_t turn_bytes = sizeof(int) * static_cast<std::size_t>(p.B * p.H * query_tiles * kWarps);
   DeviceBuffer turns(turn_bytes);
   CUDA_CHECK(cudaMemsetAsync(turns.as<void>(), 0, turn_bytes, stream));
-  const FlashBackwardKernel kernel = p.D == 32 ? flash_backward_kernel_for<32>(p) : flash_backward_kernel_for<64>(p);
-  const int smem = p.D == 32 ? Tiles<32>::kSharedBytes : Tiles<64>::kSharedBytes;
+  const FlashBackwardKernel kernel = p.D == 32   ? flash_backward_kernel_for<32>(p)
+                                     : p.D == 64 ? flash_backward_kernel_for<64>(p)
+                                                 : flash_backward_kernel_for<128>(p);
+  const int smem = p.D == 32 ? Tiles<32>::kSharedBytes : p.D == 64 ? Tiles<64>::kSharedBytes : Tiles<128>::kSharedBytes;
   allow_shared_memory(kernel, smem);
   const Gradients grad{dout, lse, delta, sums.as<float>(), turns.as<int>(), dq, dk, dv};
   launch(kernel, grid_over(p.Tk, kBlockKeys, p.B, p.H), kThreads, smem, stream, p, x, grad);

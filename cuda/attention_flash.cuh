@@ -1,8 +1,9 @@
 #pragma once
 // What the bfloat16 attention's forward and backward in FlashAttention-2's
 // shape share (cuda/attention_bf16_flash.cu, attention_bf16_flash_backward.cu):
-// exp2 in one instruction, a word of a Philox draw, and copying a tile of
-// rows into a swizzled tile (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy.
+// exp2 in one instruction, a word of a Philox draw, a lane's ldmatrix offsets
+// along a line of the head size, and copying a tile of rows into a swizzled
+// tile (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy.
 #include <cmath>
 #include <cstdint>
 
@@ -28,6 +29,23 @@ __device__ __forceinline__ float exp2_fast(float x) {
 __device__ __forceinline__ std::uint32_t draw_word(const Philox4& d, std::uint64_t k) {
   return k == 0 ? d.v[0] : k == 1 ? d.v[1] : k == 2 ? d.v[2] : d.v[3];
 }
+
+// A lane's ldmatrix offsets into a tile whose lines hold the head size, one for
+// each 16 of D (a step of a product summing over D, or a block of 16 of its
+// columns). The swizzle permutes chunks within each run of 8 (128 bytes), so
+// offsets 4 apart are 128 bytes apart: only the first four are held, which at
+// D = 128 saves four registers an array.
+template <int D>
+struct LaneAddresses {
+  static constexpr int kHeld = D / 16 < 4 ? D / 16 : 4;
+  int at[kHeld];
+  template <typename Offset>  // Offset: int(int i), the offset for the i-th 16 of D
+  __device__ __forceinline__ explicit LaneAddresses(Offset offset) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) at[i] = offset(i);
+  }
+  __device__ __forceinline__ int operator[](int i) const { return at[i % kHeld] + i / kHeld * 128; }
+};
 
 // A tile of rows of (b, h) into shared memory by the block's Threads threads,
 // a line a row, this thread's copy i lying i * Threads chunks after copy 0's
