@@ -1,12 +1,13 @@
-// The bfloat16 attention forward in FlashAttention-2's shape at head sizes 32 and 64
-// (rows 16-byte aligned): attention_forward_bf16 (cuda/attention_bf16.cu)
+// The bfloat16 attention forward in FlashAttention-2's shape at head sizes 32,
+// 64 and 128 (rows 16-byte aligned): attention_forward_bf16 (cuda/attention_bf16.cu)
 // sends those problems here and the rest to its general kernel, whose
 // conventions (what is rounded where, the log-sum-exp, NaN rows, the dropout
 // stream) this one keeps. A kernel for each of causal, masked and dropout, so
 // that the common one (no mask, no dropout) has no code for either.
 //
 // A block of 4 warps owns 128 queries of one (b, h), a warp 32 of them (two
-// mma tiles high), their Q fragments held in registers for the whole sweep.
+// mma tiles high), their Q fragments held in registers for the whole sweep
+// (at 128, read from the Q tile: WarpQueries).
 // Keys and values stream through shared memory in tiles of 64, copied by
 // cp.async into XOR-swizzled tiles (cuda/gemm_tiles.h: no bank conflict for
 // the copies, the plain ldmatrix of K nor the transposing one of V), the next

@@ -1,5 +1,5 @@
-// The bfloat16 attention backward in FlashAttention-2's shape at head sizes 32
-// and 64 (rows 16-byte aligned): attention_backward_bf16 (cuda/attention_bf16.cu)
+// The bfloat16 attention backward in FlashAttention-2's shape at head sizes 32,
+// 64 and 128 (rows 16-byte aligned): attention_backward_bf16 (cuda/attention_bf16.cu)
 // sends those problems here once delta is made, and the rest to its two
 // general kernels, whose conventions (attention_common.cuh's formulas, what
 // is rounded where) this one keeps. A kernel for each of causal, masked and
@@ -9,7 +9,8 @@
 // products in one sweep over the query tiles that see them (causal: from
 // its diagonal on), 64 queries a tile:
 //   S^T = K Q^T and dP^T = V dO^T, the warp's keys by the tile's queries,
-//     from K's and V's fragments held in registers for the whole sweep;
+//     from K's and V's fragments held in registers for the whole sweep (at
+//     128, read from their tiles: WarpKeys);
 //   P^T = 2^(S^T scale log2(e) - lse log2(e)) and dS^T = P^T (dP^T Z scale -
 //     delta scale) where they stand: the accumulators are the A fragments of
 //     the next products (attention_bf16.cu);
