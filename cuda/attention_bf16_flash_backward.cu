@@ -170,26 +170,213 @@ __device__ __forceinline__ void rounded_fragment(std::uint32_t (&a)[4], const fl
   a[2] = round_pair(right[0], right[1]), a[3] = round_pair(right[2], right[3]);
 }
 
+// The stream of query tiles through the two buffers: this thread's copies of
+// Q and dO by cp.async, and its term (threads 0-63 a query's lse, 64-127 its
+// delta), loaded into a register with the copies and stored into the buffer at
+// the end of the tile before. Every step is worked out once: q_next and o_next
+// point at this thread's first copy of the next tile, term_source at its term.
+// A copy past Tq reads nothing, from the tensor's first row.
+template <int D>
+struct QueryStream {
+  using Tile = typename Tiles<D>::QRows;
+  static constexpr int kRowsApart = kThreads / Tiles<D>::kLineChunks;
+  const bfloat16 *q_next, *o_next;
+  std::int64_t q_step16, o_step16, q_tile_step, o_tile_step;
+  const float* term_source;
+  int term_row, copy_at;
+  float next_term = 0.0f;
+
+  __device__ __forceinline__ QueryStream(const AttentionProblem& p, const Bf16AttentionOperands& x,
+                                         const Gradients& grad, std::int64_t bh, std::int64_t q0, int copy_at_)
+      : q_step16(kRowsApart * x.q.st), o_step16(kRowsApart * grad.dout.st), q_tile_step(kQueries * x.q.st),
+        o_tile_step(kQueries * grad.dout.st), term_row(static_cast<int>(threadIdx.x) % kQueries), copy_at(copy_at_) {
+    const std::int64_t b = bh / p.H, h = bh % p.H;
+    const int line = threadIdx.x / Tiles<D>::kLineChunks, chunk = threadIdx.x % Tiles<D>::kLineChunks;
+    q_next = x.q.row(b, h, q0 + line) + chunk * kChunk;
+    o_next = grad.dout.row(b, h, q0 + line) + chunk * kChunk;
+    term_source = (threadIdx.x < kQueries ? grad.lse : grad.delta) + bh * p.Tq + q0 + term_row;
+  }
+  // The next tile, `rows` of it below Tq, into the buffer at buf_at; q_data and dout_data are where nothing is read.
+  __device__ __forceinline__ void copy(std::uint16_t* buffers, int buf_at, int rows, const bfloat16* q_data,
+                                       const bfloat16* dout_data) {
+    copy_rows<Tile, kThreads>(byte_offset(buffers, buf_at), copy_at, q_next, q_step16, rows, q_data);
+    copy_rows<Tile, kThreads>(byte_offset(buffers, buf_at + Tiles<D>::kQueryBytes), copy_at, o_next, o_step16, rows,
+                              dout_data);
+    if (term_row < rows) next_term = *term_source;
+    q_next += q_tile_step, o_next += o_tile_step, term_source += kQueries;
+  }
+  // Its terms: lse as the exponent's (+inf where no key is seen, lse -inf, or past Tq, so that P
+  // is 0), delta times the scale.
+  __device__ __forceinline__ void store_terms(std::uint16_t* buffers, int buf_at, int rows, float scale) const {
+    const bool inside = term_row < rows;
+    const float term = threadIdx.x < kQueries ? (!inside || next_term == -INFINITY ? INFINITY : next_term * kLog2e)
+                                              : (inside ? next_term * scale : 0.0f);
+    reinterpret_cast<float*>(byte_offset(buffers, buf_at + 2 * Tiles<D>::kQueryBytes))[threadIdx.x] = term;
+  }
+};
+
+// What a lane's products of one query tile read (tile_part).
+template <int D>
+struct TileWork {
+  const AttentionProblem& p;
+  const WarpKeys<D>& keys;
+  const LaneAddresses<D>&q_plain, &q_trans;
+  const std::uint16_t *q_buf, *o_buf;    // the tile's Q and dO
+  const float *lse_log2, *delta_scaled;  // and terms
+  std::uint16_t* ds_tile;
+  std::int64_t b, h, q0, j0;
+  int warp, g, t;
+  int valid_keys, past;  // the block's keys below Tk; causal, key > query + past is hidden
+  float scale_log2;
+  std::uint64_t draw_counter, block_counters;  // dropout: the lane's draw for the tile's first block; a block's step
+};
+
+// Queries [part * kPart, part * kPart + kPart) of the tile: S^T and dP^T; P Z
+// and scale dS where they stand (Masked: hidden pairs 0); dV += (P Z)^T dO
+// and dK += dS^T Q; dS^T into shared memory for dQ.
+template <int D, bool Causal, bool HasMask, bool Dropout, bool Masked>
+__device__ __forceinline__ void tile_part(float (&dk)[D / 8][4], float (&dv)[D / 8][4], const TileWork<D>& w,
+                                          int part) {
+  using T = Tiles<D>;
+  constexpr int kPart = kPartQueries<D>, kBlocks = kPart / 8;
+  const int g = w.g, t = w.t;
+  float s[kBlocks][4] = {}, dp[kBlocks][4] = {};  // S^T and dP^T: rows keys, columns queries
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    std::uint32_t kf[4], vf[4];
+    w.keys.step(kf, vf, ks);
+#pragma unroll
+    for (int f = 0; f < kPart / 16; ++f) {
+      std::uint32_t qf[4], of[4];
+      const int at = w.q_plain[ks] + (part * kPart / 16 + f) * T::QRows::kLineStride * 16;
+      load_matrices<false>(qf, byte_offset(w.q_buf, at));
+      load_matrices<false>(of, byte_offset(w.o_buf, at));
+      const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
+      const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
+      mma_bf16(s[2 * f], kf, q_lo), mma_bf16(s[2 * f + 1], kf, q_hi);
+      mma_bf16(dp[2 * f], vf, o_lo), mma_bf16(dp[2 * f + 1], vf, o_hi);
+    }
+  }
+  // P Z into s and scale dS into dp.
+#pragma unroll
+  for (int n = 0; n < kBlocks; ++n) {
+    const int block = part * kBlocks + n;  // of the tile's 8 blocks of 8 queries
+    const float2 lse_pair = *reinterpret_cast<const float2*>(w.lse_log2 + 8 * block + 2 * t);
+    const float2 delta_pair = *reinterpret_cast<const float2*>(w.delta_scaled + 8 * block + 2 * t);
+    float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    if (Dropout) four_factors(z, w.p, w.draw_counter + block * w.block_counters, g % 4);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      // The pair's query and key in the tile, and in (b, h) for the mask.
+      const int query = 8 * block + 2 * t + r % 2, key = kWarpKeys * w.warp + g + 8 * (r / 2);
+      const float prob = exp2_fast(s[n][r] * w.scale_log2 - (r % 2 ? lse_pair.y : lse_pair.x));
+      float pz = prob * z[r];
+      float ds = prob * (dp[n][r] * z[r] * w.p.scale - (r % 2 ? delta_pair.y : delta_pair.x));
+      if constexpr (Masked) {
+        const bool hidden = HasMask ? w.p.hidden(w.b, w.h, w.q0 + query, w.j0 + key)
+                                    : key >= w.valid_keys || (Causal && key > query + w.past);
+        if (hidden) pz = 0.0f, ds = 0.0f;
+      }
+      s[n][r] = pz, dp[n][r] = ds;
+    }
+  }
+  // dV += (P Z)^T dO and dK += dS^T Q; dS^T into shared memory, at key line 16 warp + g (+ 8), word t of a chunk.
+  const auto ds_word = [&](int key, int chunk) {
+    return byte_offset(w.ds_tile, T::DsT::Layout::at(kWarpKeys * w.warp + key, chunk) * 16 + 4 * t);
+  };
+#pragma unroll
+  for (int step = 0; step < kPart / 16; ++step) {
+    const int ks = part * kPart / 16 + step;  // of the tile's 4 steps of 16 queries
+    std::uint32_t pa[4], da[4];
+    rounded_fragment(pa, s[2 * step], s[2 * step + 1]);
+    rounded_fragment(da, dp[2 * step], dp[2 * step + 1]);
+    *reinterpret_cast<std::uint32_t*>(ds_word(g, 2 * ks)) = da[0];
+    *reinterpret_cast<std::uint32_t*>(ds_word(g + 8, 2 * ks)) = da[1];
+    *reinterpret_cast<std::uint32_t*>(ds_word(g, 2 * ks + 1)) = da[2];
+    *reinterpret_cast<std::uint32_t*>(ds_word(g + 8, 2 * ks + 1)) = da[3];
+#pragma unroll
+    for (int f = 0; f < D / 16; ++f) {
+      std::uint32_t of[4], qf[4];
+      const int at = w.q_trans[f] + ks * T::QCols::kLineStride * 16;
+      load_matrices<true>(of, byte_offset(w.o_buf, at));
+      load_matrices<true>(qf, byte_offset(w.q_buf, at));
+      const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
+      const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
+      mma_bf16(dv[2 * f], pa, o_lo), mma_bf16(dv[2 * f + 1], pa, o_hi);
+      mma_bf16(dk[2 * f], da, q_lo), mma_bf16(dk[2 * f + 1], da, q_hi);
+    }
+  }
+}
+
+// Where a lane's rows g and g + 8 of its warp's 16 queries of a tile's dQ go:
+// the float32 sums between key blocks, dq, and the warp's counter.
+struct DqStripe {
+  float* sums;
+  bfloat16* out;
+  std::int64_t half_step;  // dq's 8 rows
+  int* turn;
+};
+
+// The tile's dQ from these keys for the warp's 16 queries (dS K), added to the
+// key blocks' before in their order; the last block (`last`) rounds the sum
+// into dq, its rows below rows_left (counted from the warp's first).
+template <int D>
+__device__ __forceinline__ void add_tile_dq(const DqStripe& at, const std::uint16_t* ds_tile, const std::uint16_t* k_tile,
+                                           int ds_at, const LaneAddresses<D>& k_trans, int jb, int last, int rows_left,
+                                           int g) {
+  using T = Tiles<D>;
+  float dq[D / 8][4] = {};
+#pragma unroll
+  for (int ks = 0; ks < kBlockKeys / 16; ++ks) {
+    std::uint32_t a[4];
+    load_matrices<true>(a, byte_offset(ds_tile, ds_at + ks * T::DsT::kLineStride * 16));
+#pragma unroll
+    for (int f = 0; f < D / 16; ++f) {
+      std::uint32_t kk[4];
+      load_matrices<true>(kk, byte_offset(k_tile, k_trans[f] + ks * T::KCols::kLineStride * 16));
+      const std::uint32_t lo[2] = {kk[0], kk[1]}, hi[2] = {kk[2], kk[3]};
+      mma_bf16(dq[2 * f], a, lo), mma_bf16(dq[2 * f + 1], a, hi);
+    }
+  }
+  if (jb > 0) wait_for_turn(at.turn, jb);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float2* sums = reinterpret_cast<float2*>(at.sums + 8 * half * D);
+    const bool inside = g + 8 * half < rows_left;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      float2 sum = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
+      if (jb > 0) {
+        const float2 before = load_sum(sums + 4 * n);
+        sum = make_float2(before.x + sum.x, before.y + sum.y);
+      }
+      if (jb != last)
+        store_sum(sums + 4 * n, sum);
+      else if (inside)
+        *reinterpret_cast<std::uint32_t*>(at.out + half * at.half_step + 8 * n) = round_pair(sum.x, sum.y);
+    }
+  }
+  if (jb != last) pass_turn(at.turn, jb + 1);
+}
+
 template <int D, bool Causal, bool HasMask, bool Dropout>
 __global__ void __launch_bounds__(kThreads, 2)
     attention_backward_flash_kernel(AttentionProblem p, Bf16AttentionOperands x, Gradients grad) {
   using T = Tiles<D>;
   constexpr int kLineChunks = T::kLineChunks, kRowsApart = kThreads / kLineChunks;
-  constexpr int kKeyValues = T::kKeyValues;
   std::uint16_t* const smem = dynamic_shared_memory<std::uint16_t>();
   std::uint16_t* const k_tile = smem;
-  std::uint16_t* const v_tile = k_tile + kKeyValues;
-  std::uint16_t* const ds_tile = v_tile + kKeyValues;
+  std::uint16_t* const v_tile = k_tile + T::kKeyValues;
+  std::uint16_t* const ds_tile = v_tile + T::kKeyValues;
   // Buffer u at byte u * kBufferBytes from here: Q, dO, lse, delta. A buffer's
   // offset goes to the other's by an exclusive or, where a multiply made 64-bit addresses.
   std::uint16_t* const buffers = byte_offset(smem, T::kBuffersOffset);
-  constexpr int kDoAt = T::kQueryBytes, kLseAt = 2 * T::kQueryBytes, kDeltaAt = kLseAt + T::kTermBytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int jb = blockIdx.x;
   const std::int64_t j0 = std::int64_t(jb) * kBlockKeys, w0 = j0 + kWarpKeys * warp;
   const int key_blocks = static_cast<int>((p.Tk + kBlockKeys - 1) / kBlockKeys);
   const int query_tiles = static_cast<int>((p.Tq + kQueries - 1) / kQueries);
-  const float scale_log2 = p.scale * kLog2e;
+  const auto rows_from = [&](std::int64_t q0) { return static_cast<int>(min(p.Tq - q0, std::int64_t(kQueries))); };
 
   // This thread's copies: a line of each tile and every kRowsApart-th after it, one chunk of each.
   const int copy_line = threadIdx.x / kLineChunks, copy_chunk = threadIdx.x % kLineChunks;
@@ -199,11 +386,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   const LaneAddresses<D> q_trans([&](int i) { return T::QCols::fragment_chunk(16 * i, 0, lane, true) * 16; });
   const LaneAddresses<D> k_trans([&](int i) { return T::KCols::fragment_chunk(16 * i, 0, lane, true) * 16; });
   const int ds_at = T::DsT::fragment_chunk(kStripe * warp, 0, lane, false) * 16;
-  const auto ds_word = [&](int key, int chunk) { return T::DsT::Layout::at(kWarpKeys * warp + key, chunk) * 16 + 4 * t; };
 
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
     const int first_tile = Causal ? jb : 0;  // the query tiles before it see none of these keys
+    const std::int64_t q0_first = std::int64_t(first_tile) * kQueries;
     const int valid_keys = static_cast<int>(min(p.Tk - j0, std::int64_t(kBlockKeys)));
     __syncthreads();  // the previous (b, h) is done with shared memory
 
@@ -212,51 +399,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     copy_rows<typename T::KRows, kThreads>(k_tile, copy_at, k_first, kRowsApart * x.k.st, valid_keys, k_first);
     copy_rows<typename T::KRows, kThreads>(v_tile, copy_at, v_first, kRowsApart * x.v.st, valid_keys, v_first);
     commit_async_copies();
-
-    // The query tiles' stream, every step worked out here: q_next and o_next
-    // point at this thread's first copy of the next tile, term_source at its
-    // term. A copy past Tq reads nothing, from the tensor's first row.
-    const std::int64_t q_step16 = kRowsApart * x.q.st, o_step16 = kRowsApart * grad.dout.st;
-    const std::int64_t q_tile_step = kQueries * x.q.st, o_tile_step = kQueries * grad.dout.st;
-    const std::int64_t q0_first = std::int64_t(first_tile) * kQueries;
-    const bfloat16* q_next = x.q.row(b, h, q0_first + copy_line) + copy_chunk * kChunk;
-    const bfloat16* o_next = grad.dout.row(b, h, q0_first + copy_line) + copy_chunk * kChunk;
-    // Threads 0-63 carry a query's lse, 64-127 its delta: the tile's terms as they lie in shared memory.
-    const int term_row = static_cast<int>(threadIdx.x) % kQueries;
-    const float* term_source =
-        (threadIdx.x < kQueries ? grad.lse : grad.delta) + bh * p.Tq + q0_first + term_row;
-    const auto rows_from = [&](std::int64_t q0) { return static_cast<int>(min(p.Tq - q0, std::int64_t(kQueries))); };
-    float next_term = 0.0f;
-    const auto copy_next = [&](int buf_at, int rows) {
-      copy_rows<typename T::QRows, kThreads>(byte_offset(buffers, buf_at), copy_at, q_next, q_step16, rows, x.q.data);
-      copy_rows<typename T::QRows, kThreads>(byte_offset(buffers, buf_at + kDoAt), copy_at, o_next, o_step16, rows,
-                                             grad.dout.data);
-      if (term_row < rows) next_term = *term_source;
-      q_next += q_tile_step, o_next += o_tile_step, term_source += kQueries;
-    };
-    // lse as the exponent's: +inf where no key is seen (lse -inf) or past Tq, so that P is 0.
-    const auto store_terms = [&](int buf_at, int rows) {
-      const bool inside = term_row < rows;
-      const float term = threadIdx.x < kQueries ? (!inside || next_term == -INFINITY ? INFINITY : next_term * kLog2e)
-                                                : (inside ? next_term * p.scale : 0.0f);
-      reinterpret_cast<float*>(byte_offset(buffers, buf_at + kLseAt))[threadIdx.x] = term;
-    };
-    if (first_tile < query_tiles) copy_next(0, rows_from(q0_first));
+    QueryStream<D> stream(p, x, grad, bh, q0_first, copy_at);
+    if (first_tile < query_tiles) stream.copy(buffers, 0, rows_from(q0_first), x.q.data, grad.dout.data);
     commit_async_copies();
     wait_async_copies<1>();  // K and V have landed
-    if (first_tile < query_tiles) store_terms(0, rows_from(q0_first));
+    if (first_tile < query_tiles) stream.store_terms(buffers, 0, rows_from(q0_first), p.scale);
     __syncthreads();
     const WarpKeys<D> keys(k_tile, v_tile, warp, lane);
 
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
-    // This lane's rows g and g + 8 of its warp's stripe of dQ, in the sums and in dq; its counter.
     const std::int64_t stripe_row = std::int64_t(bh * query_tiles + first_tile) * kQueries + kStripe * warp + g;
-    float* dq_sums = grad.dq_sums + stripe_row * D + 2 * t;
-    int* turn = grad.turns + (bh * query_tiles + first_tile) * kWarps + warp;
-    bfloat16* dq_row = grad.dq.row(b, h, 0) + (q0_first + kStripe * warp + g) * grad.dq.st + 2 * t;
-    const std::int64_t dq_tile_step = kQueries * grad.dq.st, dq_half_step = 8 * grad.dq.st;
-
-    std::int64_t q0 = q0_first;
+    DqStripe dq_at{grad.dq_sums + stripe_row * D + 2 * t,
+                   grad.dq.row(b, h, 0) + (q0_first + kStripe * warp + g) * grad.dq.st + 2 * t, 8 * grad.dq.st,
+                   grad.turns + (bh * query_tiles + first_tile) * kWarps + warp};
+    const std::int64_t dq_tile_step = kQueries * grad.dq.st;
     // Dropout (four_factors): this lane's draw for its first accumulator block of the
     // tile; each block 8 queries on is 2 Tk counters on, each tile 16 Tk.
     const int c = g % 4;
@@ -266,133 +422,35 @@ __global__ void __launch_bounds__(kThreads, 2)
     // Causal: key > query + past is hidden, past being the tile's first query less the block's
     // first key (0 on the first tile, the diagonal), and at most 64, past which nothing is.
     int past = 0;
+    std::int64_t q0 = q0_first;
     for (int tile = first_tile, buf_at = 0; tile < query_tiles; ++tile, buf_at ^= T::kBufferBytes, q0 += kQueries) {
       wait_async_copies<0>();  // this tile has landed
       __syncthreads();         // everyone's copies have, and everyone is done with the other buffer and dS^T
       const bool more = tile + 1 < query_tiles;
       const int rows = rows_from(q0), next_rows = rows_from(q0 + kQueries);
-      if (more) copy_next(buf_at ^ T::kBufferBytes, next_rows);
+      if (more) stream.copy(buffers, buf_at ^ T::kBufferBytes, next_rows, x.q.data, grad.dout.data);
       commit_async_copies();
-      const std::uint16_t* q_buf = byte_offset(buffers, buf_at);
-      const std::uint16_t* o_buf = byte_offset(buffers, buf_at + kDoAt);
-      const float* lse_log2 = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kLseAt));
-      const float* delta_scaled = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + kDeltaAt));
 
-      // The tile's queries [part * kPart, part * kPart + kPart).
-      const auto work_part = [&](auto masked, int part) {
-        constexpr int kPart = kPartQueries<D>, kBlocks = kPart / 8;
-        float s[kBlocks][4] = {}, dp[kBlocks][4] = {};  // S^T and dP^T: rows keys, columns queries
+      const float* lse_log2 = reinterpret_cast<const float*>(byte_offset(buffers, buf_at + 2 * T::kQueryBytes));
+      const TileWork<D> work{p, keys, q_plain, q_trans, byte_offset(buffers, buf_at),
+                             byte_offset(buffers, buf_at + T::kQueryBytes), lse_log2, lse_log2 + kQueries, ds_tile,
+                             b, h, q0, j0, warp, g, t, valid_keys, past, p.scale * kLog2e, draw_counter, block_counters};
+      if (HasMask || valid_keys < kBlockKeys || (Causal && tile == first_tile)) {
 #pragma unroll
-        for (int ks = 0; ks < D / 16; ++ks) {
-          std::uint32_t kf[4], vf[4];
-          keys.step(kf, vf, ks);
+        for (int part = 0; part < kQueries / kPartQueries<D>; ++part)
+          tile_part<D, Causal, HasMask, Dropout, true>(dk, dv, work, part);
+      } else {
 #pragma unroll
-          for (int f = 0; f < kPart / 16; ++f) {
-            std::uint32_t qf[4], of[4];
-            const int at = q_plain[ks] + (part * kPart / 16 + f) * T::QRows::kLineStride * 16;
-            load_matrices<false>(qf, byte_offset(q_buf, at));
-            load_matrices<false>(of, byte_offset(o_buf, at));
-            const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
-            const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
-            mma_bf16(s[2 * f], kf, q_lo), mma_bf16(s[2 * f + 1], kf, q_hi);
-            mma_bf16(dp[2 * f], vf, o_lo), mma_bf16(dp[2 * f + 1], vf, o_hi);
-          }
-        }
-        // P Z into s and scale dS into dp.
-#pragma unroll
-        for (int n = 0; n < kBlocks; ++n) {
-          const int block = part * kBlocks + n;  // of the tile's 8 blocks of 8 queries
-          const float2 lse_pair = *reinterpret_cast<const float2*>(lse_log2 + 8 * block + 2 * t);
-          const float2 delta_pair = *reinterpret_cast<const float2*>(delta_scaled + 8 * block + 2 * t);
-          float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-          if (Dropout) four_factors(z, p, draw_counter + block * block_counters, c);
-#pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            // The pair's query and key in the tile, and in (b, h) for the mask and dropout.
-            const int query = 8 * block + 2 * t + r % 2, key = kWarpKeys * warp + g + 8 * (r / 2);
-            const std::int64_t i = q0 + query, j = j0 + key;
-            const float prob = exp2_fast(s[n][r] * scale_log2 - (r % 2 ? lse_pair.y : lse_pair.x));
-            float pz = prob * z[r];
-            float ds = prob * (dp[n][r] * z[r] * p.scale - (r % 2 ? delta_pair.y : delta_pair.x));
-            if constexpr (decltype(masked)::value) {
-              const bool hidden = HasMask ? p.hidden(b, h, i, j) : key >= valid_keys || (Causal && key > query + past);
-              if (hidden) pz = 0.0f, ds = 0.0f;
-            }
-            s[n][r] = pz, dp[n][r] = ds;
-          }
-        }
-        // dV += (P Z)^T dO and dK += dS^T Q; dS^T into shared memory for dQ.
-#pragma unroll
-        for (int step = 0; step < kPart / 16; ++step) {
-          const int ks = part * kPart / 16 + step;  // of the tile's 4 steps of 16 queries
-          std::uint32_t pa[4], da[4];
-          rounded_fragment(pa, s[2 * step], s[2 * step + 1]);
-          rounded_fragment(da, dp[2 * step], dp[2 * step + 1]);
-          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks))) = da[0];
-          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g + 8, 2 * ks))) = da[1];
-          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g, 2 * ks + 1))) = da[2];
-          *reinterpret_cast<std::uint32_t*>(byte_offset(ds_tile, ds_word(g + 8, 2 * ks + 1))) = da[3];
-#pragma unroll
-          for (int f = 0; f < D / 16; ++f) {
-            std::uint32_t of[4], qf[4];
-            const int at = q_trans[f] + ks * T::QCols::kLineStride * 16;
-            load_matrices<true>(of, byte_offset(o_buf, at));
-            load_matrices<true>(qf, byte_offset(q_buf, at));
-            const std::uint32_t o_lo[2] = {of[0], of[1]}, o_hi[2] = {of[2], of[3]};
-            const std::uint32_t q_lo[2] = {qf[0], qf[1]}, q_hi[2] = {qf[2], qf[3]};
-            mma_bf16(dv[2 * f], pa, o_lo), mma_bf16(dv[2 * f + 1], pa, o_hi);
-            mma_bf16(dk[2 * f], da, q_lo), mma_bf16(dk[2 * f + 1], da, q_hi);
-          }
-        }
-      };
-      const auto work = [&](auto masked) {
-#pragma unroll
-        for (int part = 0; part < kQueries / kPartQueries<D>; ++part) work_part(masked, part);
-      };
-      if (HasMask || valid_keys < kBlockKeys || (Causal && tile == first_tile))
-        work(std::true_type{});
-      else
-        work(std::false_type{});
+        for (int part = 0; part < kQueries / kPartQueries<D>; ++part)
+          tile_part<D, Causal, HasMask, Dropout, false>(dk, dv, work, part);
+      }
       __syncthreads();  // dS^T is whole
 
-      // The tile's dQ from these keys, the warp's 16 queries: dS K.
-      float dq[D / 8][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < kBlockKeys / 16; ++ks) {
-        std::uint32_t a[4];
-        load_matrices<true>(a, byte_offset(ds_tile, ds_at + ks * T::DsT::kLineStride * 16));
-#pragma unroll
-        for (int f = 0; f < D / 16; ++f) {
-          std::uint32_t kk[4];
-          load_matrices<true>(kk, byte_offset(k_tile, k_trans[f] + ks * T::KCols::kLineStride * 16));
-          const std::uint32_t lo[2] = {kk[0], kk[1]}, hi[2] = {kk[2], kk[3]};
-          mma_bf16(dq[2 * f], a, lo), mma_bf16(dq[2 * f + 1], a, hi);
-        }
-      }
-      // Added to the key blocks' before in their order; the last rounds the sum into dq.
-      const int last = Causal ? min(tile, key_blocks - 1) : key_blocks - 1;
-      if (jb > 0) wait_for_turn(turn, jb);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float2* sums = reinterpret_cast<float2*>(dq_sums + 8 * half * D);
-        const bool inside = kStripe * warp + g + 8 * half < rows;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-          float2 sum = make_float2(dq[n][2 * half], dq[n][2 * half + 1]);
-          if (jb > 0) {
-            const float2 before = load_sum(sums + 4 * n);
-            sum = make_float2(before.x + sum.x, before.y + sum.y);
-          }
-          if (jb != last)
-            store_sum(sums + 4 * n, sum);
-          else if (inside)
-            *reinterpret_cast<std::uint32_t*>(dq_row + half * dq_half_step + 8 * n) = round_pair(sum.x, sum.y);
-        }
-      }
-      if (jb != last) pass_turn(turn, jb + 1);
-      if (more) store_terms(buf_at ^ T::kBufferBytes, next_rows);
-      dq_sums += kQueries * D, turn += kWarps, dq_row += dq_tile_step, past = min(past + kQueries, kQueries);
-      draw_counter += tile_counters;
+      add_tile_dq<D>(dq_at, ds_tile, k_tile, ds_at, k_trans, jb, Causal ? min(tile, key_blocks - 1) : key_blocks - 1,
+                     rows - kStripe * warp, g);
+      if (more) stream.store_terms(buffers, buf_at ^ T::kBufferBytes, next_rows, p.scale);
+      dq_at.sums += kQueries * D, dq_at.turn += kWarps, dq_at.out += dq_tile_step;
+      past = min(past + kQueries, kQueries), draw_counter += tile_counters;
     }
     store_key_rows<D>(dk, grad.dk, b, h, w0, p.Tk, g, t);
     store_key_rows<D>(dv, grad.dv, b, h, w0, p.Tk, g, t);
