@@ -396,19 +396,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 namespace {
 
-// The kernel made for the problem's head size, causality, mask and dropout.
-using FlashKernel = void (*)(AttentionProblem, Bf16AttentionOperands, Bf16AttentionOutput, float*);
-template <int D, bool Causal, bool HasMask>
-FlashKernel flash_kernel_for(bool dropout) {
-  return dropout ? flash::attention_forward_flash_kernel<D, Causal, HasMask, true>
-                 : flash::attention_forward_flash_kernel<D, Causal, HasMask, false>;
-}
-template <int D>
-FlashKernel flash_kernel_for(const AttentionProblem& p) {
-  const bool mask = p.mask != nullptr;
-  if (p.causal) return mask ? flash_kernel_for<D, true, true>(p.dropout()) : flash_kernel_for<D, true, false>(p.dropout());
-  return mask ? flash_kernel_for<D, false, true>(p.dropout()) : flash_kernel_for<D, false, false>(p.dropout());
-}
+struct ForwardKernels {
+  using Kernel = void (*)(AttentionProblem, Bf16AttentionOperands, Bf16AttentionOutput, float*);
+  template <int D, bool Causal, bool HasMask, bool Dropout>
+  static Kernel kernel() {
+    return flash::attention_forward_flash_kernel<D, Causal, HasMask, Dropout>;
+  }
+};
 
 }  // namespace
 
@@ -418,9 +412,7 @@ bool attention_forward_bf16_flash(const AttentionProblem& p, const Bf16Attention
   // Dropout's draws serve four weights each where rows of weights start at multiples of 4.
   if ((p.D != 32 && p.D != 64 && p.D != 128) || !x.vec || !(p.scale > 0) || (p.dropout() && p.Tk % 4 != 0))
     return false;
-  const FlashKernel kernel = p.D == 32   ? flash_kernel_for<32>(p)
-                             : p.D == 64 ? flash_kernel_for<64>(p)
-                                         : flash_kernel_for<128>(p);
+  const ForwardKernels::Kernel kernel = flash::kernel_for<ForwardKernels>(p);
   const int smem = p.D == 32   ? flash::Tiles<32>::kSharedBytes
                    : p.D == 64 ? flash::Tiles<64>::kSharedBytes
                                : flash::Tiles<128>::kSharedBytes;

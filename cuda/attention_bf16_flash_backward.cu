@@ -461,21 +461,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 
 namespace {
 
-using FlashBackwardKernel = void (*)(AttentionProblem, Bf16AttentionOperands, flash_backward::Gradients);
-template <int D, bool Causal, bool HasMask>
-FlashBackwardKernel flash_backward_kernel_for(bool dropout) {
-  return dropout ? flash_backward::attention_backward_flash_kernel<D, Causal, HasMask, true>
-                 : flash_backward::attention_backward_flash_kernel<D, Causal, HasMask, false>;
-}
-template <int D>
-FlashBackwardKernel flash_backward_kernel_for(const AttentionProblem& p) {
-  const bool mask = p.mask != nullptr;
-  if (p.causal)
-    return mask ? flash_backward_kernel_for<D, true, true>(p.dropout())
-                : flash_backward_kernel_for<D, true, false>(p.dropout());
-  return mask ? flash_backward_kernel_for<D, false, true>(p.dropout())
-              : flash_backward_kernel_for<D, false, false>(p.dropout());
-}
+struct BackwardKernels {
+  using Kernel = void (*)(AttentionProblem, Bf16AttentionOperands, flash_backward::Gradients);
+  template <int D, bool Causal, bool HasMask, bool Dropout>
+  static Kernel kernel() {
+    return flash_backward::attention_backward_flash_kernel<D, Causal, HasMask, Dropout>;
+  }
+};
 
 }  // namespace
 
@@ -497,9 +489,7 @@ bool attention_backward_bf16_flash(const AttentionProblem& p, const Bf16Attentio
   const std::size_t turn_bytes = sizeof(int) * static_cast<std::size_t>(p.B * p.H * query_tiles * kWarps);
   DeviceBuffer turns(turn_bytes);
   CUDA_CHECK(cudaMemsetAsync(turns.as<void>(), 0, turn_bytes, stream));
-  const FlashBackwardKernel kernel = p.D == 32   ? flash_backward_kernel_for<32>(p)
-                                     : p.D == 64 ? flash_backward_kernel_for<64>(p)
-                                                 : flash_backward_kernel_for<128>(p);
+  const BackwardKernels::Kernel kernel = flash::kernel_for<BackwardKernels>(p);
   const int smem = p.D == 32 ? Tiles<32>::kSharedBytes : p.D == 64 ? Tiles<64>::kSharedBytes : Tiles<128>::kSharedBytes;
   allow_shared_memory(kernel, smem);
   const Gradients grad{dout, lse, delta, sums.as<float>(), turns.as<int>(), dq, dk, dv};

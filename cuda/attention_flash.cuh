@@ -2,13 +2,16 @@
 // What the bfloat16 attention's forward and backward in FlashAttention-2's
 // shape share (cuda/attention_bf16_flash.cu, attention_bf16_flash_backward.cu):
 // exp2 in one instruction, a word of a Philox draw, a lane's ldmatrix offsets
-// along a line of the head size, and copying a tile of rows into a swizzled
-// tile (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy.
+// along a line of the head size, copying a tile of rows into a swizzled tile
+// (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy, and choosing the
+// kernel made for a problem.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "base/philox.h"
 #include "cuda/async_copy.cuh"
+#include "cuda/attention_common.cuh"
 #include "cuda/gemm_tiles.h"
 
 namespace attograd::cuda::attention_detail::flash {
@@ -66,6 +69,25 @@ __device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, 
                  inside ? 16 : 0);
     source += row_step16;
   }
+}
+
+// The kernel a family of them makes for the problem: Family::kernel<D, Causal,
+// HasMask, Dropout>() at head size D (32, 64 or 128), one for each of causal,
+// masked and dropout, so that the common one has no code for the others.
+template <typename Family, int D>
+typename Family::Kernel kernel_for(const AttentionProblem& p) {
+  const auto made = [&](auto causal, auto mask) {
+    constexpr bool kCausal = decltype(causal)::value, kMask = decltype(mask)::value;
+    return p.dropout() ? Family::template kernel<D, kCausal, kMask, true>()
+                       : Family::template kernel<D, kCausal, kMask, false>();
+  };
+  const bool mask = p.mask != nullptr;
+  if (p.causal) return mask ? made(std::true_type{}, std::true_type{}) : made(std::true_type{}, std::false_type{});
+  return mask ? made(std::false_type{}, std::true_type{}) : made(std::false_type{}, std::false_type{});
+}
+template <typename Family>
+typename Family::Kernel kernel_for(const AttentionProblem& p) {
+  return p.D == 32 ? kernel_for<Family, 32>(p) : p.D == 64 ? kernel_for<Family, 64>(p) : kernel_for<Family, 128>(p);
 }
 
 }  // namespace attograd::cuda::attention_detail::flash
