@@ -243,6 +243,11 @@ const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms);
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
 
+// The same for float32 on the tensor cores (cuda/matmul_tf32_pipelined.cu);
+// with splits, slice s of batch z writes the m x n matrix g.c + (z * splits + s) * m * n.
+std::int64_t sgemm_tf32_pipelined_splits(const GemmArgs& g, int sms);
+void sgemm_tf32_pipelined(const GemmArgs& g, cudaStream_t stream);
+
 // The grid of a launch with BM x BN tiles: x over N's tiles, y over M's, z over
 // the jobs (batches, times slices of K).
 inline dim3 gemm_grid(std::int64_t m, std::int64_t n, std::int64_t jobs, int bm, int bn) {

@@ -1,9 +1,10 @@
 #pragma once
-// Where the pipelined bfloat16 product (cuda/matmul_bf16_pipelined.cu) keeps
-// its tiles in shared memory, and which 16-byte chunk each thread copies in
-// and each lane points ldmatrix at. Plain host-and-device functions of the
-// thread and lane, so that tests/test_gemm_tiles.cpp counts the bank
-// conflicts of every access the kernel makes, on the host.
+// Where the pipelined products (cuda/matmul_bf16_pipelined.cu, and the float32
+// one, cuda/matmul_tf32_pipelined.cu) and the flash attention keep their tiles
+// in shared memory, and which 16-byte chunk each thread copies in and each
+// lane reads. Plain host-and-device functions of the thread and lane, so that
+// tests/test_gemm_tiles.cpp counts the bank conflicts of every access the
+// kernels make, on the host.
 #include <type_traits>
 
 #include "base/host_device.h"
@@ -18,7 +19,8 @@ AG_HOST_DEVICE inline T* byte_offset(T* p, int bytes) {
   return reinterpret_cast<T*>(reinterpret_cast<Byte*>(p) + bytes);
 }
 
-constexpr int kBK = 32;        // K of a tile: two mma steps of 16
+constexpr int kBK = 32;        // K of a bfloat16 tile: two mma steps of 16, 64 bytes a row
+constexpr int kBKFloat = 16;   // K of a float32 tile: two TF32 mma steps of 8, 64 bytes a row too
 constexpr int kChunk = 8;      // bfloat16 values in 16 bytes: one cp.async, one ldmatrix row
 constexpr int kWarpTile = 64;  // a warp's 64 x 64 of C: 4 A fragments against 8 B fragments
 
@@ -31,26 +33,45 @@ constexpr int kWarpTile = 64;  // a warp's 64 x 64 of C: 4 A fragments against 8
 template <int LineChunks>
 struct Swizzle {
   static_assert(LineChunks == 2 || LineChunks == 4 || LineChunks % 8 == 0, "a line is 32 or 64 bytes, or a multiple of 128");
+  static constexpr int kPeriodLines = 8;  // lines after which s repeats
   AG_HOST_DEVICE static constexpr int at(int line, int c) {
     const int s = LineChunks >= 8 ? line & 7 : (line / (8 / LineChunks)) & (LineChunks - 1);
     return line * LineChunks + (c ^ s);
   }
 };
 
+// Lines that a warp reads four at a time, two neighbouring chunks of each (an
+// even one and the next): SplitPairTile's. Chunk c of line l is stored at
+// l * LineChunks + (c ^ 2 (l % 4)): the four lines' pairs land on four
+// different pairs of the eight chunks that cover the banks, where unswizzled
+// all four would share one pair. Eight chunks of one line stay on all 32 banks.
+template <int LineChunks>
+struct PairSwizzle {
+  static_assert(LineChunks % 8 == 0, "a line is a multiple of 128 bytes");
+  static constexpr int kPeriodLines = 4;
+  AG_HOST_DEVICE static constexpr int at(int line, int c) { return line * LineChunks + (c ^ (2 * (line & 3))); }
+};
+
 // An operand's tile seen as Rows x K, element (r, kk) being X(r0 + r, k0 +
 // kk) with X = A (rows m) or B^T (rows n), stored as the operand lies in
 // memory: with k fastest, a line is a row of K values (A row-major, B
 // transposed); otherwise a line is one k of Rows values (A transposed, B
-// row-major). A chunk is eight consecutive values of the line. (The
+// row-major). A chunk is 16 consecutive bytes of the line: eight bfloat16
+// values, or four float32 (ValueBytes 4: the 3xTF32 product). (The
 // attention's tiles are these too, K being the head size or a tile of keys.)
-template <int Rows, bool KFastest, int K = kBK>
+template <int Rows, bool KFastest, int K = kBK, int ValueBytes = 2>
 struct OperandTile {
+  static constexpr int kChunkValues = 16 / ValueBytes;
+  static constexpr int kStepValues = 2 * kChunkValues;  // K of one mma step: 16 bfloat16, or 8 TF32
   static constexpr int kLines = KFastest ? Rows : K;
-  static constexpr int kLineChunks = (KFastest ? K : Rows) / kChunk;
+  static constexpr int kLineChunks = (KFastest ? K : Rows) / kChunkValues;
   static constexpr int kChunks = kLines * kLineChunks;
-  static_assert(Rows % 16 == 0 && K % 16 == 0, "whole 16 x 16 blocks");
-  static constexpr int kValues = kChunks * kChunk;
-  using Layout = Swizzle<kLineChunks>;
+  static_assert(Rows % 16 == 0 && K % kStepValues == 0, "whole blocks of 16 rows by an mma step");
+  static constexpr int kValues = kChunks * kChunkValues;
+  // float32 with rows fastest: the copies, 4 lines apart where the lines are
+  // long, stay a constant apart in a layout that repeats every 4 lines (and
+  // only the thread that copied a chunk reads it back: SplitPairTile).
+  using Layout = std::conditional_t<ValueBytes == 4 && !KFastest, PairSwizzle<kLineChunks>, Swizzle<kLineChunks>>;
 
   // Copy v (thread + i * threads) is line v / kLineChunks, chunk v % kLineChunks:
   // consecutive threads read consecutive 16 bytes of global memory.
@@ -59,26 +80,74 @@ struct OperandTile {
   };
   AG_HOST_DEVICE static constexpr Copy copy(int v) { return {v / kLineChunks, v % kLineChunks}; }
   // A thread's copies lie Threads chunks apart in the swizzled tile too where
-  // Threads chunks are a multiple of 8 lines, the swizzle's period.
+  // Threads chunks are a multiple of the swizzle's period in lines.
   template <int Threads>
-  static constexpr bool kCopiesEvenlyApart = Threads % kLineChunks == 0 && (Threads / kLineChunks) % 8 == 0;
+  static constexpr bool kCopiesEvenlyApart =
+      Threads % kLineChunks == 0 && (Threads / kLineChunks) % Layout::kPeriodLines == 0;
 
   // The chunk (its swizzled index) whose first value lane `lane` gives ldmatrix
-  // for the 16 x 16 block of X rows [row0, row0 + 16) and k [16 step, 16 step + 16).
-  // Matrix q = lane / 8 is the block's quarter of rows 8 q_rows, k 8 q_k: for
-  // an A fragment q_rows = q % 2, q_k = q / 2; for two B fragments (rows n and
-  // n + 8 of B^T) q_rows = q / 2, q_k = q % 2 (cuda/mma_bf16.cuh's layouts).
-  // With k fastest lane % 8 is the quarter's row, read plain; otherwise its k,
-  // read transposed.
+  // for the block of X rows [row0, row0 + 16) and the mma step `step` along K
+  // (two chunks of k). Matrix q = lane / 8 is the block's quarter of rows
+  // 8 q_rows and k chunk q_k: for an A fragment q_rows = q % 2, q_k = q / 2; for
+  // two B fragments (rows n and n + 8 of B^T) q_rows = q / 2, q_k = q % 2
+  // (cuda/mma_bf16.cuh's layouts, and cuda/mma.cuh's TF32 ones: a 32-bit value
+  // is two halves of an ldmatrix row, so the same quarters give them). With
+  // k fastest lane % 8 is the quarter's row, read plain; otherwise (bfloat16
+  // only) its k, read transposed.
   // The swizzle repeats every 8 lines, so that of the warp's
   // blocks and steps, those along the lines are a constant apart: 16 rows with k
   // fastest, one step otherwise. The kernel works out only the others per lane.
-  static constexpr int kLineStride = 16 * kLineChunks;  // chunks between blocks (k fastest) or steps
+  static constexpr int kLineStride = (KFastest ? 16 : kStepValues) * kLineChunks;  // chunks between blocks (k fastest) or steps
   AG_HOST_DEVICE static constexpr int fragment_chunk(int row0, int step, int lane, bool b_pair) {
     const int q = lane / 8, q_rows = b_pair ? q / 2 : q % 2, q_k = b_pair ? q % 2 : q / 2;
-    const int row = row0 + 8 * q_rows, k = 16 * step + 8 * q_k;
-    if (KFastest) return Layout::at(row + lane % 8, k / kChunk);
-    return Layout::at(k + lane % 8, row / kChunk);
+    const int row = row0 + 8 * q_rows;
+    if constexpr (ValueBytes == 4) {
+      static_assert(KFastest, "float32 with rows fastest is read from SplitPairTile");
+      return Layout::at(row + lane % 8, step + 2 * q_k);  // k chunks step and step + 2: SplitPairTile says why
+    } else {
+      const int k = 16 * step + 8 * q_k;
+      if (KFastest) return Layout::at(row + lane % 8, k / kChunk);
+      return Layout::at(k + lane % 8, row / kChunk);
+    }
+  }
+};
+
+// The 3xTF32 product's split parts (big or small) of a float32 tile of 16 k
+// whose rows run fastest in memory (A transposed, B as it is;
+// cuda/matmul_tf32_pipelined.cu), laid out for the fragments, which ldmatrix
+// cannot transpose at 32 bits. The product's mma step s takes k 4s + t as a
+// fragment's k t and 4s + t + 8 as its t + 4 (t < 4: any split of the 16 k
+// into two steps gives the same sum), so that one read gets both: line k % 8
+// holds, for each group of Group rows, the group's values at k, then at k + 8.
+// - A (Group 2): a lane (g, t) reads rows 2g, 2g + 1 of a 16-row block at k and
+//   k + 8 as one 16-byte chunk, its fragment's four values in order (rows g,
+//   g + 8 of the fragment are rows 2g, 2g + 1 of the block: C is put back as
+//   it leaves).
+// - B (Group 1): a lane reads column g of a fragment at k and k + 8 as one
+//   8-byte pair.
+// A thread copies chunks at k and k + 8 of the same four rows (its copies lie
+// 8 lines apart, or 4 and 12), and splits them into two chunks here.
+template <int Rows, int Group>
+struct SplitPairTile {
+  static constexpr int kLineChunks = 2 * Rows / 4, kLines = 8, kChunks = kLines * kLineChunks;
+  using Layout = PairSwizzle<kLineChunks>;
+  // Where chunk `chunk` of line `line` is stored, in chunks: chunk 2c + h holds
+  // rows 4c + 2h and 4c + 2h + 1, which the thread that copied chunk c of the
+  // stage's line splits; in each 16 chunks the second 8 swap neighbours, so
+  // that the eight threads that copied chunks c0 to c0 + 7 (c0 a multiple of
+  // 8) of a line store their h = 0 chunks to eight different bank groups,
+  // where 2c for all would share four.
+  AG_HOST_DEVICE static constexpr int at(int line, int chunk) { return Layout::at(line, chunk ^ ((chunk >> 3) & 1)); }
+  // The value index of row r at k (0 to 15).
+  AG_HOST_DEVICE static constexpr int word(int r, int k) {
+    const int w = 2 * Group * (r / Group) + Group * (k / 8) + r % Group;
+    return at(k % 8, w / 4) * 4 + w % 4;
+  }
+  // The value index of the first value lane (g, t) reads for mma step `step` of
+  // the block or fragment whose first row is row0: A, rows row0 + 2g and next;
+  // B, row row0 + g.
+  AG_HOST_DEVICE static constexpr int lane_word(int row0, int step, int lane) {
+    return word(row0 + Group * (lane / 4), 4 * step + lane % 4);
   }
 };
 

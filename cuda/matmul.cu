@@ -23,17 +23,21 @@
 //
 // cuda/matmul_tensor_core.cu has the same kernels on the tensor cores; which set
 // runs is kernel_set(KernelOp::matmul) (cuda/runtime.h), asked by sgemm below.
+// On the tensor cores, products whose operands allow 16-byte copies go to the
+// pipelined kernel instead (cuda/matmul_tf32_pipelined.cu).
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/buffer.h"
 #include "cuda/gemm_common.cuh"
+#include "cuda/gemm_tiles.h"
 #include "cuda/runtime.h"
 
 namespace attograd::cuda {
 namespace {
 
 using namespace gemm_detail;
+using gemm_tiles::kBKFloat;
 
 // Tile[kk][r] = X(r0 + r, k0 + kk): the tile K-major, as TileFetcher fetched it.
 template <int Rows, int BK, int Threads>
@@ -145,23 +149,33 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
   GemmArgs g{
       a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1), aligned16(c) && n % 4 == 0};
   g.k_slice = k;
-  const GemmKernels& kernels =
-      kernel_set(KernelOp::matmul) == KernelSet::tensor_core ? tensor_core_gemm_kernels() : kSimtKernels;
+  // g over `splits` slices of K, each a multiple of bk, by launch_slices(g):
+  // partial products into scratch memory, then summed in slice order.
+  const auto over_slices_of_k = [&](std::int64_t splits, std::int64_t bk, auto launch_slices) {
+    slice_k(g, splits, bk);
+    DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
+    g.c = partial.as<float>();
+    g.c_vec = aligned16(g.c) && n % 4 == 0;
+    launch_slices(g, stream);
+    sum_slices<float>(c, partial.as<const float>(), nullptr, m, n, batches, g.splits, stream);
+  };
+  const int sms = multiprocessors();
+  const bool tensor_cores = kernel_set(KernelOp::matmul) == KernelSet::tensor_core;
+  // On the tensor cores, operands that allow 16-byte copies: the pipelined kernel, over slices of a long K
+  // where its tiles are too few.
+  if (const std::int64_t splits = tensor_cores ? sgemm_tf32_pipelined_splits(g, sms) : 0; splits > 0) {
+    if (splits == 1) return sgemm_tf32_pipelined(g, stream);
+    return over_slices_of_k(splits, kBKFloat, sgemm_tf32_pipelined);
+  }
+  const GemmKernels& kernels = tensor_cores ? tensor_core_gemm_kernels() : kSimtKernels;
   // 128 x 128 tiles reuse each loaded value most; when they would leave SMs
   // idle (small or few matrices, as in attention heads), 64 x 64 tiles, and
   // when even those would, 64 x 64 tiles over slices of K.
-  const int sms = multiprocessors();
   const std::int64_t big_tiles = ((m + 127) / 128) * ((n + 127) / 128) * batches;
   if (big_tiles >= 2 * sms) return kernels.big(g, stream);
   const std::int64_t splits = k_splits(((m + 63) / 64) * ((n + 63) / 64) * batches, k, sms);
   if (splits == 1) return kernels.small(g, stream);
-
-  slice_k(g, splits, kernels.bk);
-  DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
-  g.c = partial.as<float>();
-  g.c_vec = aligned16(g.c) && n % 4 == 0;
-  kernels.small_split(g, stream);
-  sum_slices<float>(c, partial.as<const float>(), nullptr, m, n, batches, g.splits, stream);
+  over_slices_of_k(splits, kernels.bk, kernels.small_split);
 }
 
 }  // namespace attograd::cuda

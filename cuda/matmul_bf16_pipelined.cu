@@ -27,6 +27,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/gemm_common.cuh"
+#include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tiles.h"
 #include "cuda/mma_bf16.cuh"
 
@@ -35,105 +36,13 @@ namespace {
 
 using namespace gemm_detail;
 using namespace gemm_tiles;
+using namespace gemm_pipeline;
 
 constexpr int kPipelineBM = 128, kPipelineBN = 256;
-constexpr int kRasterGroup = 8;  // tile rows a group of blocks covers before moving along N
-
-// One operand's copies into a stage for this thread: each a source that moves
-// by `step` elements a tile and a destination in the operand's tile, copy i
-// lying i * Threads chunks after copy 0's. A copy of a row outside the matrix
-// (the tile's edge) reads nothing and stores zeros: which copies those are is
-// the same for every tile, so it is worked out once. gemm_bf16_pipelined_splits
-// admits only operands whose chunks lie wholly inside or wholly outside.
-template <int Rows, bool KFastest, int Threads>
-struct OperandCopies {
-  using Tile = OperandTile<Rows, KFastest>;
-  static constexpr int kCopies = Tile::kChunks / Threads, kApartBytes = Threads * 16;
-  static_assert(Tile::kChunks % Threads == 0, "every thread copies as many chunks");
-  static_assert(Tile::template kCopiesEvenlyApart<Threads>, "copy i lies i * Threads chunks after copy 0");
-  const std::uint16_t* data;  // what a copy reading nothing names
-  const std::uint16_t* source[kCopies];
-  bool inside[kCopies];
-  int destination;  // copy 0's, in bytes from the tile's first
-  std::int64_t step;
-
-  // Set for the tile at k = k_first + kBK (the second), whose k all lie inside
-  // the matrix; `first` issues the tile at k_first, below which k is outside.
-  __device__ __forceinline__ OperandCopies(const std::uint16_t* matrix, std::int64_t ld, std::int64_t rows,
-                                           std::int64_t r0, std::int64_t k_first)
-      : data(matrix), step(KFastest ? kBK : kBK * ld) {
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const auto [line, chunk] = Tile::copy(static_cast<int>(threadIdx.x) + i * Threads);
-      if (i == 0) destination = Tile::Layout::at(line, chunk) * 16;
-      // An outside copy's source is row r0's (inside), not one past the matrix's end.
-      const std::int64_t r = KFastest ? r0 + line : r0 + chunk * kChunk;
-      inside[i] = r < rows;
-      const std::int64_t row = inside[i] ? r : r0, k = KFastest ? k_first + kBK + chunk * kChunk : k_first + kBK + line;
-      source[i] = matrix + (KFastest ? row * ld + k : k * ld + row);
-    }
-  }
-
-  // The tile at k_first into `tile`: the copies of k below k_begin (the job's
-  // first: 0, or its slice's) read nothing.
-  __device__ __forceinline__ void first(std::uint16_t* tile, std::int64_t k_first, std::int64_t k_begin) const {
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const auto [line, chunk] = Tile::copy(static_cast<int>(threadIdx.x) + i * Threads);
-      const bool k_inside = (KFastest ? k_first + chunk * kChunk : k_first + line) >= k_begin;
-      copy_async16(byte_offset(tile, destination + i * kApartBytes), k_inside ? source[i] - step : data,
-                   inside[i] && k_inside);
-    }
-  }
-
-  // The next tile into `tile`.
-  __device__ __forceinline__ void next(std::uint16_t* tile) {
-#pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      copy_async16(byte_offset(tile, destination + i * kApartBytes), source[i], inside[i]);
-      source[i] += step;
-    }
-  }
-};
-
-// This lane's ldmatrix addresses in an operand's tile (bytes from its first)
-// for the warp's Blocks 16-row blocks at each of the two steps of 16 along K:
-// per lane one for each step (k fastest) or block (otherwise), the rest a
-// constant from them (OperandTile::kLineStride), which the loads take as
-// immediate offsets.
-template <int Rows, bool KFastest, int Blocks>
-struct FragmentOffsets {
-  using Tile = OperandTile<Rows, KFastest>;
-  static constexpr int kApartBytes = Tile::kLineStride * 16;
-  int base[KFastest ? 2 : Blocks];
-  __device__ __forceinline__ FragmentOffsets(int warp_row0, int lane, bool b_pair) {
-#pragma unroll
-    for (int i = 0; i < (KFastest ? 2 : Blocks); ++i)
-      base[i] = Tile::fragment_chunk(warp_row0 + (KFastest ? 0 : 16 * i), KFastest ? i : 0, lane, b_pair) * 16;
-  }
-  __device__ __forceinline__ int at(int step, int block) const {
-    return KFastest ? base[step] + block * kApartBytes : base[block] + step * kApartBytes;
-  }
-};
 
 template <bool Trans>
 __device__ __forceinline__ void load_block(std::uint32_t (&r)[4], const std::uint16_t* tile, int offset) {
   load_matrices<Trans>(r, byte_offset(tile, offset));
-}
-
-// The block's tile of C: tiles_m x tiles_n of them in groups of kRasterGroup
-// rows, each group walked down its rows first.
-struct TileAt {
-  std::int64_t m0, n0;
-};
-template <int BM, int BN>
-__device__ __forceinline__ TileAt raster_tile(std::int64_t m, std::int64_t n) {
-  const std::int64_t tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
-  const std::int64_t tile = blockIdx.x, per_group = kRasterGroup * tiles_n;
-  const std::int64_t first_m = tile / per_group * kRasterGroup;
-  const std::int64_t group_m = tiles_m - first_m < kRasterGroup ? tiles_m - first_m : kRasterGroup;
-  const std::int64_t in_group = tile % per_group;
-  return {(first_m + in_group % group_m) * BM, in_group / group_m * BN};
 }
 
 // Where this thread's accumulators lie in C: the block's tile at (m0, n0),
@@ -255,8 +164,8 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const auto [m0, n0] = raster_tile<BM, BN>(g.m, g.n);
   const AccumulatorAt at{m0, n0, warp / Shape::kWarpsN, warp % Shape::kWarpsN, lane / 4, lane % 4};
-  const FragmentOffsets<BM, a_k_fastest, kFM> a_at(at.warp_m * kWarpTile, lane, false);
-  const FragmentOffsets<BN, b_k_fastest, kFN / 2> b_at(at.warp_n * kWarpTile, lane, true);
+  const FragmentOffsets<BM, a_k_fastest, kFM, std::uint16_t> a_at(at.warp_m * kWarpTile, lane, false);
+  const FragmentOffsets<BN, b_k_fastest, kFN / 2, std::uint16_t> b_at(at.warp_n * kWarpTile, lane, true);
   // Stage s: A's tile, then B's.
   const auto stage_a = [&](int s) { return smem + s * Shape::kStageValues; };
   const auto stage_b = [&](int s) { return smem + s * Shape::kStageValues + BM * kBK; };
@@ -271,8 +180,8 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
     offsets_at(g.batch, z, offset);
     const auto* a_data = reinterpret_cast<const std::uint16_t*>(g.a.data) + offset[0];
     const auto* b_data = reinterpret_cast<const std::uint16_t*>(g.b.data) + offset[1];
-    OperandCopies<BM, a_k_fastest, kThreads> a_copies(a_data, g.a.ld, g.m, m0, k_first);
-    OperandCopies<BN, b_k_fastest, kThreads> b_copies(b_data, g.b.ld, g.n, n0, k_first);
+    OperandCopies<BM, a_k_fastest, kThreads, std::uint16_t> a_copies(a_data, g.a.ld, g.m, m0, k_first);
+    OperandCopies<BN, b_k_fastest, kThreads, std::uint16_t> b_copies(b_data, g.b.ld, g.n, n0, k_first);
 
     // The first kStages - 1 tiles in flight, a group each (empty past the last tile).
     if (tiles > 0) {

@@ -505,6 +505,29 @@ TEST_CASE("cuda: matmul over a long K with few output tiles (split-K) matches th
   });
 }
 
+// The pipelined float32 kernel (cuda/matmul_tf32_pipelined.cu) takes the tensor
+// cores' products of at least as many 128 x 256 tiles as the GPU has SMs (8 on
+// the emulator) whose operands allow 16-byte copies of whole chunks of four (M,
+// N and K multiples of 4 here, so all four layouts take it): partial tiles on
+// both edges, K of one ragged tile (k below 0 zero-filled), of a few and of more
+// tiles than its stages, exact and ragged, broadcast batches. Random operands
+// within the float32 parity bound, which one TF32 product alone (no small
+// parts, 2^-11 off) exceeds at these K. Too few tiles over a long K take it over
+// slices of K, on operands whose sums are exact, so that a slice lost, added
+// twice or read below its start shows: 1000 in slices of 336, the last ragged;
+// batches of one tile each.
+TEST_CASE("cuda: the pipelined float32 product on the tensor cores matches the CPU: edges, ragged K, batches, split-K",
+          "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const cuda::ScopedKernelSet tensor_cores(cuda::KernelOp::matmul, cuda::KernelSet::tensor_core);
+  const std::vector<MatmulCase> cases{{{296, 4}, {4, 600}},       {{296, 36}, {36, 600}},
+                                      {{296, 100}, {100, 600}},   {{136, 256}, {256, 1032}},
+                                      {{2, 1, 160, 48}, {3, 48, 520}}};
+  for (const MatmulCase& c : cases) require_matmul_parity(c.a, c.b, 40);
+  for (const MatmulCase& c : {MatmulCase{{200, 1000}, {1000, 296}}, MatmulCase{{3, 64, 800}, {800, 64}}})
+    require_matmul_parity(c.a, c.b, 42, /*exact_sums=*/true);
+}
+
 // ---- bfloat16 ---------------------------------------------------------------------------------------
 
 // The bfloat16 product stands on cuda/mma_bf16.cuh's reading of the PTX ISA's

@@ -53,10 +53,10 @@ void require_bijection(int lines) {
 // a warp at each 64-row position, each step and block; `chunk` maps (row0,
 // step, lane) to the chunk read, the kernel's fragment_chunk or an unswizzled one.
 template <typename Chunk>
-int worst_fragment_load(int rows, int k, int blocks, Chunk chunk) {
+int worst_fragment_load(int rows, int steps, int blocks, Chunk chunk) {
   int worst = 0;
   for (int warp_row0 = 0; warp_row0 < rows; warp_row0 += 16 * blocks)
-    for (int step = 0; step < k / 16; ++step)
+    for (int step = 0; step < steps; ++step)
       for (int f = 0; f < blocks; ++f)
         for (int phase = 0; phase < 4; ++phase) {
           std::vector<int> chunks;
@@ -67,34 +67,39 @@ int worst_fragment_load(int rows, int k, int blocks, Chunk chunk) {
 }
 
 // An operand's tile, read by warps of `blocks` 16-row blocks (of A fragments,
-// or pairs of B's) and copied by kThreads threads.
-template <int Rows, bool KFastest, int K = kBK, int kThreads = PipelineShape<128, 256>::kThreads>
+// or pairs of B's) and copied by kThreads threads; ValueBytes 4: the float32
+// product's, whose tiles with rows fastest are only copied here (SplitPairTile
+// holds what its warps read).
+template <int Rows, bool KFastest, int K = kBK, int kThreads = PipelineShape<128, 256>::kThreads, int ValueBytes = 2>
 void require_operand_tile(bool b_pair, int blocks = kWarpTile / 16) {
-  using Tile = OperandTile<Rows, KFastest, K>;
-  INFO("tile of " << Rows << " rows by " << K << ", " << (KFastest ? "k fastest" : "rows fastest")
-                  << (b_pair ? ", B" : ", A"));
+  using Tile = OperandTile<Rows, KFastest, K, ValueBytes>;
+  INFO("tile of " << Rows << " rows by " << K << ", " << ValueBytes << " bytes a value, "
+                  << (KFastest ? "k fastest" : "rows fastest") << (b_pair ? ", B" : ", A"));
+  const int steps = K / Tile::kStepValues;
 
-  // ldmatrix: one wavefront a phase; the same reads unswizzled take four (lines of 64 bytes) or eight.
-  const auto swizzled = [&](int row0, int step, int lane) { return Tile::fragment_chunk(row0, step, lane, b_pair); };
-  CHECK(worst_fragment_load(Rows, K, blocks, swizzled) == 1);
-  const auto plain = [&](int row0, int step, int lane) {
-    const int q = lane / 8, q_rows = b_pair ? q / 2 : q % 2, q_k = b_pair ? q % 2 : q / 2;
-    const int row = row0 + 8 * q_rows, k = 16 * step + 8 * q_k;
-    return KFastest ? (row + lane % 8) * Tile::kLineChunks + k / kChunk
-                    : (k + lane % 8) * Tile::kLineChunks + row / kChunk;
-  };
-  CHECK(worst_fragment_load(Rows, K, blocks, plain) == (Tile::kLineChunks == 4 ? 4 : 8));
+  if constexpr (ValueBytes == 2 || KFastest) {
+    // ldmatrix: one wavefront a phase; the same reads unswizzled take four (lines of 64 bytes) or eight.
+    const auto swizzled = [&](int row0, int step, int lane) { return Tile::fragment_chunk(row0, step, lane, b_pair); };
+    CHECK(worst_fragment_load(Rows, steps, blocks, swizzled) == 1);
+    const auto plain = [&](int row0, int step, int lane) {
+      const int q = lane / 8, q_rows = b_pair ? q / 2 : q % 2, q_k = b_pair ? q % 2 : q / 2;
+      const int row = row0 + 8 * q_rows, k_chunk = ValueBytes == 4 ? step + 2 * q_k : 2 * step + q_k;
+      return KFastest ? (row + lane % 8) * Tile::kLineChunks + k_chunk
+                      : (k_chunk * Tile::kChunkValues + lane % 8) * Tile::kLineChunks + row / Tile::kChunkValues;
+    };
+    CHECK(worst_fragment_load(Rows, steps, blocks, plain) == (Tile::kLineChunks == 4 ? 4 : 8));
 
-  // What the kernel's FragmentOffsets assume: blocks (k fastest) or steps (otherwise) a constant apart.
-  for (int warp_row0 = 0; warp_row0 < Rows; warp_row0 += 16 * blocks)
-    for (int lane = 0; lane < 32; ++lane)
-      for (int step = 0; step < K / 16; ++step)
-        for (int f = 0; f < blocks; ++f) {
-          const int from = KFastest ? Tile::fragment_chunk(warp_row0, step, lane, b_pair)
-                                    : Tile::fragment_chunk(warp_row0 + 16 * f, 0, lane, b_pair);
-          REQUIRE(Tile::fragment_chunk(warp_row0 + 16 * f, step, lane, b_pair) ==
-                  from + (KFastest ? f : step) * Tile::kLineStride);
-        }
+    // What the kernel's FragmentOffsets assume: blocks (k fastest) or steps (otherwise) a constant apart.
+    for (int warp_row0 = 0; warp_row0 < Rows; warp_row0 += 16 * blocks)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int step = 0; step < steps; ++step)
+          for (int f = 0; f < blocks; ++f) {
+            const int from = KFastest ? Tile::fragment_chunk(warp_row0, step, lane, b_pair)
+                                      : Tile::fragment_chunk(warp_row0 + 16 * f, 0, lane, b_pair);
+            REQUIRE(Tile::fragment_chunk(warp_row0 + 16 * f, step, lane, b_pair) ==
+                    from + (KFastest ? f : step) * Tile::kLineStride);
+          }
+  }
 
   // The copies: every chunk once, each phase of eight threads one wavefront, and copy i
   // of a thread i * kThreads chunks after its copy 0 (OperandCopies' one destination).
@@ -171,4 +176,102 @@ TEST_CASE("gemm tiles: C's staging takes one wavefront a store and a read", "[ge
     for (int u = v; u < v + 8; ++u) chunks.push_back(C::at(u / kLineChunks, u % kLineChunks));
     CHECK(chunk_wavefronts(chunks) == 1);
   }
+}
+
+// The float32 product's stages (cuda/matmul_tf32_pipelined.cu): with k fastest
+// read by ldmatrix (a step's k chunks `step` and `step + 2`), with rows fastest
+// only copied and read back by the thread that copied them.
+TEST_CASE("gemm tiles: the float32 product's stages meet no bank conflict in any layout", "[gemm_tiles]") {
+  constexpr int kThreads = PipelineShape<128, 256>::kThreads;
+  require_operand_tile<128, true, kBKFloat, kThreads, 4>(false);  // A as it is
+  require_operand_tile<128, false, kBKFloat, kThreads, 4>(false);  // A transposed
+  require_operand_tile<256, true, kBKFloat, kThreads, 4>(true);    // B transposed
+  require_operand_tile<256, false, kBKFloat, kThreads, 4>(true);   // B as it is
+}
+
+namespace {
+
+// SplitPairTile<Rows, Group> as the float32 product writes and reads it: the
+// layout a bijection whose chunks hold what the kernel's stores put there,
+// the split stores and the fragment reads one wavefront each (their
+// unswizzled twins more), and the constants the kernel's WordOffsets add.
+template <int Rows, int Group>
+void require_split_pair_tile() {
+  using Split = SplitPairTile<Rows, Group>;
+  using Stage = OperandTile<Rows, false, kBKFloat, 4>;
+  constexpr int kThreads = PipelineShape<128, 256>::kThreads;
+  INFO("split tile of " << Rows << " rows, groups of " << Group);
+
+  std::set<int> words;
+  for (int r = 0; r < Rows; ++r)
+    for (int k = 0; k < kBKFloat; ++k) {
+      const int w = Split::word(r, k);
+      REQUIRE(w / (4 * Split::kLineChunks) == k % 8);  // line k % 8
+      words.insert(w);
+    }
+  REQUIRE(static_cast<int>(words.size()) == Rows * kBKFloat);
+
+  // The split stores: thread v copied chunk c = v % LC of stage line v / LC + i R (R lines
+  // a round), i < 8 / R at k < 8 and their partners at k + 8; it stores chunk 2c + h as
+  // rows 4c + 2h, 4c + 2h + 1 at k and k + 8, in the order the kernel's float4s give.
+  constexpr int kRound = kThreads / Stage::kLineChunks;
+  for (int i = 0; i < 8 / kRound; ++i)
+    for (int h = 0; h < 2; ++h)
+      for (int v0 = 0; v0 < kThreads; v0 += 8) {
+        std::vector<int> chunks, plain;
+        for (int v = v0; v < v0 + 8; ++v) {
+          const int c = v % Stage::kLineChunks, k = v / Stage::kLineChunks + i * kRound;
+          const int at = Split::at(k, 2 * c + h), r = 4 * c + 2 * h;
+          const int want[4] = {Split::word(r, k), Split::word(Group == 2 ? r + 1 : r, Group == 2 ? k : k + 8),
+                               Split::word(Group == 2 ? r : r + 1, Group == 2 ? k + 8 : k), Split::word(r + 1, k + 8)};
+          for (int e = 0; e < 4; ++e) REQUIRE(want[e] == 4 * at + e);
+          // What the kernel's addresses assume: chunk 2c + 1 next to 2c, and pairs i R lines apart.
+          REQUIRE(at == (Split::at(k - i * kRound, 2 * c) ^ h) + i * kRound * Split::kLineChunks);
+          chunks.push_back(at);
+          plain.push_back(k * Split::kLineChunks + 2 * c + h);
+        }
+        CHECK(chunk_wavefronts(chunks) == 1);
+        CHECK(chunk_wavefronts(plain) == 2);
+      }
+
+  // The reads of one warp's 64 rows at each step: A a 16-byte chunk a lane (phases of 8
+  // lanes), its fragment's rows g, g + 8 (the block's 2g, 2g + 1) at k, then at k + 8;
+  // B an 8-byte pair (phases of 16 lanes), column g at k and k + 8. What WordOffsets
+  // assumes: items 32 rows on are 256 bytes on, the second step 4 lines on.
+  constexpr int kItemRows = 8 * Group, kItems = kWarpTile / kItemRows, kPeriod = 32 / kItemRows;
+  const auto plain_word = [](int r, int k) {
+    const int w = 2 * Group * (r / Group) + Group * (k / 8) + r % Group;
+    return (k % 8) * 4 * Split::kLineChunks + w;
+  };
+  for (int row0 = 0; row0 < Rows; row0 += kWarpTile)
+    for (int step = 0; step < 2; ++step)
+      for (int item = 0; item < kItems; ++item) {
+        const int first = row0 + kItemRows * item;
+        for (int phase = 0; phase < 32 / (4 * Group); ++phase) {
+          std::vector<int> banks, plain;
+          for (int lane = phase * 4 * Group; lane < (phase + 1) * 4 * Group; ++lane) {
+            const int g = lane / 4, t = lane % 4, w = Split::lane_word(first, step, lane);
+            REQUIRE(w == Split::lane_word(row0 + kItemRows * (item % kPeriod), 0, lane) + item / kPeriod * 64 +
+                             step * 4 * 4 * Split::kLineChunks);
+            const int r = first + Group * g, k = 4 * step + t;
+            REQUIRE(w == Split::word(r, k));
+            REQUIRE(w + 1 == Split::word(Group == 2 ? r + 1 : r, Group == 2 ? k : k + 8));
+            if (Group == 2) {
+              REQUIRE(w + 2 == Split::word(r, k + 8));
+              REQUIRE(w + 3 == Split::word(r + 1, k + 8));
+            }
+            for (int e = 0; e < 2 * Group; ++e) banks.push_back(w + e), plain.push_back(plain_word(r, k) + e);
+          }
+          CHECK(word_wavefronts(banks) == 1);
+          CHECK(word_wavefronts(plain) == 4);
+        }
+      }
+}
+
+}  // namespace
+
+TEST_CASE("gemm tiles: the float32 product's split tiles hold the fragments and meet no bank conflict",
+          "[gemm_tiles]") {
+  require_split_pair_tile<128, 2>();  // A transposed
+  require_split_pair_tile<256, 1>();  // B as it is
 }
