@@ -149,6 +149,41 @@ TEST_CASE("gemm tiles: the flash attention's Q, K and V tiles meet no bank confl
   require_operand_tile<32, false, 64, 128>(true, 2);
 }
 
+// cuda/attention_bf16_flash_backward.cu at each head size: 4 warps (128 threads) copy each query
+// tile's Q and dO (64 rows) and the block's K and V (64 keys); a warp reads its 16 keys as A (K,
+// V: KRows), every query as B^T (Q, dO: QRows) and transposed as B (QCols), K transposed as B of
+// dS K (KCols), and its 16 queries of dS^T transposed as A (DsT), which it stores a word at a time:
+// word t of a chunk of key lines 16 warp + g and + 8, as the lanes' accumulators hold dS.
+template <int D>
+void require_flash_backward_tiles() {
+  INFO("head size " << D);
+  require_operand_tile<64, true, D, 128>(false, 1);       // KRows: the warp's 16 keys
+  require_operand_tile<64, true, D, 128>(true, 4);        // QRows: the tile's 64 queries
+  require_operand_tile<D, false, 64, 128>(true, D / 16);  // QCols: all of D, the queries summed
+  require_operand_tile<D, false, 64, 128>(true, D / 16);  // KCols: all of D, the keys summed
+  require_operand_tile<64, false, 64, 128>(false, 1);     // DsT: the warp's 16 queries of dQ
+  using DsT = OperandTile<64, false, 64>;
+  for (int warp = 0; warp < 4; ++warp)
+    for (int chunk = 0; chunk < DsT::kLineChunks; ++chunk)
+      for (int half = 0; half < 2; ++half) {
+        std::vector<int> words, plain;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int line = 16 * warp + lane / 4 + 8 * half;
+          words.push_back(DsT::Layout::at(line, chunk) * 4 + lane % 4);
+          plain.push_back((line * DsT::kLineChunks + chunk) * 4 + lane % 4);
+        }
+        CHECK(word_wavefronts(words) == 1);
+        CHECK(word_wavefronts(plain) == 8);
+      }
+}
+
+TEST_CASE("gemm tiles: the flash attention backward's tiles meet no bank conflict at every head size",
+          "[gemm_tiles]") {
+  require_flash_backward_tiles<32>();
+  require_flash_backward_tiles<64>();
+  require_flash_backward_tiles<128>();
+}
+
 TEST_CASE("gemm tiles: C's staging takes one wavefront a store and a read", "[gemm_tiles]") {
   using Shape = PipelineShape<128, 256>;
   using C = Shape::CLayout;
