@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/device_utils.cuh"
+#include "cuda/gelu.cuh"
 #include "cuda/launchers.h"
 
 namespace attograd::cuda {
@@ -27,26 +28,6 @@ void for_each(const StridedLayout<N>& layout, const Body& body, cudaStream_t str
 }
 
 // ---- the ops --------------------------------------------------------------------------
-
-// GELU's tanh form as x sigmoid(2u), u = k (x + c x^3), as on the CPU
-// (cpu/elementwise.cpp): 0.5 (1 + tanh(u)) = sigmoid(2u), without the
-// cancellation of 1 + tanh(u) for very negative x.
-template <typename T>
-__device__ __forceinline__ T gelu_sigmoid(T x) {
-  const T k = kGeluScale<T>, c = kGeluCubic<T>;
-  return T(1) / (T(1) + dmath::exp(T(-2) * k * (x + c * x * x * x)));
-}
-template <typename T>
-__device__ __forceinline__ T gelu(T x) {
-  return x * gelu_sigmoid(x);
-}
-template <typename T>
-__device__ __forceinline__ T gelu_grad(T x) {
-  // forward: y = x s, s = sigmoid(2u); so dy/dx = s + 2 x s (1 - s) k (1 + 3 c x^2)
-  const T k = kGeluScale<T>, c = kGeluCubic<T>;
-  const T s = gelu_sigmoid(x);
-  return s + T(2) * x * s * (T(1) - s) * k * (T(1) + T(3) * c * x * x);
-}
 
 template <UnaryOp op, typename T>
 __device__ __forceinline__ T apply_unary(T x, T s) {

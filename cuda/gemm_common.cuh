@@ -27,6 +27,15 @@ struct GemmArgs {
   std::int64_t splits = 1, k_slice = 0;
 };
 
+// What the pipelined bfloat16 product does to C as it leaves, each value from
+// C rounded to bfloat16 and computed in float32 as the element-wise kernels
+// do (cuda/gelu.cuh), then rounded once: the composed ops' bits.
+enum class Bf16Epilogue {
+  none,       // C = A B (+ bias)
+  gelu,       // C = A B + bias, and act = gelu(C): linear_gelu
+  gelu_grad,  // C = (A B) gelu'(pre): matmul_gelu_grad
+};
+
 // The bfloat16 product's (cuda/matmul_bf16.cu): C rounded to bfloat16 with
 // the bias added, or with splits the float32 partial products, slice s of
 // batch z the m x n matrix partial + (z * splits + s) * m * n.
@@ -39,6 +48,9 @@ struct Bf16GemmArgs {
   bool a_vec, b_vec;  // 16-byte loads allowed (alignment holds for every batch)
   std::int64_t splits = 1, k_slice = 0;
   float* partial = nullptr;
+  Bf16Epilogue epilogue = Bf16Epilogue::none;  // gemm_bf16_pipelined_epilogue's alone
+  bfloat16* act = nullptr;                     // gelu: m x n, as C
+  const bfloat16* pre = nullptr;               // gelu_grad: m x n, as C
 };
 
 // A tile's elements as loaded: float32 values, or bfloat16 bits; a 16-byte
@@ -242,6 +254,10 @@ const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 // the float32 partial products into g.partial, which sum_slices adds).
 std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms);
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
+// Its kernels with an epilogue (g.epilogue, one job, no splits) for the MLP's
+// layouts (A as it is; B transposed for gelu, as it is for gelu_grad): false,
+// launching nothing, for the others.
+bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream);
 
 // The same for float32 on the tensor cores (cuda/matmul_tf32_pipelined.cu);
 // with splits, slice s of batch z writes the m x n matrix g.c + (z * splits + s) * m * n.

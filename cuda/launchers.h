@@ -93,6 +93,16 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
 using Bf16GemmOperand = MatrixOperandOf<bfloat16>;
 void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias, std::int64_t m,
                std::int64_t n, std::int64_t k, const StridedLayout<2>& batch, cudaStream_t stream);
+// The MLP's products with GELU applied as C leaves the pipelined kernel, for
+// one m x n C whose operands that kernel takes whole (aligned, enough tiles
+// for every SM, no slices of K), with C, act and pre 16-byte aligned:
+// gemm_bf16_gelu gives c = a b + bias and act = gelu(c) (kernels::linear_gelu),
+// gemm_bf16_gelu_grad c = (a b) gelu'(pre) (kernels::matmul_gelu_grad), each
+// value the composed ops' bits. false, with nothing written, elsewhere.
+bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias,
+                    std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream);
+bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m,
+                         std::int64_t n, std::int64_t k, cudaStream_t stream);
 
 // ---- row ops over the last dim of contiguous (rows, n) buffers (cuda/softmax.cu) ------------
 template <typename T>

@@ -208,4 +208,37 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { launch_gemm_bf16<64, 64, 32, 32, true>(sliced, stream); });
 }
 
+namespace {
+
+// g (one m x n product) with its epilogue, where the pipelined kernel takes it whole.
+bool gemm_bf16_epilogue(Bf16GemmArgs g, cudaStream_t stream) {
+  const bool aligned = aligned16(g.c) && (!g.act || aligned16(g.act)) && (!g.pre || aligned16(g.pre));
+  if (g.m == 0 || g.n == 0 || !aligned || gemm_bf16_pipelined_splits(g, multiprocessors()) != 1) return false;
+  return gemm_bf16_pipelined_epilogue(g, stream);
+}
+
+StridedLayout<2> one_batch() {
+  StridedLayout<2> batch;
+  batch.numel = 1;
+  return batch;
+}
+
+}  // namespace
+
+bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias,
+                    std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream) {
+  const StridedLayout<2> batch = one_batch();
+  Bf16GemmArgs g{a, b, c, bias, m, n, k, 1, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
+  g.k_slice = k, g.epilogue = Bf16Epilogue::gelu, g.act = act;
+  return gemm_bf16_epilogue(g, stream);
+}
+
+bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m,
+                         std::int64_t n, std::int64_t k, cudaStream_t stream) {
+  const StridedLayout<2> batch = one_batch();
+  Bf16GemmArgs g{a, b, c, nullptr, m, n, k, 1, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
+  g.k_slice = k, g.epilogue = Bf16Epilogue::gelu_grad, g.pre = pre;
+  return gemm_bf16_epilogue(g, stream);
+}
+
 }  // namespace attograd::cuda

@@ -17,7 +17,8 @@
 // - Blocks go down groups of 8 tile rows before moving along N, so that the
 //   blocks in flight share the tiles of A and B they read from L2.
 // - C leaves through shared memory (swizzled too): 16-byte stores of whole
-//   rows' chunks, the bias added before the one rounding.
+//   rows' chunks, the bias added before the one rounding; kernels of their own
+//   apply the MLP's GELU (forward, or its gradient) on the way (Bf16Epilogue).
 // gemm_bf16 (cuda/matmul_bf16.cu) sends here the products whose operands
 // allow 16-byte copies: those with enough tiles to fill the GPU as they are,
 // and those with too few over a long K in slices (split-K, as its other
@@ -26,6 +27,7 @@
 #include <type_traits>
 
 #include "cuda/async_copy.cuh"
+#include "cuda/gelu.cuh"
 #include "cuda/gemm_common.cuh"
 #include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tiles.h"
@@ -110,10 +112,53 @@ __device__ __forceinline__ void store_partial(const Accumulators& acc, const Bf1
     }
 }
 
+// Eight bfloat16 values (bits, two to a word, the lower first) each mapped
+// in float32 by f (of the value, and of y's value at its place) and rounded once.
+template <typename F>
+__device__ __forceinline__ uint4 map_values(uint4 x, uint4 y, F f) {
+  const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+  std::uint32_t out[4];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    std::uint16_t half[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const auto value = [&](std::uint32_t word) {
+        return static_cast<float>(bfloat16::from_bits(static_cast<std::uint16_t>(word >> (16 * e))));
+      };
+      half[e] = bfloat16(f(value(xs[w]), value(ys[w]))).bits;
+    }
+    out[w] = bf16_pair(half[0], half[1]);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Up to eight values at `out`: one 16-byte store where the row holds them all
+// and `whole` allows it, else those of the row's first `count`.
+__device__ __forceinline__ void put_values(bfloat16* out, uint4 values, bool whole, std::int64_t count) {
+  if (whole) {
+    *reinterpret_cast<uint4*>(out) = values;
+    return;
+  }
+  const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
+#pragma unroll  // constant indices into words: a register each, not a stack array
+  for (int e = 0; e < kChunk; ++e)
+    if (e < count) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
+}
+__device__ __forceinline__ uint4 get_values(const bfloat16* in, bool whole, std::int64_t count) {
+  if (whole) return *reinterpret_cast<const uint4*>(in);
+  std::uint32_t words[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e)
+    if (e < count) words[e / 2] |= static_cast<std::uint32_t>(in[e].bits) << (16 * (e % 2));
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
 // C's tile, bias added and rounded once, through shared memory (`staging`,
 // free when called): each lane's 4-byte words into their swizzled chunks, then
-// 16-byte stores of eight columns where the row holds them all and C allows it.
-template <int BM, int BN>
+// 16-byte stores of eight columns where the row holds them all and C allows
+// it, with the epilogue on the way (g.act or g.pre its operand).
+template <int BM, int BN, Bf16Epilogue Epilogue>
 __device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* staging, const Bf16GemmArgs& g,
                                         std::int64_t job, const AccumulatorAt& at) {
   using Layout = typename PipelineShape<BM, BN>::CLayout;
@@ -132,7 +177,8 @@ __device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* 
             bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits, bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
   }
   __syncthreads();
-  bfloat16* const c = g.c + job * g.m * g.n;
+  const std::int64_t first = job * g.m * g.n;
+  // The epilogue's operands are m x n as C, aligned as C is where it is vectorised (gemm_bf16_gelu*).
   const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
 #pragma unroll 4
   for (int v = threadIdx.x; v < BM * BN / kChunk; v += PipelineShape<BM, BN>::kThreads) {
@@ -140,22 +186,25 @@ __device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* 
     const std::int64_t gm = at.m0 + row, gn = at.n0 + chunk * kChunk;
     if (gm >= g.m || gn >= g.n) continue;
     const uint4 values = *reinterpret_cast<const uint4*>(staging + Layout::at(row, chunk) * kChunk);
-    bfloat16* out = c + gm * g.n + gn;
-    if (c_vec && gn + kChunk <= g.n) {
-      *reinterpret_cast<uint4*>(out) = values;
+    const std::int64_t offset = first + gm * g.n + gn, count = g.n - gn;
+    const bool whole = c_vec && count >= kChunk;
+    if constexpr (Epilogue == Bf16Epilogue::gelu_grad) {
+      const uint4 pre = get_values(g.pre + offset, whole, count);
+      put_values(g.c + offset, map_values(values, pre, [](float x, float p) { return x * gelu_grad(p); }), whole, count);
     } else {
-      const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
-#pragma unroll  // constant indices into words: a register each, not a stack array
-      for (int e = 0; e < kChunk; ++e)
-        if (gn + e < g.n) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
+      put_values(g.c + offset, values, whole, count);
+      if constexpr (Epilogue == Bf16Epilogue::gelu)
+        put_values(g.act + offset, map_values(values, values, [](float x, float) { return gelu(x); }), whole, count);
     }
   }
   __syncthreads();  // the staging is read before the next job's copies overwrite it
 }
 
 // SplitK: the job (batch z, slice s of K) writes its float32 partial product
-// to g.partial (Bf16GemmArgs); otherwise C rounded to bfloat16, with the bias.
-template <int BM, int BN, bool SplitK, bool ATransposed, bool BTransposed>
+// to g.partial (Bf16GemmArgs); otherwise C rounded to bfloat16, with the bias,
+// and the epilogue (a kernel of its own: the plain ones carry none of it).
+template <int BM, int BN, bool SplitK, bool ATransposed, bool BTransposed,
+          Bf16Epilogue Epilogue = Bf16Epilogue::none>
 __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_pipelined_kernel(Bf16GemmArgs g) {
   using Shape = PipelineShape<BM, BN>;
   constexpr int kStages = Shape::kStages, kThreads = Shape::kThreads;
@@ -218,17 +267,13 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
     if constexpr (SplitK)
       store_partial(acc, g, job, at);  // no shared memory: the next job may copy into it at once
     else
-      store_c<BM, BN>(acc, smem, g, job, at);
+      store_c<BM, BN, Epilogue>(acc, smem, g, job, at);
   }
 }
 
-template <int BM, int BN, bool SplitK>
-void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
+template <int BM, int BN, typename Kernel>
+void launch_pipelined(Kernel kernel, const Bf16GemmArgs& g, cudaStream_t stream) {
   using Shape = PipelineShape<BM, BN>;
-  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, true>
-                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, false>)
-                                     : (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, true>
-                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, false>);
   allow_shared_memory(kernel, Shape::kSharedBytes);
   const std::int64_t tiles = ((g.m + BM - 1) / BM) * ((g.n + BN - 1) / BN);
   AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
@@ -236,6 +281,15 @@ void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
                   static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
   launch(kernel, grid, Shape::kThreads, Shape::kSharedBytes, stream, g);
   CUDA_CHECK_LAUNCH();
+}
+
+template <int BM, int BN, bool SplitK>
+void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
+  const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, true, false>)
+                                     : (g.b.transposed ? gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, true>
+                                                       : gemm_bf16_pipelined_kernel<BM, BN, SplitK, false, false>);
+  launch_pipelined<BM, BN>(kernel, g, stream);
 }
 
 }  // namespace
@@ -260,6 +314,21 @@ std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms) {
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
   if (g.splits > 1) return launch_pipelined<kPipelineBM, kPipelineBN, true>(g, stream);
   launch_pipelined<kPipelineBM, kPipelineBN, false>(g, stream);
+}
+
+bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream) {
+  // The MLP's layouts: x W^T (gelu), dY W (gelu_grad).
+  if (g.a.transposed) return false;
+  if (g.epilogue == Bf16Epilogue::gelu && g.b.transposed)
+    launch_pipelined<kPipelineBM, kPipelineBN>(
+        gemm_bf16_pipelined_kernel<kPipelineBM, kPipelineBN, false, false, true, Bf16Epilogue::gelu>, g, stream);
+  else if (g.epilogue == Bf16Epilogue::gelu_grad && !g.b.transposed)
+    launch_pipelined<kPipelineBM, kPipelineBN>(
+        gemm_bf16_pipelined_kernel<kPipelineBM, kPipelineBN, false, false, false, Bf16Epilogue::gelu_grad>, g,
+        stream);
+  else
+    return false;
+  return true;
 }
 
 }  // namespace gemm_detail

@@ -70,8 +70,10 @@ Tensor linear_heads(const Tensor& x, const Tensor& weight, const Tensor& bias, s
 // in); matmul_gelu_grad gives (g @ weight) * gelu'(pre), GELU's backward made
 // with the product that makes its incoming gradient, g (N, out), weight (out,
 // hidden). On the CPU in float32 the product's kernel applies GELU to C's rows
-// as it stores them (cpu/matmul.cpp); elsewhere matmul and the
-// element-wise kernels. The same values either way, to the bit.
+// as it stores them (cpu/matmul.cpp), on the GPU in bfloat16 the pipelined
+// product's epilogue as C leaves it (where that kernel takes the product:
+// cuda/launchers.h's gemm_bf16_gelu); elsewhere matmul and the element-wise
+// kernels. The same values either way, to the bit.
 struct LinearGelu {
   Tensor pre, out;  // (N, hidden)
 };

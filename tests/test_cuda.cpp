@@ -663,6 +663,41 @@ TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edge
   }
 }
 
+// The MLP's products with GELU applied as C leaves the pipelined bfloat16
+// kernel (its epilogues, cuda/matmul_bf16_pipelined.cu): the composed ops'
+// bits on the GPU (the product, then the element-wise kernel), forward
+// (linear_gelu's pre and out) and backward (matmul_gelu_grad). Shapes the
+// kernel takes whole (edges on both sides, a ragged K, with a bias and
+// without, N not a multiple of 8 stored value by value) and shapes it declines
+// (too few tiles; K not a multiple of 8), which the dispatch composes.
+TEST_CASE("cuda: linear_gelu and matmul_gelu_grad in bfloat16 give the composed ops' bits", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  struct Case {
+    std::int64_t n, in, hidden;
+    bool bias;
+  };
+  for (const Case& c : {Case{296, 72, 600, true}, Case{300, 40, 520, false}, Case{136, 64, 1032, true},
+                        Case{296, 56, 596, true}, Case{40, 64, 96, true}, Case{296, 70, 600, true}}) {
+    INFO("x (" << c.n << ", " << c.in << "), weight (" << c.hidden << ", " << c.in << ")" << (c.bias ? ", a bias" : ""));
+    const Tensor x = on_gpu(bf16_operand({c.n, c.in}, false, 70)), w = on_gpu(bf16_operand({c.hidden, c.in}, false, 71));
+    const Tensor b = c.bias ? on_gpu(kernels::cast(input({c.hidden}, DType::f32, Layout::contiguous, 72), DType::bf16))
+                            : Tensor();
+    const kernels::LinearGelu fused = kernels::linear_gelu(x, w, b);
+    const Tensor w_t = make_view(w, {c.in, c.hidden}, {1, c.in}, w.offset());
+    const Tensor pre = kernels::matmul(x, w_t, b);
+    require_same_bits(fused.pre, on_cpu(pre), "linear_gelu's pre");
+    require_same_bits(fused.out, on_cpu(kernels::unary(kernels::Unary::gelu, pre)), "linear_gelu's out");
+
+    // Backward through the MLP's second product: g (N, out) @ proj (out, hidden), times gelu'(pre).
+    const std::int64_t out_features = c.in;
+    const Tensor g = on_gpu(bf16_operand({c.n, out_features}, false, 73));
+    const Tensor proj = on_gpu(bf16_operand({out_features, c.hidden}, false, 74));
+    require_same_bits(kernels::matmul_gelu_grad(g, proj, fused.pre),
+                      on_cpu(kernels::binary(kernels::Binary::gelu_backward, kernels::matmul(g, proj), fused.pre)),
+                      "matmul_gelu_grad");
+  }
+}
+
 // Few output tiles over a long K (a Linear's weight gradient X^T dY): slices
 // of K in float32 partial products, summed in slice order, then the bias and
 // one rounding. K not a multiple of the slice, nor of 32; batches; every layout.

@@ -31,11 +31,37 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, const Shape& batch_shape, 
   return out;
 }
 
-// The GPU has no fused projection by heads, GELU epilogue or accumulating
-// product: it declines them, and the dispatch composes them from matmul and the element-wise kernels.
+// The GPU has no fused projection by heads or accumulating product: it
+// declines them, and the dispatch composes them from matmul and the element-wise kernels.
 Tensor linear_heads(const Tensor&, const Tensor&, const Tensor&, std::int64_t, std::int64_t) { return {}; }
-kernels::LinearGelu linear_gelu(const Tensor&, const Tensor&, const Tensor&) { return {}; }
-Tensor matmul_gelu_grad(const Tensor&, const Tensor&, const Tensor&) { return {}; }
 bool matmul_add_(const Tensor&, const Tensor&, const Tensor&) { return false; }
+
+// The MLP's GELU as C leaves the bfloat16 product (cuda/launchers.h's
+// gemm_bf16_gelu*), where its pipelined kernel takes the product whole;
+// declined elsewhere, and in float32, for the dispatch to compose. The operands
+// come contiguous: x (N, in), weight (hidden, in) read as weight^T; g (N, out),
+// weight (out, hidden), pre (N, hidden).
+kernels::LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (x.dtype() != DType::bf16) return {};
+  const std::int64_t n = x.size(0), in = x.size(1), hidden = weight.size(0);
+  Tensor pre = empty({n, hidden}, {DType::bf16, x.device()}), out = empty({n, hidden}, {DType::bf16, x.device()});
+  const cuda::Bf16GemmOperand a{x.data<bfloat16>(), in, false}, w_t{weight.data<bfloat16>(), in, true};
+  const bfloat16* bias_data = bias.defined() ? bias.data<bfloat16>() : nullptr;
+  if (!cuda::gemm_bf16_gelu(pre.data<bfloat16>(), out.data<bfloat16>(), a, w_t, bias_data, n, hidden, in,
+                            stream_of(out)))
+    return {};
+  return {pre, out};
+}
+
+Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
+  if (g.dtype() != DType::bf16) return {};
+  const std::int64_t n = g.size(0), out_features = g.size(1), hidden = weight.size(1);
+  Tensor dpre = empty({n, hidden}, {DType::bf16, g.device()});
+  const cuda::Bf16GemmOperand a{g.data<bfloat16>(), out_features, false}, w{weight.data<bfloat16>(), hidden, false};
+  if (!cuda::gemm_bf16_gelu_grad(dpre.data<bfloat16>(), pre.data<bfloat16>(), a, w, n, hidden, out_features,
+                                 stream_of(dpre)))
+    return {};
+  return dpre;
+}
 
 }  // namespace attograd::gpu
