@@ -25,7 +25,15 @@ struct GemmArgs {
   // K in `splits` slices of k_slice (a multiple of BK, so no tile straddles two slices):
   // slice s of batch z writes the m x n matrix c + (z * splits + s) * m * n.
   std::int64_t splits = 1, k_slice = 0;
+  // n values added to C's rows as it is stored (never to a slice's partial
+  // product; the pipelined float32 kernel takes none: sgemm adds it after).
+  const float* bias = nullptr;
 };
+
+// C's value at column `col` (below n) as stored: the float32 sum, plus the bias where there is one.
+__device__ __forceinline__ float with_bias(const GemmArgs& g, float sum, std::int64_t col) {
+  return g.bias ? sum + g.bias[col] : sum;
+}
 
 // What the pipelined bfloat16 product does to C as it leaves, each value from
 // C rounded to bfloat16 and computed in float32 as the element-wise kernels

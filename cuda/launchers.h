@@ -80,10 +80,11 @@ struct MatrixOperandOf {
   bool transposed;
 };
 using GemmOperand = MatrixOperandOf<float>;
-// C (batch..., M, N), contiguous, = A (M, K) @ B (K, N) for every batch index;
-// `batch` is the broadcast batch shape with A's (operand 0) and B's (operand 1)
-// strides over it, 0 on broadcast dims. K may be 0 (C is then zero).
-void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+// C (batch..., M, N), contiguous, = A (M, K) @ B (K, N) (+ bias, n values added
+// to every row as C is stored) for every batch index; `batch` is the broadcast
+// batch shape with A's (operand 0) and B's (operand 1) strides over it, 0 on
+// broadcast dims. K may be 0 (C is then zero, or the bias).
+void sgemm(float* c, GemmOperand a, GemmOperand b, const float* bias, std::int64_t m, std::int64_t n, std::int64_t k,
            const StridedLayout<2>& batch, cudaStream_t stream);
 
 // ---- bfloat16 matmul (cuda/matmul_bf16.cu) ---------------------------------------------------

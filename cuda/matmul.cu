@@ -115,11 +115,13 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) sgemm_kernel(GemmArgs g
         const std::int64_t gn = n0 + tile_offset<BN, TN>(tx, j);
         float* row = C + gm * g.n;
         if (g.c_vec && gn + 4 <= g.n) {
-          *reinterpret_cast<float4*>(row + gn) = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+          *reinterpret_cast<float4*>(row + gn) =
+              make_float4(with_bias(g, acc[i][j], gn), with_bias(g, acc[i][j + 1], gn + 1),
+                          with_bias(g, acc[i][j + 2], gn + 2), with_bias(g, acc[i][j + 3], gn + 3));
         } else {
 #pragma unroll
           for (int t = 0; t < 4; ++t)
-            if (gn + t < g.n) row[gn + t] = acc[i][j + t];
+            if (gn + t < g.n) row[gn + t] = with_bias(g, acc[i][j + t], gn + t);
         }
       }
     }
@@ -133,22 +135,32 @@ void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+// c (total values, rows of n) += bias[column]: the bias of a product whose
+// kernel stores C without it (the pipelined float32 one).
+__global__ void add_bias_kernel(float* c, const float* bias, std::int64_t n, std::int64_t total) {
+  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) c[e] += bias[e % n];
+}
+void add_bias(float* c, const float* bias, std::int64_t n, std::int64_t total, cudaStream_t stream) {
+  launch(add_bias_kernel, grid_for(total), kThreads, 0, stream, c, bias, n, total);
+  CUDA_CHECK_LAUNCH();
+}
+
 constexpr GemmKernels kSimtKernels{launch_sgemm<128, 128, 8, 8, 8, false>, launch_sgemm<64, 64, 8, 4, 4, false>,
                                    launch_sgemm<64, 64, 8, 4, 4, true>, 8};
 
 }  // namespace
 
-void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+void sgemm(float* c, GemmOperand a, GemmOperand b, const float* bias, std::int64_t m, std::int64_t n, std::int64_t k,
            const StridedLayout<2>& batch, cudaStream_t stream) {
   const std::int64_t batches = batch.numel;
   if (m == 0 || n == 0 || batches == 0) return;
-  if (k == 0) {  // an empty sum: C = 0
+  if (k == 0 && !bias) {  // an empty sum: C = 0 (with a bias, the kernels below store it: their loop over K is empty)
     CUDA_CHECK(cudaMemsetAsync(c, 0, sizeof(float) * batches * m * n, stream));
     return;
   }
   GemmArgs g{
       a, b, c, m, n, k, batches, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1), aligned16(c) && n % 4 == 0};
-  g.k_slice = k;
+  g.k_slice = k, g.bias = bias;
   // g over `splits` slices of K, each a multiple of bk, by launch_slices(g):
   // partial products into scratch memory, then summed in slice order.
   const auto over_slices_of_k = [&](std::int64_t splits, std::int64_t bk, auto launch_slices) {
@@ -156,16 +168,20 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, std::int64_t m, std::int64_t 
     DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
     g.c = partial.as<float>();
     g.c_vec = aligned16(g.c) && n % 4 == 0;
+    g.bias = nullptr;  // added once, to the slices' sum
     launch_slices(g, stream);
-    sum_slices<float>(c, partial.as<const float>(), nullptr, m, n, batches, g.splits, stream);
+    sum_slices<float>(c, partial.as<const float>(), bias, m, n, batches, g.splits, stream);
   };
   const int sms = multiprocessors();
   const bool tensor_cores = kernel_set(KernelOp::matmul) == KernelSet::tensor_core;
   // On the tensor cores, operands that allow 16-byte copies: the pipelined kernel, over slices of a long K
   // where its tiles are too few.
   if (const std::int64_t splits = tensor_cores ? sgemm_tf32_pipelined_splits(g, sms) : 0; splits > 0) {
-    if (splits == 1) return sgemm_tf32_pipelined(g, stream);
-    return over_slices_of_k(splits, kBKFloat, sgemm_tf32_pipelined);
+    if (splits > 1) return over_slices_of_k(splits, kBKFloat, sgemm_tf32_pipelined);
+    g.bias = nullptr;
+    sgemm_tf32_pipelined(g, stream);
+    if (bias) add_bias(c, bias, n, batches * m * n, stream);
+    return;
   }
   const GemmKernels& kernels = tensor_cores ? tensor_core_gemm_kernels() : kSimtKernels;
   // 128 x 128 tiles reuse each loaded value most; when they would leave SMs

@@ -142,10 +142,10 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp) sgemm_tc_kernel
           const float c0 = acc[i][j][2 * half], c1 = acc[i][j][2 * half + 1];
           if (g.c_vec &&
               gn + 2 <= g.n) {  // c_vec: C 16-byte aligned and N a multiple of 4, so gn * 4 bytes is 8-aligned
-            *reinterpret_cast<float2*>(row + gn) = make_float2(c0, c1);
+            *reinterpret_cast<float2*>(row + gn) = make_float2(with_bias(g, c0, gn), with_bias(g, c1, gn + 1));
           } else {
-            if (gn < g.n) row[gn] = c0;
-            if (gn + 1 < g.n) row[gn + 1] = c1;
+            if (gn < g.n) row[gn] = with_bias(g, c0, gn);
+            if (gn + 1 < g.n) row[gn + 1] = with_bias(g, c1, gn + 1);
           }
         }
       }

@@ -19,7 +19,8 @@
 //   16-row block permuted (row 2g is the fragment's row g, 2g + 1 its g + 8)
 //   and put back as C leaves, and a B fragment as one 8-byte load.
 // - C leaves from the registers, a lane's two neighbouring values of a row in
-//   one 8-byte store.
+//   one 8-byte store. Without the bias: with its pointer the kernel with B as
+//   it is spilled inside its loop (255 registers), so sgemm adds it after.
 // sgemm (cuda/matmul.cu) sends here the tensor cores' float32 products whose
 // operands allow 16-byte copies of whole chunks of four: those with enough
 // tiles to fill the GPU as they are, and those with too few over a long K in

@@ -483,6 +483,29 @@ TEST_CASE("cuda: matmul matches the CPU: odd sizes, transposes, broadcast batche
   });
 }
 
+// A float32 product's bias goes in as C is stored (each kernel's own store; the
+// slices' sum with split-K), where it took a pass of its own over C: the same
+// bits as that pass (a float32 sum, then the bias added), in each kernel set,
+// on shapes that take every path: the largest tiles (the pipelined kernel on
+// the tensor cores), small tiles, slices of K, an empty K (C is the bias),
+// broadcast batches, edges stored value by value.
+TEST_CASE("cuda: a float32 product's bias added as C is stored gives the separate pass's bits", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const std::int64_t side = big_kernel_side();
+  const std::vector<MatmulCase> cases{{{side, 24}, {24, side}}, {{37, 70}, {70, 45}},     {{70, 1000}, {1000, 100}},
+                                      {{3, 0}, {0, 4}},           {{2, 3, 5, 7}, {3, 7, 11}}, {{13, 9}, {9, 6}}};
+  for_each_kernel_set(cuda::KernelOp::matmul, [&] {
+    for (const MatmulCase& c : cases) {
+      INFO(shape_str(c.a) << " @ " << shape_str(c.b));
+      const Tensor a = on_gpu(input(c.a, DType::f32, Layout::contiguous, 80));
+      const Tensor b = on_gpu(input(c.b, DType::f32, Layout::transposed, 81));
+      const Tensor bias = on_gpu(input({c.b.back()}, DType::f32, Layout::contiguous, 82));
+      const Tensor separate = kernels::binary(kernels::Binary::add, kernels::matmul(a, b), bias);
+      require_same_bits(kernels::matmul(a, b, bias), on_cpu(separate), "matmul with a bias");
+    }
+  });
+}
+
 // Few output tiles over a long K (a Linear's weight gradient X^T dY: K = batch x tokens): K is cut into
 // slices summed afterwards. K not a multiple of the slice, nor of 8; batches; both operand layouts.
 // The operands are round_to_eighths's, so every product and every partial sum is exact in float32
