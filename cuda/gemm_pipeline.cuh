@@ -77,6 +77,28 @@ struct OperandCopies {
   }
 };
 
+// A job's first Stages - 1 tiles of A and B in flight, a cp.async group each
+// (empty past the last tile): the tile at k_first (its k below k_begin read as
+// zeros) into stage 0, the next ones after it; stage_a(s) and stage_b(s) are
+// where stage s keeps them.
+template <int Stages, typename ACopies, typename BCopies, typename StageA, typename StageB>
+__device__ __forceinline__ void start_pipeline(ACopies& a, BCopies& b, StageA stage_a, StageB stage_b, int tiles,
+                                               std::int64_t k_first, std::int64_t k_begin) {
+  if (tiles > 0) {
+    a.first(stage_a(0), k_first, k_begin);
+    b.first(stage_b(0), k_first, k_begin);
+  }
+  commit_async_copies();
+#pragma unroll
+  for (int s = 1; s < Stages - 1; ++s) {
+    if (s < tiles) {
+      a.next(stage_a(s));
+      b.next(stage_b(s));
+    }
+    commit_async_copies();
+  }
+}
+
 // This lane's ldmatrix addresses in an operand's tile (bytes from its first)
 // for the warp's Blocks 16-row blocks at each of the two mma steps of a tile:
 // per lane one for each step (k fastest) or block (otherwise), the rest a

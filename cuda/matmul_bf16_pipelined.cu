@@ -232,20 +232,7 @@ __global__ void __launch_bounds__(PipelineShape<BM, BN>::kThreads, 1) gemm_bf16_
     OperandCopies<BM, a_k_fastest, kThreads, std::uint16_t> a_copies(a_data, g.a.ld, g.m, m0, k_first);
     OperandCopies<BN, b_k_fastest, kThreads, std::uint16_t> b_copies(b_data, g.b.ld, g.n, n0, k_first);
 
-    // The first kStages - 1 tiles in flight, a group each (empty past the last tile).
-    if (tiles > 0) {
-      a_copies.first(stage_a(0), k_first, k_begin);
-      b_copies.first(stage_b(0), k_first, k_begin);
-    }
-    commit_async_copies();
-#pragma unroll
-    for (int s = 1; s < kStages - 1; ++s) {
-      if (s < tiles) {
-        a_copies.next(stage_a(s));
-        b_copies.next(stage_b(s));
-      }
-      commit_async_copies();
-    }
+    start_pipeline<kStages>(a_copies, b_copies, stage_a, stage_b, tiles, k_first, k_begin);
 
     Accumulators acc = {};
     int read = 0, write = kStages - 1;

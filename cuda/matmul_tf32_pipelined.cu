@@ -257,20 +257,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sgemm_tf32_pipelined_kernel(
     OperandCopies<kBM, a_k_fastest, kBlockThreads, float> a_copies(g.a.data + offset[0], g.a.ld, g.m, m0, k_first);
     OperandCopies<kBN, b_k_fastest, kBlockThreads, float> b_copies(g.b.data + offset[1], g.b.ld, g.n, n0, k_first);
 
-    // The first kStages - 1 tiles in flight, a group each (empty past the last tile).
-    if (tiles > 0) {
-      a_copies.first(stage_a(0), k_first, k_begin);
-      b_copies.first(stage_b(0), k_first, k_begin);
-    }
-    commit_async_copies();
-#pragma unroll
-    for (int s = 1; s < kStages - 1; ++s) {
-      if (s < tiles) {
-        a_copies.next(stage_a(s));
-        b_copies.next(stage_b(s));
-      }
-      commit_async_copies();
-    }
+    start_pipeline<kStages>(a_copies, b_copies, stage_a, stage_b, tiles, k_first, k_begin);
 
     Accumulators acc = {};
     int read = 0, write = kStages - 1, buf = 0;
