@@ -319,6 +319,35 @@ inline std::int64_t k_splits(std::int64_t tiles, std::int64_t k, int sms) {
   return std::max<std::int64_t>(1, std::min({(2 * sms + tiles - 1) / tiles, k / kMinSliceK, kMaxSplits}));
 }
 
+// The pipelined products' choice (cuda/matmul_bf16_pipelined.cu, and
+// matmul_tf32_pipelined.cu): BM x BN tiles copied 16 bytes at a time,
+// ChunkValues values a copy. 0 where g does not suit them, else the slices of
+// K to cut it into (1: none) on a GPU of `sms` multiprocessors.
+template <int BM, int BN, int ChunkValues, typename Args>
+std::int64_t pipelined_splits(const Args& g, int sms) {
+  // 16-byte copies need aligned operands, and each copy's values wholly inside
+  // the matrix or wholly outside: K a multiple of ChunkValues where an operand
+  // has k fastest (A as it is, B transposed), its rows (M, N) where it has not.
+  const bool a_whole = g.a.transposed ? g.m % ChunkValues == 0 : g.k % ChunkValues == 0;
+  const bool b_whole = g.b.transposed ? g.k % ChunkValues == 0 : g.n % ChunkValues == 0;
+  if (g.k == 0 || !g.a_vec || !g.b_vec || !a_whole || !b_whole) return 0;
+  // Enough tiles for every SM, or slices of a long K to make up for too few.
+  const std::int64_t tiles = ((g.m + BM - 1) / BM) * ((g.n + BN - 1) / BN) * g.batches;
+  if (tiles >= sms) return 1;
+  const std::int64_t splits = k_splits(tiles, g.k, sms);
+  return splits > 1 ? splits : 0;
+}
+
+// Their grid: x over C's BM x BN tiles (the kernel orders them, raster_tile),
+// z over the jobs (batches, times slices of K).
+template <typename Args>
+dim3 pipelined_grid(const Args& g, int bm, int bn) {
+  const std::int64_t tiles = ((g.m + bm - 1) / bm) * ((g.n + bn - 1) / bn);
+  AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
+  return dim3(static_cast<unsigned>(tiles), 1,
+              static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
+}
+
 // g cut into about `splits` slices of K, each a whole number of bk (rounding
 // the slice up may leave fewer slices, none empty).
 template <typename Args>

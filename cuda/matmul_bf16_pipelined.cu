@@ -262,11 +262,7 @@ template <int BM, int BN, typename Kernel>
 void launch_pipelined(Kernel kernel, const Bf16GemmArgs& g, cudaStream_t stream) {
   using Shape = PipelineShape<BM, BN>;
   allow_shared_memory(kernel, Shape::kSharedBytes);
-  const std::int64_t tiles = ((g.m + BM - 1) / BM) * ((g.n + BN - 1) / BN);
-  AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
-  const dim3 grid(static_cast<unsigned>(tiles), 1,
-                  static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
-  launch(kernel, grid, Shape::kThreads, Shape::kSharedBytes, stream, g);
+  launch(kernel, pipelined_grid(g, BM, BN), Shape::kThreads, Shape::kSharedBytes, stream, g);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -284,18 +280,7 @@ void launch_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
 namespace gemm_detail {
 
 std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms) {
-  // 16-byte copies need aligned operands, and each copy's eight values wholly
-  // inside the matrix or wholly outside: K a multiple of 8 where an operand
-  // has k fastest (A as it is, B transposed), its rows (M, N) where it has not.
-  const bool a_whole = g.a.transposed ? g.m % kChunk == 0 : g.k % kChunk == 0;
-  const bool b_whole = g.b.transposed ? g.k % kChunk == 0 : g.n % kChunk == 0;
-  if (g.k == 0 || !g.a_vec || !g.b_vec || !a_whole || !b_whole) return 0;
-  // Enough tiles for every SM, or slices of a long K to make up for too few.
-  const std::int64_t tiles =
-      ((g.m + kPipelineBM - 1) / kPipelineBM) * ((g.n + kPipelineBN - 1) / kPipelineBN) * g.batches;
-  if (tiles >= sms) return 1;
-  const std::int64_t splits = k_splits(tiles, g.k, sms);
-  return splits > 1 ? splits : 0;
+  return pipelined_splits<kPipelineBM, kPipelineBN, kChunk>(g, sms);
 }
 
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {

@@ -289,17 +289,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) sgemm_tf32_pipelined_kernel(
 namespace gemm_detail {
 
 std::int64_t sgemm_tf32_pipelined_splits(const GemmArgs& g, int sms) {
-  // 16-byte copies need aligned operands, and each copy's four values wholly
-  // inside the matrix or wholly outside: K a multiple of 4 where an operand
-  // has k fastest (A as it is, B transposed), its rows (M, N) where it has not.
-  const bool a_whole = g.a.transposed ? g.m % 4 == 0 : g.k % 4 == 0;
-  const bool b_whole = g.b.transposed ? g.k % 4 == 0 : g.n % 4 == 0;
-  if (g.k == 0 || !g.a_vec || !g.b_vec || !a_whole || !b_whole) return 0;
-  // Enough tiles for every SM, or slices of a long K to make up for too few.
-  const std::int64_t tiles = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN) * g.batches;
-  if (tiles >= sms) return 1;
-  const std::int64_t splits = k_splits(tiles, g.k, sms);
-  return splits > 1 ? splits : 0;
+  return pipelined_splits<kBM, kBN, 4>(g, sms);  // four floats a 16-byte copy
 }
 
 void sgemm_tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
@@ -308,11 +298,7 @@ void sgemm_tf32_pipelined(const GemmArgs& g, cudaStream_t stream) {
                                      : (g.b.transposed ? sgemm_tf32_pipelined_kernel<false, true>
                                                        : sgemm_tf32_pipelined_kernel<false, false>);
   allow_shared_memory(kernel, kSharedBytes);
-  const std::int64_t tiles = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN);
-  AG_CHECK(tiles <= 0x7fffffff, "matmul", "{} x {} is too large for the CUDA kernel", g.m, g.n);
-  const dim3 grid(static_cast<unsigned>(tiles), 1,
-                  static_cast<unsigned>(std::min<std::int64_t>(g.batches * g.splits, 65535)));
-  launch(kernel, grid, kBlockThreads, kSharedBytes, stream, g);
+  launch(kernel, pipelined_grid(g, kBM, kBN), kBlockThreads, kSharedBytes, stream, g);
   CUDA_CHECK_LAUNCH();
 }
 
