@@ -107,6 +107,11 @@ void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::i
 void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
                                     float* dq, float* dk, float* dv, cudaStream_t stream);
 
+// The float32 forward in FlashAttention-2's shape, in 3xTF32
+// (cuda/attention_tf32_flash.cu), launched by attention_forward_tensor_core
+// for the problems it takes: false, having launched nothing, for the others.
+bool attention_forward_tf32_flash(const AttentionProblem& p, ::attograd::AttentionRows<float> out, float* lse,
+                                  cudaStream_t stream);
 // The bfloat16 forward in FlashAttention-2's shape (cuda/attention_bf16_flash.cu),
 // launched by attention_forward_bf16 for the problems it takes: false, having
 // launched nothing, for the others.

@@ -1,6 +1,7 @@
 #pragma once
-// What the bfloat16 attention's forward and backward in FlashAttention-2's
-// shape share (cuda/attention_bf16_flash.cu, attention_bf16_flash_backward.cu):
+// What the attention kernels in FlashAttention-2's shape share (the bfloat16
+// forward and backward, cuda/attention_bf16_flash.cu and
+// attention_bf16_flash_backward.cu; the float32 forward, attention_tf32_flash.cu):
 // exp2 in one instruction, a word of a Philox draw, a lane's ldmatrix offsets
 // along a line of the head size, copying a tile of rows into a swizzled tile
 // (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy, and choosing the
@@ -55,13 +56,13 @@ struct LaneAddresses {
 // (Threads / Tile::kLineChunks rows further on). `first` points at copy 0's
 // source row; rows at and past `valid` read nothing, from `fallback`, an
 // address inside the tensor.
-template <typename Tile, int Threads>
-__device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, const bfloat16* first,
-                                          std::int64_t row_step16, int valid, const bfloat16* fallback) {
+template <typename Tile, int Threads, typename T>
+__device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, const T* first,
+                                          std::int64_t row_step16, int valid, const T* fallback) {
   static_assert(Tile::template kCopiesEvenlyApart<Threads>, "a thread's copies lie a whole number of swizzle periods apart");
   constexpr int kCopies = Tile::kChunks / Threads, kRowsApart = Threads / Tile::kLineChunks;
   const int line0 = threadIdx.x / Tile::kLineChunks;
-  const bfloat16* source = first;
+  const T* source = first;
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
     const bool inside = line0 + i * kRowsApart < valid;

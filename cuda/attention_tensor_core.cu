@@ -305,6 +305,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::int64_t out_sb, std::int64_t out_sh,
                                    std::int64_t out_st, float* lse, cudaStream_t stream) {
+  if (attention_forward_tf32_flash(p, {out, out_sb, out_sh, out_st}, lse, stream)) return;
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t smem = forward_smem<DMax>();

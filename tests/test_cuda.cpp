@@ -1116,6 +1116,67 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
   });
 }
 
+// The float32 forward in FlashAttention-2's shape (cuda/attention_tf32_flash.cu,
+// 3xTF32) takes the tensor-core set's problems at head sizes 32 and 64 whose
+// rows are 16-byte aligned (contiguous ones here; the test above's offset v
+// goes to the general kernel), and its backward is the general kernels' on
+// its log-sum-exp, so a wrong lse shows in the gradients. Cases: several query
+// blocks (128) and key tiles (64), ragged; Tq != Tk both ways, causal or not;
+// causal with Tk > Tq (key tiles no query sees); a mask with a row of hidden
+// keys; dropout (Tk a multiple of 4: a Philox draw for four weights), with
+// the mask; heads interleaved in memory (a (B, T, H, D) tensor seen as (B, H,
+// T, D)). Within float32's parity bound, which one TF32 product alone exceeds.
+TEST_CASE("cuda: the float32 flash attention forward (3xTF32) matches the CPU: blocks, ragged tiles, mask, dropout",
+          "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const cuda::ScopedKernelSet tensor_cores(cuda::KernelOp::attention, cuda::KernelSet::tensor_core);
+  struct Case {
+    std::int64_t B, H, Tq, Tk, D;
+    bool causal;
+    double dropout;
+    bool mask, interleaved;
+  };
+  const std::vector<Case> cases{
+      {1, 2, 300, 300, 64, true, 0, false, false},  {1, 1, 200, 330, 64, false, 0, false, false},
+      {2, 1, 150, 70, 64, true, 0, false, false},   {1, 1, 70, 200, 64, true, 0, false, false},
+      {1, 1, 1, 1, 64, false, 0, false, false},     {1, 2, 150, 152, 64, true, 0.1, true, false},
+      {2, 2, 130, 130, 64, true, 0, false, true},   {1, 2, 300, 300, 32, true, 0, false, false},
+      {2, 1, 130, 76, 32, false, 0.2, true, false}, {2, 1, 100, 100, 64, false, 0.2, false, false},
+      {1, 1, 40, 77, 32, true, 0.3, false, false},  // odd Tk: dropout in the general kernel
+  };
+  for (const Case& c : cases) {
+    const std::string what = fmt::format("float32 flash attention B={} H={} Tq={} Tk={} D={} causal={} dropout={} "
+                                         "mask={} interleaved={}",
+                                         c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.dropout, c.mask, c.interleaved);
+    Tensor q = input({c.B, c.H, c.Tq, c.D}, DType::f32, Layout::contiguous, 96);
+    if (c.interleaved) {
+      const Tensor q_bthd = input({c.B, c.Tq, c.H, c.D}, DType::f32, Layout::contiguous, 96);
+      q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
+    }
+    const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 97);
+    const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 98);
+    Tensor mask;  // batch b hides its first b keys and its last 2b
+    if (c.mask) {
+      mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
+      for (std::int64_t b = 0; b < c.B; ++b)
+        for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
+    }
+    require_op_parity(what,
+                      [&](const std::vector<Tensor>& in) {
+                        Generator gen(4321);  // the same dropout stream on each device
+                        const bool gpu = in[0].device().is_cuda();
+                        AttentionOptions o{.causal = c.causal,
+                                           .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
+                                           .dropout_p = c.dropout,
+                                           .training = true,
+                                           .generator = &gen,
+                                           .impl = AttentionImpl::fused};
+                        return attention(in[0], in[1], in[2], o).out;
+                      },
+                      {q, k, v});
+  }
+}
+
 // MultiHeadAttention's packed self-attention as the CPU runs it where its
 // float32 kernel writes the heads (linear_heads, then attention_packed on a
 // (B, 3, H, T, D) qkv): on the GPU linear_heads is the product and a copy into
