@@ -122,26 +122,6 @@ __device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores<kScor
   }
 }
 
-// The end of the warp's rows of (b, h) = bh: o / l rounded as stored.
-template <int D>
-__device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
-                                           std::int64_t w0, int g, int t, Bf16AttentionOutput out, float* lse) {
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float sum = quad_reduce(rows.l[mt][half], SumOp{});  // every lane joins
-      const std::int64_t i = w0 + 16 * mt + g + 8 * half;
-      if (i >= p.Tq) continue;
-      const float inv = finish_row(rows.m[mt][half], sum, p, bh, i, t, lse);
-      bfloat16* row = out.row(bh / p.H, bh % p.H, i);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<std::uint32_t*>(row + 8 * n + 2 * t) =
-            round_pair(rows.o[mt][n][2 * half] * inv, rows.o[mt][n][2 * half + 1] * inv);
-    }
-}
-
 // A lane's ldmatrix offsets into K's tile per step of 16 along D, and into V's
 // per block of 16 along D.
 template <int D>
@@ -173,10 +153,9 @@ struct Bf16Kind {
                                                     const std::uint16_t* v_tile, const Reads<D>& reads) {
     flash::add_values<D>(rows, s, v_tile, reads.v_at);
   }
-  template <int D>
-  __device__ __forceinline__ static void store(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
-                                               std::int64_t w0, int g, int t, Bf16AttentionOutput out, float* lse) {
-    store_rows<D>(rows, p, bh, w0, g, t, out, lse);
+  // Rounded as stored.
+  __device__ __forceinline__ static void store_pair(bfloat16* at, float x0, float x1) {
+    *reinterpret_cast<std::uint32_t*>(at) = round_pair(x0, x1);
   }
 };
 

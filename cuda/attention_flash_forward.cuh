@@ -169,14 +169,26 @@ __device__ __forceinline__ void online_softmax(float (&s)[kM][N][4], WarpRows<D>
     }
 }
 
-// The end of a warp's row i (below Tq) of (b, h) = bh, whose running max is m
-// and whose p summed over its quad is `sum`: its log-sum-exp, written by lane
-// t == 0, and the factor 1 / l its o is scaled by as it is stored, 0 where
-// every key was hidden (zeros, not 0 / 0).
-__device__ __forceinline__ float finish_row(float m, float sum, const AttentionProblem& p, std::int64_t bh,
-                                            std::int64_t i, int t, float* lse) {
-  if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : m * p.scale + logf(sum);
-  return sum == 0.0f ? 0.0f : 1.0f / sum;
+// The end of the warp's rows of (b, h) = bh: their log-sum-exp (-inf where
+// every key was hidden) and o / l, stored by Kind::store_pair(at, x0, x1), two
+// neighbouring values of out's row (zeros, not 0 / 0, where l is 0).
+template <typename Kind, int D, typename Output>
+__device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
+                                           std::int64_t w0, int g, int t, Output out, float* lse) {
+#pragma unroll
+  for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float sum = quad_reduce(rows.l[mt][half], SumOp{});  // every lane joins
+      const std::int64_t i = w0 + 16 * mt + g + 8 * half;
+      if (i >= p.Tq) continue;
+      if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : rows.m[mt][half] * p.scale + logf(sum);
+      const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+      auto* row = out.row(bh / p.H, bh % p.H, i);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        Kind::store_pair(row + 8 * n + 2 * t, rows.o[mt][n][2 * half] * inv, rows.o[mt][n][2 * half + 1] * inv);
+    }
 }
 
 // The forward of the block's queries, for every (b, h) its grid row takes.
@@ -187,7 +199,7 @@ __device__ __forceinline__ float finish_row(float m, float sum, const AttentionP
 //   Reads<D>(lane)                       a lane's offsets into K's and V's tiles
 //   scores<D>(s, queries, k_tile, reads) s = Q K^T of kScoreKeys keys
 //   add_values<D>(rows, s, v_tile, reads) o += p v
-//   store<D>(rows, p, bh, w0, g, t, out, lse) the rows' end
+//   store_pair(at, x0, x1)               two neighbouring values of an output row
 // x holds q, k and v (AttentionRows of Value), out the output's rows.
 template <typename Kind, int D, bool Causal, bool HasMask, bool Dropout, typename Operands, typename Output>
 __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const Operands& x, Output out, float* lse) {
@@ -282,7 +294,7 @@ __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const O
       commit_async_copies();
       sweep_tile(buf, std::int64_t(tile) * kKeys, std::false_type{});
     }
-    Kind::template store<D>(rows, p, bh, w0, g, t, out, lse);
+    store_rows<Kind>(rows, p, bh, w0, g, t, out, lse);
   }
 }
 

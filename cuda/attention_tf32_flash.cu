@@ -144,27 +144,6 @@ __device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores<Keys>
   }
 }
 
-// The end of the warp's rows of (b, h) = bh: o / l stored, two values a write.
-template <int D>
-__device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
-                                           std::int64_t w0, int g, int t, ::attograd::AttentionRows<float> out,
-                                           float* lse) {
-#pragma unroll
-  for (int mt = 0; mt < kM; ++mt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float sum = quad_reduce(rows.l[mt][half], SumOp{});  // every lane joins
-      const std::int64_t i = w0 + 16 * mt + g + 8 * half;
-      if (i >= p.Tq) continue;
-      const float inv = finish_row(rows.m[mt][half], sum, p, bh, i, t, lse);
-      float* row = out.row(bh / p.H, bh % p.H, i);
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(row + 8 * n + 2 * t) =
-            make_float2(rows.o[mt][n][2 * half] * inv, rows.o[mt][n][2 * half + 1] * inv);
-    }
-}
-
 // The float32 operands' part of forward_sweep (cuda/attention_flash_forward.cuh).
 struct Tf32Kind {
   using Value = float;
@@ -186,11 +165,8 @@ struct Tf32Kind {
                                                     const std::uint16_t* v_tile, const Reads<D>& reads) {
     flash_tf32::add_values<D, kKeys>(rows, s, v_tile, reads);
   }
-  template <int D>
-  __device__ __forceinline__ static void store(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
-                                               std::int64_t w0, int g, int t, ::attograd::AttentionRows<float> out,
-                                               float* lse) {
-    store_rows<D>(rows, p, bh, w0, g, t, out, lse);
+  __device__ __forceinline__ static void store_pair(float* at, float x0, float x1) {
+    *reinterpret_cast<float2*>(at) = make_float2(x0, x1);
   }
 };
 

@@ -1055,6 +1055,30 @@ TEST_CASE("cuda: the tensor cores' float32 sums round toward zero", "[cuda]") {
 #endif
 }
 
+namespace {
+
+// An attention mask (B, 1, 1, Tk) by which batch b hides its first b keys and its last 2b.
+Tensor ends_hidden(std::int64_t B, std::int64_t Tk) {
+  Tensor mask = empty({B, 1, 1, Tk}, {DType::b8});
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t j = 0; j < Tk; ++j) mask.data<bool>()[b * Tk + j] = j < b || j >= Tk - 2 * b;
+  return mask;
+}
+
+// The fused attention's options for a training run on like's device: the mask
+// (on the CPU, or undefined for none) moved there, dropout drawn from gen.
+AttentionOptions fused_options(bool causal, double dropout, const Tensor& mask, const Tensor& like, Generator& gen) {
+  const bool gpu = like.device().is_cuda();
+  return {.causal = causal,
+          .mask = mask.defined() && gpu ? on_gpu(mask) : mask,
+          .dropout_p = dropout,
+          .training = true,
+          .generator = &gen,
+          .impl = AttentionImpl::fused};
+}
+
+}  // namespace
+
 TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]") {
   SKIP_WITHOUT_CUDA();
   struct Case {
@@ -1084,27 +1108,15 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
       const Tensor q = make_view(q_bthd, {c.B, c.H, c.Tq, c.D}, {c.Tq * c.H * c.D, c.D, c.H * c.D, 1}, 0);
       const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 91);
       const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::offset, 92);
-      // Batch b hides its first b keys and its last 2b: with causal on, query 0
-      // of batch 1 then sees no key at all (a zero row, zero gradients).
-      Tensor mask;
-      if (c.mask) {
-        mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
-        for (std::int64_t b = 0; b < c.B; ++b)
-          for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
-      }
+      // With causal on, query 0 of batch 1 sees no key at all (a zero row, zero gradients).
+      const Tensor mask = c.mask ? ends_hidden(c.B, c.Tk) : Tensor();
       for (bool weights : {false, true}) {
         std::vector<Tensor> returned_weights;  // cpu's, then gpu's
         require_op_parity(what + (weights ? " with weights" : ""),
                           [&](const std::vector<Tensor>& in) {
                             Generator gen(1234);  // the same dropout stream on each device
-                            const bool gpu = in[0].device().is_cuda();
-                            AttentionOptions o{.causal = c.causal,
-                                               .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
-                                               .dropout_p = c.dropout,
-                                               .training = true,
-                                               .generator = &gen,
-                                               .return_weights = weights,
-                                               .impl = AttentionImpl::fused};
+                            AttentionOptions o = fused_options(c.causal, c.dropout, mask, in[0], gen);
+                            o.return_weights = weights;
                             const AttentionOutput r = attention(in[0], in[1], in[2], o);
                             returned_weights.push_back(r.weights);
                             return r.out;
@@ -1155,23 +1167,11 @@ TEST_CASE("cuda: the float32 flash attention forward (3xTF32) matches the CPU: b
     }
     const Tensor k = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 97);
     const Tensor v = input({c.B, c.H, c.Tk, c.D}, DType::f32, Layout::contiguous, 98);
-    Tensor mask;  // batch b hides its first b keys and its last 2b
-    if (c.mask) {
-      mask = empty({c.B, 1, 1, c.Tk}, {DType::b8});
-      for (std::int64_t b = 0; b < c.B; ++b)
-        for (std::int64_t j = 0; j < c.Tk; ++j) mask.data<bool>()[b * c.Tk + j] = j < b || j >= c.Tk - 2 * b;
-    }
+    const Tensor mask = c.mask ? ends_hidden(c.B, c.Tk) : Tensor();
     require_op_parity(what,
                       [&](const std::vector<Tensor>& in) {
                         Generator gen(4321);  // the same dropout stream on each device
-                        const bool gpu = in[0].device().is_cuda();
-                        AttentionOptions o{.causal = c.causal,
-                                           .mask = c.mask ? (gpu ? on_gpu(mask) : mask) : Tensor(),
-                                           .dropout_p = c.dropout,
-                                           .training = true,
-                                           .generator = &gen,
-                                           .impl = AttentionImpl::fused};
-                        return attention(in[0], in[1], in[2], o).out;
+                        return attention(in[0], in[1], in[2], fused_options(c.causal, c.dropout, mask, in[0], gen)).out;
                       },
                       {q, k, v});
   }
