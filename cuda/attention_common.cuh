@@ -112,6 +112,11 @@ void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dou
 // for the problems it takes: false, having launched nothing, for the others.
 bool attention_forward_tf32_flash(const AttentionProblem& p, ::attograd::AttentionRows<float> out, float* lse,
                                   cudaStream_t stream);
+// Its backward (cuda/attention_tf32_flash_backward.cu), launched by
+// attention_backward_tensor_core once delta is made: false, having launched
+// nothing, for the problems it does not take. dq, dk and dv are contiguous.
+bool attention_backward_tf32_flash(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
+                                   float* dq, float* dk, float* dv, cudaStream_t stream);
 // The bfloat16 forward in FlashAttention-2's shape (cuda/attention_bf16_flash.cu),
 // launched by attention_forward_bf16 for the problems it takes: false, having
 // launched nothing, for the others.

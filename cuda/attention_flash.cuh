@@ -1,7 +1,8 @@
 #pragma once
 // What the attention kernels in FlashAttention-2's shape share (the bfloat16
 // forward and backward, cuda/attention_bf16_flash.cu and
-// attention_bf16_flash_backward.cu; the float32 forward, attention_tf32_flash.cu):
+// attention_bf16_flash_backward.cu; the float32 ones, attention_tf32_flash.cu
+// and attention_tf32_flash_backward.cu):
 // exp2 in one instruction, a word of a Philox draw, a lane's ldmatrix offsets
 // along a line of the head size, copying a tile of rows into a swizzled tile
 // (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy, and choosing the

@@ -318,6 +318,7 @@ void attention_forward_tensor_core(const AttentionProblem& p, float* out, std::i
 
 void attention_backward_tensor_core(const AttentionProblem& p, AttentionRows dout, const float* lse, const float* delta,
                                     float* dq, float* dk, float* dv, cudaStream_t stream) {
+  if (attention_backward_tf32_flash(p, dout, lse, delta, dq, dk, dv, stream)) return;
   with_head_dim(p.D, [&](auto dmax) {
     constexpr int DMax = decltype(dmax)::value;
     constexpr std::size_t kv_smem = dkdv_smem<DMax>(), q_smem = dq_smem<DMax>();

@@ -11,24 +11,20 @@
 // lie, a line a row, and each warp splits what it reads into TF32's big and
 // small parts: splitting K and V once a block for the four warps would take
 // twice their tiles in shared memory, and one block of 4 warps an SM.
-// - Q K^T: ldmatrix reads Q's A fragments and K's B fragments as pairs of
-//   16-bit halves (the float32 pipelined product's reads, cuda/gemm_tiles.h:
-//   mma step s of a line takes its chunks s and s + 2). Q is read again for
-//   each key tile, as held in registers its split parts would take 128.
-// - P V: P's accumulators are A fragments where they stand, their keys
-//   renumbered (attention_tensor_core.cu): A's k t is key 2t of a block of 8
-//   and k t + 4 is key 2t + 1, so V's B fragment is V[2t][g] and V[2t + 1][g],
-//   two 4-byte reads, which the swizzle puts on 32 different banks.
+// Q's and K's fragments come by ldmatrix, V's by 4-byte reads with P's keys
+// renumbered (cuda/attention_tf32_reads.cuh); Q is read again for each key
+// tile, as held in registers its split parts would take 128.
 #include <cstdint>
 
 #include "cuda/attention_flash_forward.cuh"
-#include "cuda/mma.cuh"
+#include "cuda/attention_tf32_reads.cuh"
 #include "cuda/mma_bf16.cuh"  // load_matrices
 
 namespace attograd::cuda::attention_detail {
 namespace flash_tf32 {
 
 using namespace flash;
+using namespace tf32_reads;
 using gemm_tiles::OperandTile;
 
 // The tiles at head size D: a line a query or key, D float32 values.
@@ -39,23 +35,6 @@ struct Tiles {
   using V = OperandTile<kKeys, true, D, 4>;          // B of P V, read a value at a time
   static constexpr int kSharedBytes = 16 * (Q::kChunks + 2 * 2 * K::kChunks);  // Q, then two buffers of K and V
 };
-
-// A lane's ldmatrix offsets along a line of D float32 values, one for each mma
-// step of 8 (LaneAddresses: a line of D float32 values is a line of 2D
-// bfloat16 ones), and the chunk a step starts at (its k chunks are s and s + 2
-// of each four: gemm_tiles::OperandTile::fragment_chunk).
-template <int D>
-using StepAddresses = LaneAddresses<2 * D>;
-__host__ __device__ constexpr int step_chunk(int ks) { return 4 * (ks / 2) + ks % 2; }
-
-// A fragment's four float32 values (as ldmatrix gives their bits) split into TF32 parts.
-template <int N>
-__device__ __forceinline__ SplitFragment<N> split_bits(const std::uint32_t* bits) {
-  float x[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) x[i] = bits_float(bits[i]);
-  return split_tf32(x);
-}
 
 // A warp's queries, read from the Q tile and split for each step of each key tile.
 template <int D>
@@ -76,28 +55,13 @@ struct WarpQueries {
   }
 };
 
-// A lane's offsets into K's tile (ldmatrix, per step of 8 along D) and into
-// V's (its 4-byte reads). V's: line 8 kb + 2t + r (r = 0, 1: keys 2t and 2t + 1
-// of block kb), value 8 nd + g (column g of D's block nd), at chunk 2 nd + g / 4
-// swizzled by the line's 2t + r, which is chunk 2 (nd ^ t) + (g / 4 ^ r) of
-// nd's run of 8: value_at[nd % 4] holds r = 0's, whose line r = 1 lies
-// value_next after.
+// A lane's offsets into K's tile (ldmatrix, per step of 8 along D) and into V's (its 4-byte reads).
 template <int D>
 struct KeyValueReads {
-  static constexpr int kLineBytes = 4 * D, kHeld = D / 8 < 4 ? D / 8 : 4;
   StepAddresses<D> k_at;
-  int value_at[kHeld], value_next;
+  RowPairReads<D> values;
   __device__ __forceinline__ explicit KeyValueReads(int lane)
-      : k_at([&](int ks) { return Tiles<D>::K::fragment_chunk(0, step_chunk(ks), lane, true) * 16; }) {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int j = 0; j < kHeld; ++j) value_at[j] = 2 * t * kLineBytes + (2 * (j ^ t) + g / 4) * 16 + 4 * (g % 4);
-    value_next = kLineBytes + (g / 4 == 0 ? 16 : -16);
-  }
-  // V[8 kb + 2t + r][8 nd + g]'s offset, r = 0.
-  __device__ __forceinline__ int value(int kb, int nd) const {
-    return kb * 8 * kLineBytes + nd / 4 * 128 + value_at[nd % 4];
-  }
+      : k_at([&](int ks) { return Tiles<D>::K::fragment_chunk(0, step_chunk(ks), lane, true) * 16; }), values(lane) {}
 };
 
 // s = Q K^T for the key tile.
@@ -127,17 +91,10 @@ __device__ __forceinline__ void add_values(WarpRows<D>& rows, const Scores<Keys>
   for (int kb = 0; kb < Keys / 8; ++kb) {
     SplitFragment<4> pa[kM];
 #pragma unroll
-    for (int mt = 0; mt < kM; ++mt) {
-      const float(&c)[4] = s[mt][kb];
-      const float af[4] = {c[0], c[2], c[1], c[3]};  // keys 2t and 2t + 1 as A's k t and t + 4
-      pa[mt] = split_tf32(af);
-    }
+    for (int mt = 0; mt < kM; ++mt) pa[mt] = renumbered_fragment(s[mt][kb]);
 #pragma unroll
     for (int nd = 0; nd < D / 8; ++nd) {
-      const int at = reads.value(kb, nd);
-      const float vf[2] = {*reinterpret_cast<const float*>(byte_offset(v_tile, at)),
-                           *reinterpret_cast<const float*>(byte_offset(v_tile, at + reads.value_next))};
-      const SplitFragment<2> vb = split_tf32(vf);
+      const SplitFragment<2> vb = reads.values.fragment(v_tile, kb, nd);
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt) mma_3xtf32(rows.o[mt][nd], pa[mt], vb);
     }
@@ -189,15 +146,11 @@ struct ForwardKernels {
   }
 };
 
-template <typename T>
-bool rows_aligned(const ::attograd::AttentionRows<T>& x) {
-  return reinterpret_cast<std::uintptr_t>(x.data) % 16 == 0 && x.sb % 4 == 0 && x.sh % 4 == 0 && x.st % 4 == 0;
-}
-
 }  // namespace
 
 bool attention_forward_tf32_flash(const AttentionProblem& p, ::attograd::AttentionRows<float> out, float* lse,
                                   cudaStream_t stream) {
+  using tf32_reads::rows_aligned;
   // Dropout's draws serve four weights each where rows of weights start at multiples of 4.
   if ((p.D != 32 && p.D != 64) || !(p.scale > 0) || (p.dropout() && p.Tk % 4 != 0) || !rows_aligned(p.q) ||
       !rows_aligned(p.k) || !rows_aligned(p.v) || !rows_aligned(out))

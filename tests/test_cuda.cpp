@@ -1128,17 +1128,19 @@ TEST_CASE("cuda: fused attention matches the CPU, forward and backward", "[cuda]
   });
 }
 
-// The float32 forward in FlashAttention-2's shape (cuda/attention_tf32_flash.cu,
-// 3xTF32) takes the tensor-core set's problems at head sizes 32 and 64 whose
-// rows are 16-byte aligned (contiguous ones here; the test above's offset v
-// goes to the general kernel), and its backward is the general kernels' on
-// its log-sum-exp, so a wrong lse shows in the gradients. Cases: several query
+// The float32 forward and backward in FlashAttention-2's shape (3xTF32,
+// cuda/attention_tf32_flash.cu and attention_tf32_flash_backward.cu) take the
+// tensor-core set's problems at head sizes 32 and 64 whose rows are 16-byte
+// aligned (contiguous ones here; the test above's offset v goes to the general
+// kernels); the backward reads the forward's log-sum-exp, so a wrong lse shows
+// in the gradients, and its key blocks add their parts of dQ in turn (a wrong
+// turn stops the emulator). Cases: several query
 // blocks (128) and key tiles (64), ragged; Tq != Tk both ways, causal or not;
 // causal with Tk > Tq (key tiles no query sees); a mask with a row of hidden
 // keys; dropout (Tk a multiple of 4: a Philox draw for four weights), with
 // the mask; heads interleaved in memory (a (B, T, H, D) tensor seen as (B, H,
 // T, D)). Within float32's parity bound, which one TF32 product alone exceeds.
-TEST_CASE("cuda: the float32 flash attention forward (3xTF32) matches the CPU: blocks, ragged tiles, mask, dropout",
+TEST_CASE("cuda: the float32 flash attention (3xTF32) matches the CPU, forward and backward: blocks, ragged tiles, mask, dropout",
           "[cuda]") {
   SKIP_WITHOUT_CUDA();
   const cuda::ScopedKernelSet tensor_cores(cuda::KernelOp::attention, cuda::KernelSet::tensor_core);
@@ -1175,6 +1177,30 @@ TEST_CASE("cuda: the float32 flash attention forward (3xTF32) matches the CPU: b
                       },
                       {q, k, v});
   }
+}
+
+// The float32 flash backward sums each query tile's dQ over its key blocks in
+// their order, not by atomics: two runs give the same bits (on a GPU, where
+// blocks run at once; the emulator runs them in turn).
+TEST_CASE("cuda: the float32 flash attention backward gives the same bits on every run", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  const cuda::ScopedKernelSet tensor_cores(cuda::KernelOp::attention, cuda::KernelSet::tensor_core);
+  Tensor q = on_gpu(input({2, 2, 200, 64}, DType::f32, Layout::contiguous, 99));
+  Tensor k = on_gpu(input({2, 2, 260, 64}, DType::f32, Layout::contiguous, 100));
+  Tensor v = on_gpu(input({2, 2, 260, 64}, DType::f32, Layout::contiguous, 101));
+  const Tensor projection = on_gpu(input({2, 2, 200, 64}, DType::f32, Layout::contiguous, 102));
+  std::vector<std::vector<double>> runs;
+  for (int run = 0; run < 2; ++run) {
+    for (Tensor* x : {&q, &k, &v}) x->set_requires_grad(true), x->set_grad({});
+    backward(attention(q, k, v, {.impl = AttentionImpl::fused}).out, projection);
+    std::vector<double> bits;
+    for (const Tensor* x : {&q, &k, &v}) {
+      const std::vector<double> grad = on_cpu(x->grad()).to_vector<double>();
+      bits.insert(bits.end(), grad.begin(), grad.end());
+    }
+    runs.push_back(bits);
+  }
+  REQUIRE(runs[0] == runs[1]);
 }
 
 // MultiHeadAttention's packed self-attention as the CPU runs it where its
