@@ -27,16 +27,15 @@ namespace flash_tf32_backward {
 
 using namespace flash_backward;
 using namespace tf32_reads;
+using gemm_tiles::DsTile;
 using gemm_tiles::OperandTile;
-using gemm_tiles::PairSwizzle;
 
-// The tiles at head size D: a line a key or query, D float32 values; dS, a line
-// a query of the tile, its 64 keys' values.
+// The tiles at head size D: a line a key or query, D float32 values (and dS's,
+// gemm_tiles::DsTile).
 template <int D>
 struct Tiles {
   using KRows = OperandTile<kBlockKeys, true, D, 4>;  // A of K Q^T and V dO^T, B of dS K
   using QRows = OperandTile<kQueries, true, D, 4>;    // B^T of K Q^T and V dO^T, B of dS^T Q and (P Z)^T dO
-  using Ds = PairSwizzle<kBlockKeys / 4>;             // A of dS K
   using Bytes = TileBytes<KRows, QRows, 4 * kQueries * kBlockKeys>;
 };
 
@@ -60,28 +59,20 @@ struct WarpKeys {
 };
 
 // This lane's offsets: Q's and dO's B fragments by ldmatrix (per step of 8
-// along D), the tiles' rows across (RowPairReads), and dS: its stores (for
-// r = 0..3 of an accumulator block: key line g + 8 (r / 2) of the warp's, query
-// 2t + r % 2 of a block of 8) and its reads for the warp's 16 queries of dQ
-// (queries g and g + 8, keys 8 kb + 2t and 2t + 1: one 8-byte read, at
-// ds_read[kb % 4] for the first, 128 bytes a run of four kb).
+// along D), the tiles' rows across (RowPairReads), and dS (gemm_tiles::DsTile):
+// its stores of the lane's accumulator values r = 0..3, and its 8-byte reads
+// for the warp's 16 queries of dQ.
 template <int D>
 struct Reads {
-  static constexpr int kDsLine = 4 * kBlockKeys;  // bytes
   StepAddresses<D> q_plain;
   RowPairReads<D> rows;
   int ds_store[4], ds_read[4];
   __device__ __forceinline__ Reads(int warp, int lane)
       : q_plain([&](int ks) { return Tiles<D>::QRows::fragment_chunk(0, step_chunk(ks), lane, true) * 16; }), rows(lane) {
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int query = 2 * t + r % 2, key = kWarpKeys * warp + g + 8 * (r / 2);
-      ds_store[r] = Tiles<D>::Ds::at(query, key / 4) * 16 + 4 * (key % 4);
-    }
-    const int query = kStripe * warp + g;
+    for (int r = 0; r < 4; ++r) ds_store[r] = DsTile::store_at(warp, lane, r);
 #pragma unroll
-    for (int kb = 0; kb < 4; ++kb) ds_read[kb] = Tiles<D>::Ds::at(query, 2 * kb + t / 2) * 16 + 8 * (t % 2);
+    for (int kb = 0; kb < 4; ++kb) ds_read[kb] = DsTile::read_at(warp, lane, kb);
   }
 };
 
@@ -130,7 +121,7 @@ struct Tf32Kind {
       const int qb = part * Blocks + n;  // of the tile's 8 blocks of 8 queries
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        *reinterpret_cast<float*>(byte_offset(w.ds_tile, w.reads.ds_store[r] + 8 * qb * Reads<D>::kDsLine)) = dp[n][r];
+        *reinterpret_cast<float*>(byte_offset(w.ds_tile, w.reads.ds_store[r] + 8 * qb * DsTile::kLineBytes)) = dp[n][r];
       const SplitFragment<4> pa = renumbered_fragment(s[n]), da = renumbered_fragment(dp[n]);
 #pragma unroll
       for (int nd = 0; nd < D / 8; ++nd) {
@@ -148,7 +139,7 @@ struct Tf32Kind {
     for (int kb = 0; kb < kBlockKeys / 8; ++kb) {
       const int at = reads.ds_read[kb % 4] + kb / 4 * 128;
       const float2 top = *reinterpret_cast<const float2*>(byte_offset(ds_tile, at));
-      const float2 bottom = *reinterpret_cast<const float2*>(byte_offset(ds_tile, at + 8 * Reads<D>::kDsLine));
+      const float2 bottom = *reinterpret_cast<const float2*>(byte_offset(ds_tile, at + 8 * DsTile::kLineBytes));
       const float af[4] = {top.x, bottom.x, top.y, bottom.y};  // keys 2t and 2t + 1 as A's k t and t + 4
       const SplitFragment<4> a = split_tf32(af);
 #pragma unroll

@@ -42,19 +42,17 @@ __device__ __forceinline__ SplitFragment<4> renumbered_fragment(const float (&c)
 }
 
 // A lane's offsets into a tile of rows of D float32 values for B fragments
-// read across the rows: X[8 kb + 2t + r][8 nd + g] (r = 0, 1: rows 2t and 2t +
-// 1 of block kb; column g of D's block nd) lies at chunk 2 nd + g / 4 of its
-// line, swizzled by the line's 2t + r, which is chunk 2 (nd ^ t) + (g / 4 ^ r)
-// of nd's run of 8: at[nd % 4] holds r = 0's, whose line r = 1 lies `next` after.
+// read across the rows (gemm_tiles::RowPairs): runs of four blocks of D
+// repeat 128 bytes on, so four offsets are held.
 template <int D>
 struct RowPairReads {
-  static constexpr int kLineBytes = 4 * D, kHeld = D / 8 < 4 ? D / 8 : 4;
+  using Pairs = gemm_tiles::RowPairs<D / 4>;
+  static constexpr int kLineBytes = Pairs::kLineBytes, kHeld = D / 8 < 4 ? D / 8 : 4;
   int at[kHeld], next;
   __device__ __forceinline__ explicit RowPairReads(int lane) {
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int j = 0; j < kHeld; ++j) at[j] = 2 * t * kLineBytes + (2 * (j ^ t) + g / 4) * 16 + 4 * (g % 4);
-    next = kLineBytes + (g / 4 == 0 ? 16 : -16);
+    for (int j = 0; j < kHeld; ++j) at[j] = Pairs::first(lane, j);
+    next = Pairs::next(lane);
   }
   // B fragment (rows of block kb, columns of block nd) of the tile, split.
   __device__ __forceinline__ SplitFragment<2> fragment(const std::uint16_t* tile, int kb, int nd) const {

@@ -164,4 +164,40 @@ struct PipelineShape {
   static_assert(BM * BN <= kStages * kStageValues, "C's tile fits where the stages were");
 };
 
+// The float32 flash attention's reads across the rows of a tile of float32
+// rows (a line a row of LineChunks chunks of four values, Swizzle'd; cuda/
+// attention_tf32_reads.cuh's RowPairReads): lane (g, t) = (lane / 4, lane % 4)
+// reads X[8 kb + 2t + r][8 nd + g] (r = 0, 1) for a B fragment whose k is
+// renumbered, four bytes at kb 8 LineBytes + nd / 4 128 + first(lane, nd % 4)
+// + r next(lane). The value lies at chunk 2 nd + g / 4 of its line, swizzled by
+// the line's 2t + r, which is chunk 2 (nd ^ t) + (g / 4 ^ r) of nd's run of 8.
+template <int LineChunks>
+struct RowPairs {
+  static constexpr int kLineBytes = 16 * LineChunks;
+  AG_HOST_DEVICE static constexpr int first(int lane, int j) {  // r = 0, kb = 0, nd = j < 4
+    const int g = lane / 4, t = lane % 4;
+    return 2 * t * kLineBytes + (2 * (j ^ t) + g / 4) * 16 + 4 * (g % 4);
+  }
+  AG_HOST_DEVICE static constexpr int next(int lane) { return kLineBytes + (lane / 4 / 4 == 0 ? 16 : -16); }
+};
+
+// The float32 flash backward's dS tile (cuda/attention_tf32_flash_backward.cu):
+// a line a query of the tile's 64, its 64 keys' values, PairSwizzle'd.
+struct DsTile {
+  using Layout = PairSwizzle<16>;
+  static constexpr int kLineBytes = 256;
+  // Where lane (g, t) of `warp` stores value r of its accumulator block of dS^T
+  // (key 16 warp + g + 8 (r / 2), query 2t + r % 2; each 8 queries on, 8 lines on).
+  AG_HOST_DEVICE static constexpr int store_at(int warp, int lane, int r) {
+    const int query = 2 * (lane % 4) + r % 2, key = 16 * warp + lane / 4 + 8 * (r / 2);
+    return Layout::at(query, key / 4) * 16 + 4 * (key % 4);
+  }
+  // Where lane (g, t) of `warp` reads keys 8 kb + 2t and 2t + 1 of query 16
+  // warp + g as eight bytes, kb < 4 (each 4 kb on, 128 bytes on; query g + 8, 8 lines on).
+  AG_HOST_DEVICE static constexpr int read_at(int warp, int lane, int kb) {
+    const int t = lane % 4;
+    return Layout::at(16 * warp + lane / 4, 2 * kb + t / 2) * 16 + 8 * (t % 2);
+  }
+};
+
 }  // namespace attograd::cuda::gemm_tiles

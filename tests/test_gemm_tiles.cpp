@@ -310,3 +310,94 @@ TEST_CASE("gemm tiles: the float32 product's split tiles hold the fragments and 
   require_split_pair_tile<128, 2>();  // A transposed
   require_split_pair_tile<256, 1>();  // B as it is
 }
+
+namespace {
+
+// Wavefronts of a warp's 8-byte accesses, given each lane's first word: a
+// half-warp (16 lanes, 128 bytes) a phase.
+int pair_wavefronts(const std::vector<int>& first_words) {
+  int most = 0;
+  for (int half = 0; half < 2; ++half) {
+    std::vector<int> words;
+    for (int lane = 16 * half; lane < 16 * half + 16; ++lane)
+      words.push_back(first_words[static_cast<std::size_t>(lane)]),
+          words.push_back(first_words[static_cast<std::size_t>(lane)] + 1);
+    most = std::max(most, word_wavefronts(words));
+  }
+  return most;
+}
+
+// The float32 flash attention's reads across the rows of a tile of D float32
+// values a line (cuda/attention_tf32_reads.cuh's RowPairReads): the offsets it
+// works out from RowPairs are where the copies' swizzle put each value, and
+// each read, a word a lane, takes one wavefront (four unswizzled).
+template <int D>
+void require_row_pair_reads(int rows) {
+  using Pairs = RowPairs<D / 4>;
+  INFO("head size " << D);
+  for (int kb = 0; kb < rows / 8; ++kb)
+    for (int nd = 0; nd < D / 8; ++nd)
+      for (int r = 0; r < 2; ++r) {
+        std::vector<int> words, plain;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4, row = 8 * kb + 2 * t + r, column = 8 * nd + g;
+          const int at = kb * 8 * Pairs::kLineBytes + nd / 4 * 128 + Pairs::first(lane, nd % 4) + r * Pairs::next(lane);
+          REQUIRE(at == Swizzle<D / 4>::at(row, column / 4) * 16 + 4 * (column % 4));
+          words.push_back(at / 4);
+          plain.push_back(row * D + column);
+        }
+        CHECK(word_wavefronts(words) == 1);
+        CHECK(word_wavefronts(plain) == 4);
+      }
+}
+
+}  // namespace
+
+// cuda/attention_tf32_flash.cu and attention_tf32_flash_backward.cu at head
+// sizes 64 and 32: 4 warps copy tiles of float32 rows, a line a row; ldmatrix
+// reads Q's A fragments (32 queries a warp in the forward) and K's B^T pairs
+// in the forward, K's and V's A fragments (16 keys a warp) and Q's and dO's B^T
+// pairs in the backward; the rest is read across the rows.
+TEST_CASE("gemm tiles: the float32 flash attention's tiles meet no bank conflict", "[gemm_tiles]") {
+  require_operand_tile<128, true, 64, 128, 4>(false, 2);  // forward: Q
+  require_operand_tile<64, true, 64, 128, 4>(true, 4);    // K; backward: Q, dO
+  require_operand_tile<64, true, 64, 128, 4>(false, 1);   // backward: K, V
+  require_operand_tile<128, true, 32, 128, 4>(false, 2);  // the same at head size 32: lines of 128 bytes
+  require_operand_tile<64, true, 32, 128, 4>(true, 4);
+  require_operand_tile<64, true, 32, 128, 4>(false, 1);
+  require_row_pair_reads<64>(64);
+  require_row_pair_reads<32>(64);
+}
+
+// The float32 flash backward's dS tile: the warps' 8-byte reads of key pairs
+// for dQ meet no bank conflict; the stores from dS^T's accumulators, a value a
+// lane, meet two at most (queries 4 apart share a swizzle), where unswizzled
+// they would meet four. Every store lands where a read looks for it.
+TEST_CASE("gemm tiles: the float32 flash backward's dS tile", "[gemm_tiles]") {
+  std::set<int> stored;
+  for (int warp = 0; warp < 4; ++warp) {
+    for (int r = 0; r < 4; ++r) {
+      std::vector<int> words, plain;
+      for (int lane = 0; lane < 32; ++lane) {
+        words.push_back(DsTile::store_at(warp, lane, r) / 4);
+        const int query = 2 * (lane % 4) + r % 2, key = 16 * warp + lane / 4 + 8 * (r / 2);
+        plain.push_back(query * 64 + key);
+        for (int block = 0; block < 8; ++block) stored.insert(DsTile::store_at(warp, lane, r) + block * 8 * DsTile::kLineBytes);
+      }
+      CHECK(word_wavefronts(words) <= 2);
+      CHECK(word_wavefronts(plain) == 4);
+    }
+    for (int kb = 0; kb < 8; ++kb)
+      for (int half = 0; half < 2; ++half) {
+        std::vector<int> first_words;
+        for (int lane = 0; lane < 32; ++lane) {
+          const int at = DsTile::read_at(warp, lane, kb % 4) + kb / 4 * 128 + half * 8 * DsTile::kLineBytes;
+          const int g = lane / 4, t = lane % 4, query = 16 * warp + g + 8 * half, key = 8 * kb + 2 * t;
+          REQUIRE(at == DsTile::Layout::at(query, key / 4) * 16 + 4 * (key % 4));
+          first_words.push_back(at / 4);
+        }
+        CHECK(pair_wavefronts(first_words) == 1);
+      }
+  }
+  REQUIRE(stored.size() == 64u * 64u);  // every value of the tile, once
+}
