@@ -95,18 +95,10 @@ struct Reads {
 };
 
 // The bfloat16 operands' part of backward_sweep (cuda/attention_flash_backward.cuh).
-struct Bf16Kind {
+struct Bf16Kind : KindTypes<Tiles, WarpKeys, Reads> {
   using Value = bfloat16;
   template <int D>
-  using Tiles = flash_backward::Tiles<D>;
-  template <int D>
   static constexpr int kPartQueries = flash_backward::kPartQueries<D>;
-  template <int D>
-  using Keys = WarpKeys<D>;
-  template <int D>
-  using Reads = flash_backward::Reads<D>;
-  template <int D>
-  using Work = TileWork<Keys<D>, Reads<D>>;
 
   // S^T = K Q^T and dP^T = V dO^T for queries part * kPart on.
   template <int D, int Blocks>

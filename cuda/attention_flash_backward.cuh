@@ -173,6 +173,20 @@ struct TileWork {
   std::uint64_t draw_counter, block_counters;  // dropout: the lane's draw for the tile's first block; a block's step
 };
 
+// A kind's types at head size D from its templates: its tiles, its warps' keys
+// and its lanes' offsets, and what its products of a tile read.
+template <template <int> class TilesOf, template <int> class KeysOf, template <int> class ReadsOf>
+struct KindTypes {
+  template <int D>
+  using Tiles = TilesOf<D>;
+  template <int D>
+  using Keys = KeysOf<D>;
+  template <int D>
+  using Reads = ReadsOf<D>;
+  template <int D>
+  using Work = TileWork<Keys<D>, Reads<D>>;
+};
+
 // S^T and dP^T of queries part * Blocks * 8 on (Blocks blocks of 8) become P Z
 // and scale dS where they stand (Masked: hidden pairs 0).
 template <bool Causal, bool HasMask, bool Dropout, bool Masked, int Blocks, typename Work>

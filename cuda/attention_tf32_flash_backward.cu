@@ -77,18 +77,10 @@ struct Reads {
 };
 
 // The float32 operands' part of backward_sweep (cuda/attention_flash_backward.cuh).
-struct Tf32Kind {
+struct Tf32Kind : KindTypes<Tiles, WarpKeys, Reads> {
   using Value = float;
   template <int D>
-  using Tiles = flash_tf32_backward::Tiles<D>;
-  template <int D>
   static constexpr int kPartQueries = kQueries;
-  template <int D>
-  using Keys = WarpKeys<D>;
-  template <int D>
-  using Reads = flash_tf32_backward::Reads<D>;
-  template <int D>
-  using Work = TileWork<Keys<D>, Reads<D>>;
 
   // S^T = K Q^T and dP^T = V dO^T for queries part * kPart on.
   template <int D, int Blocks>
