@@ -95,7 +95,10 @@ struct Reads {
 };
 
 // The bfloat16 operands' part of backward_sweep (cuda/attention_flash_backward.cuh).
-struct Bf16Kind : KindTypes<Tiles, WarpKeys, Reads> {
+template <int D>
+using HeldOrReadKeys = WarpKeys<D>;  // one template parameter, as KindTypes takes it
+
+struct Bf16Kind : KindTypes<Tiles, HeldOrReadKeys, Reads> {
   using Value = bfloat16;
   template <int D>
   static constexpr int kPartQueries = flash_backward::kPartQueries<D>;
