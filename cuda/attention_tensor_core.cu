@@ -1,6 +1,9 @@
 // Fused attention on the tensor cores: attention.cu's algorithm, masking,
 // dropout stream and conventions (read it first), with every product of two
 // tiles a warp's mma.sync in float32 accuracy (3xTF32, cuda/mma.cuh).
+// Problems at head sizes 32 and 64 with 16-byte aligned rows go to the kernels
+// in FlashAttention-2's shape instead (cuda/attention_tf32_flash.cu and
+// attention_tf32_flash_backward.cu); these take the rest.
 //
 // A block of 4 warps owns 64 rows of one (b, h) (queries; keys in the dK/dV
 // kernel), each warp 16: the height of one mma tile. Tiles of the other side
