@@ -262,9 +262,10 @@ const GemmKernels& tensor_core_gemm_kernels();  // cuda/matmul_tensor_core.cu
 // the float32 partial products into g.partial, which sum_slices adds).
 std::int64_t gemm_bf16_pipelined_splits(const Bf16GemmArgs& g, int sms);
 void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
-// Its kernels with an epilogue (g.epilogue, one job, no splits) for the MLP's
-// layouts (A as it is; B transposed for gelu, as it is for gelu_grad): false,
-// launching nothing, for the others.
+// Its kernels with an epilogue (g.epilogue, one job, no splits) are made for
+// the MLP's layouts (A as it is; B transposed for gelu, as it is for
+// gelu_grad): whether g has one, and the launch, false (launching nothing) for the others.
+bool gemm_bf16_pipelined_epilogue_layout(const Bf16GemmArgs& g);
 bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream);
 
 // The same for float32 on the tensor cores (cuda/matmul_tf32_pipelined.cu);

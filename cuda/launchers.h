@@ -100,6 +100,10 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
 // gemm_bf16_gelu gives c = a b + bias and act = gelu(c) (kernels::linear_gelu),
 // gemm_bf16_gelu_grad c = (a b) gelu'(pre) (kernels::matmul_gelu_grad), each
 // value the composed ops' bits. false, with nothing written, elsewhere.
+// gemm_bf16_gelu_takes says which (grad: gemm_bf16_gelu_grad) would take a
+// product, its outputs aligned (as fresh buffers are), before they are made.
+bool gemm_bf16_gelu_takes(Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+                          bool grad);
 bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias,
                     std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream);
 bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m,

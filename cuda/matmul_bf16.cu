@@ -210,35 +210,47 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
 
 namespace {
 
-// g (one m x n product) with its epilogue, where the pipelined kernel takes it whole.
-bool gemm_bf16_epilogue(Bf16GemmArgs g, cudaStream_t stream) {
+// Whether the pipelined kernel takes g (one m x n product with its epilogue)
+// whole: its layout, C and its companions aligned (a null pointer is: fresh
+// buffers will be), one job.
+bool epilogue_taken(const Bf16GemmArgs& g) {
   const bool aligned = aligned16(g.c) && (!g.act || aligned16(g.act)) && (!g.pre || aligned16(g.pre));
-  if (g.m == 0 || g.n == 0 || !aligned || gemm_bf16_pipelined_splits(g, multiprocessors()) != 1) return false;
-  return gemm_bf16_pipelined_epilogue(g, stream);
+  return g.m > 0 && g.n > 0 && aligned && gemm_bf16_pipelined_epilogue_layout(g) &&
+         gemm_bf16_pipelined_splits(g, multiprocessors()) == 1;
 }
 
-StridedLayout<2> one_batch() {
-  StridedLayout<2> batch;
-  batch.numel = 1;
-  return batch;
+// The product a gelu (grad false) or gelu_grad epilogue makes of a and b.
+Bf16GemmArgs epilogue_args(Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+                           bool grad) {
+  static const StridedLayout<2> batch = [] {
+    StridedLayout<2> one;
+    one.numel = 1;
+    return one;
+  }();
+  Bf16GemmArgs g{a, b, nullptr, nullptr, m, n, k, 1, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
+  g.k_slice = k, g.epilogue = grad ? Bf16Epilogue::gelu_grad : Bf16Epilogue::gelu;
+  return g;
 }
 
 }  // namespace
 
+bool gemm_bf16_gelu_takes(Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m, std::int64_t n, std::int64_t k,
+                          bool grad) {
+  return epilogue_taken(epilogue_args(a, b, m, n, k, grad));
+}
+
 bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias,
                     std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream) {
-  const StridedLayout<2> batch = one_batch();
-  Bf16GemmArgs g{a, b, c, bias, m, n, k, 1, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
-  g.k_slice = k, g.epilogue = Bf16Epilogue::gelu, g.act = act;
-  return gemm_bf16_epilogue(g, stream);
+  Bf16GemmArgs g = epilogue_args(a, b, m, n, k, false);
+  g.c = c, g.bias = bias, g.act = act;
+  return epilogue_taken(g) && gemm_bf16_pipelined_epilogue(g, stream);
 }
 
 bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m,
                          std::int64_t n, std::int64_t k, cudaStream_t stream) {
-  const StridedLayout<2> batch = one_batch();
-  Bf16GemmArgs g{a, b, c, nullptr, m, n, k, 1, batch, vector_ok(a, batch, 0), vector_ok(b, batch, 1)};
-  g.k_slice = k, g.epilogue = Bf16Epilogue::gelu_grad, g.pre = pre;
-  return gemm_bf16_epilogue(g, stream);
+  Bf16GemmArgs g = epilogue_args(a, b, m, n, k, true);
+  g.c = c, g.pre = pre;
+  return epilogue_taken(g) && gemm_bf16_pipelined_epilogue(g, stream);
 }
 
 }  // namespace attograd::cuda

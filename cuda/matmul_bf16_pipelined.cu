@@ -288,18 +288,21 @@ void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream) {
   launch_pipelined<kPipelineBM, kPipelineBN, false>(g, stream);
 }
 
-bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream) {
+bool gemm_bf16_pipelined_epilogue_layout(const Bf16GemmArgs& g) {
   // The MLP's layouts: x W^T (gelu), dY W (gelu_grad).
   if (g.a.transposed) return false;
-  if (g.epilogue == Bf16Epilogue::gelu && g.b.transposed)
+  return g.epilogue == Bf16Epilogue::gelu ? g.b.transposed : g.epilogue == Bf16Epilogue::gelu_grad && !g.b.transposed;
+}
+
+bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream) {
+  if (!gemm_bf16_pipelined_epilogue_layout(g)) return false;
+  if (g.epilogue == Bf16Epilogue::gelu)
     launch_pipelined<kPipelineBM, kPipelineBN>(
         gemm_bf16_pipelined_kernel<kPipelineBM, kPipelineBN, false, false, true, Bf16Epilogue::gelu>, g, stream);
-  else if (g.epilogue == Bf16Epilogue::gelu_grad && !g.b.transposed)
+  else
     launch_pipelined<kPipelineBM, kPipelineBN>(
         gemm_bf16_pipelined_kernel<kPipelineBM, kPipelineBN, false, false, false, Bf16Epilogue::gelu_grad>, g,
         stream);
-  else
-    return false;
   return true;
 }
 

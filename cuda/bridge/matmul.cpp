@@ -44,8 +44,9 @@ bool matmul_add_(const Tensor&, const Tensor&, const Tensor&) { return false; }
 kernels::LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (x.dtype() != DType::bf16) return {};
   const std::int64_t n = x.size(0), in = x.size(1), hidden = weight.size(0);
-  Tensor pre = empty({n, hidden}, {DType::bf16, x.device()}), out = empty({n, hidden}, {DType::bf16, x.device()});
   const cuda::Bf16GemmOperand a{x.data<bfloat16>(), in, false}, w_t{weight.data<bfloat16>(), in, true};
+  if (!cuda::gemm_bf16_gelu_takes(a, w_t, n, hidden, in, false)) return {};  // before the outputs are made
+  Tensor pre = empty({n, hidden}, {DType::bf16, x.device()}), out = empty({n, hidden}, {DType::bf16, x.device()});
   const bfloat16* bias_data = bias.defined() ? bias.data<bfloat16>() : nullptr;
   if (!cuda::gemm_bf16_gelu(pre.data<bfloat16>(), out.data<bfloat16>(), a, w_t, bias_data, n, hidden, in,
                             stream_of(out)))
@@ -56,8 +57,9 @@ kernels::LinearGelu linear_gelu(const Tensor& x, const Tensor& weight, const Ten
 Tensor matmul_gelu_grad(const Tensor& g, const Tensor& weight, const Tensor& pre) {
   if (g.dtype() != DType::bf16) return {};
   const std::int64_t n = g.size(0), out_features = g.size(1), hidden = weight.size(1);
-  Tensor dpre = empty({n, hidden}, {DType::bf16, g.device()});
   const cuda::Bf16GemmOperand a{g.data<bfloat16>(), out_features, false}, w{weight.data<bfloat16>(), hidden, false};
+  if (!cuda::gemm_bf16_gelu_takes(a, w, n, hidden, out_features, true)) return {};
+  Tensor dpre = empty({n, hidden}, {DType::bf16, g.device()});
   if (!cuda::gemm_bf16_gelu_grad(dpre.data<bfloat16>(), pre.data<bfloat16>(), a, w, n, hidden, out_features,
                                  stream_of(dpre)))
     return {};
