@@ -135,16 +135,6 @@ void launch_sgemm(const GemmArgs& g, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
-// c (total values, rows of n) += bias[column]: the bias of a product whose
-// kernel stores C without it (the pipelined float32 one).
-__global__ void add_bias_kernel(float* c, const float* bias, std::int64_t n, std::int64_t total) {
-  for (std::int64_t e = global_thread(); e < total; e += grid_threads()) c[e] += bias[e % n];
-}
-void add_bias(float* c, const float* bias, std::int64_t n, std::int64_t total, cudaStream_t stream) {
-  launch(add_bias_kernel, grid_for(total), kThreads, 0, stream, c, bias, n, total);
-  CUDA_CHECK_LAUNCH();
-}
-
 constexpr GemmKernels kSimtKernels{launch_sgemm<128, 128, 8, 8, 8, false>, launch_sgemm<64, 64, 8, 4, 4, false>,
                                    launch_sgemm<64, 64, 8, 4, 4, true>, 8};
 
@@ -180,7 +170,8 @@ void sgemm(float* c, GemmOperand a, GemmOperand b, const float* bias, std::int64
     if (splits > 1) return over_slices_of_k(splits, kBKFloat, sgemm_tf32_pipelined);
     g.bias = nullptr;
     sgemm_tf32_pipelined(g, stream);
-    if (bias) add_bias(c, bias, n, batches * m * n, stream);
+    // The bias after it: C as the one slice of its own sum, in place.
+    if (bias) sum_slices<float>(c, c, bias, m, n, batches, 1, stream);
     return;
   }
   const GemmKernels& kernels = tensor_cores ? tensor_core_gemm_kernels() : kSimtKernels;
