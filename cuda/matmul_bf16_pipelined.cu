@@ -27,7 +27,7 @@
 #include <type_traits>
 
 #include "cuda/async_copy.cuh"
-#include "cuda/gelu.cuh"
+#include "cuda/gemm_bf16_epilogue.cuh"
 #include "cuda/gemm_common.cuh"
 #include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tiles.h"
@@ -112,48 +112,6 @@ __device__ __forceinline__ void store_partial(const Accumulators& acc, const Bf1
     }
 }
 
-// Eight bfloat16 values (bits, two to a word, the lower first) each mapped
-// in float32 by f (of the value, and of y's value at its place) and rounded once.
-template <typename F>
-__device__ __forceinline__ uint4 map_values(uint4 x, uint4 y, F f) {
-  const std::uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-  std::uint32_t out[4];
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-    std::uint16_t half[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const auto value = [&](std::uint32_t word) {
-        return static_cast<float>(bfloat16::from_bits(static_cast<std::uint16_t>(word >> (16 * e))));
-      };
-      half[e] = bfloat16(f(value(xs[w]), value(ys[w]))).bits;
-    }
-    out[w] = bf16_pair(half[0], half[1]);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
-// Up to eight values at `out`: one 16-byte store where the row holds them all
-// and `whole` allows it, else those of the row's first `count`.
-__device__ __forceinline__ void put_values(bfloat16* out, uint4 values, bool whole, std::int64_t count) {
-  if (whole) {
-    *reinterpret_cast<uint4*>(out) = values;
-    return;
-  }
-  const std::uint32_t words[4] = {values.x, values.y, values.z, values.w};
-#pragma unroll  // constant indices into words: a register each, not a stack array
-  for (int e = 0; e < kChunk; ++e)
-    if (e < count) out[e].bits = static_cast<std::uint16_t>(words[e / 2] >> (16 * (e % 2)));
-}
-__device__ __forceinline__ uint4 get_values(const bfloat16* in, bool whole, std::int64_t count) {
-  if (whole) return *reinterpret_cast<const uint4*>(in);
-  std::uint32_t words[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int e = 0; e < kChunk; ++e)
-    if (e < count) words[e / 2] |= static_cast<std::uint32_t>(in[e].bits) << (16 * (e % 2));
-  return make_uint4(words[0], words[1], words[2], words[3]);
-}
-
 // C's tile, bias added and rounded once, through shared memory (`staging`,
 // free when called): each lane's 4-byte words into their swizzled chunks, then
 // 16-byte stores of eight columns where the row holds them all and C allows
@@ -177,27 +135,7 @@ __device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* 
             bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits, bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
   }
   __syncthreads();
-  const std::int64_t first = job * g.m * g.n;
-  // The epilogue's operands are m x n as C, aligned as C is where it is vectorised (gemm_bf16_gelu*).
-  const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
-#pragma unroll 4
-  for (int v = threadIdx.x; v < BM * BN / kChunk; v += PipelineShape<BM, BN>::kThreads) {
-    const int row = v / (BN / kChunk), chunk = v % (BN / kChunk);
-    const std::int64_t gm = at.m0 + row, gn = at.n0 + chunk * kChunk;
-    if (gm >= g.m || gn >= g.n) continue;
-    const uint4 values = *reinterpret_cast<const uint4*>(staging + Layout::at(row, chunk) * kChunk);
-    const std::int64_t offset = first + gm * g.n + gn, count = g.n - gn;
-    const bool whole = c_vec && count >= kChunk;
-    if constexpr (Epilogue == Bf16Epilogue::gelu_grad) {
-      const uint4 pre = get_values(g.pre + offset, whole, count);
-      put_values(g.c + offset, map_values(values, pre, [](float x, float p) { return x * gelu_grad(p); }), whole, count);
-    } else {
-      put_values(g.c + offset, values, whole, count);
-      if constexpr (Epilogue == Bf16Epilogue::gelu)
-        put_values(g.act + offset, map_values(values, values, [](float x, float) { return gelu(x); }), whole, count);
-    }
-  }
-  __syncthreads();  // the staging is read before the next job's copies overwrite it
+  copy_out_c<BM, BN, PipelineShape<BM, BN>::kThreads, Epilogue>(staging, g, job, at.m0, at.n0);
 }
 
 // SplitK: the job (batch z, slice s of K) writes its float32 partial product
