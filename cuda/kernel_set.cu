@@ -1,8 +1,11 @@
-// Which set of kernels (SIMT or tensor cores) runs each op that has both:
-// chosen from the environment at the op's first call, or by set_kernel_set.
+// Which set of kernels (SIMT or tensor cores) runs each op that has both, and
+// whether the bfloat16 product takes the sm_90a kernels where they run:
+// chosen from the environment at the op's first call, or by set_kernel_set
+// and set_wgmma_products.
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "base/error.h"
 #include "cuda/runtime.h"
@@ -40,5 +43,26 @@ KernelSet kernel_set(KernelOp op) {
 }
 
 void set_kernel_set(KernelOp op, KernelSet kernels) { choice(op).chosen = kernels; }
+
+namespace {
+std::optional<bool>& wgmma_choice() {
+  static std::optional<bool> chosen;
+  return chosen;
+}
+}  // namespace
+
+bool wgmma_products_chosen() {
+  std::optional<bool>& c = wgmma_choice();
+  if (!c) {
+    const char* env = std::getenv("ATTOGRAD_CUDA_WGMMA");
+    const std::string value = env ? env : "";
+    if (value != "" && value != "0" && value != "1")
+      fail("matmul", "ATTOGRAD_CUDA_WGMMA={} is not 0 or 1", value);
+    c = value == "1";
+  }
+  return *c;
+}
+
+void set_wgmma_products(bool on) { wgmma_choice() = on; }
 
 }  // namespace attograd::cuda

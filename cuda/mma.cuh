@@ -98,6 +98,11 @@ __device__ __forceinline__ SplitFragment<N> split_tf32(const float (&x)[N]) {
 // "the tensor cores' float32 sums round toward zero" checks it). The hardware
 // truncates each term as it aligns them too, which can lose a little more
 // than this one rounding.
+inline float rounded_toward_zero(double sum) {
+  const float nearest = static_cast<float>(sum);
+  return std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
+}
+
 using WarpA = std::uint32_t[kWarp][4];
 using WarpB = std::uint32_t[kWarp][2];
 using WarpC = float[kWarp][4];
@@ -113,8 +118,7 @@ void emulated_mma(WarpC& c, const WarpA& a, const WarpB& b, AAt a_at, BAt b_at) 
       const int row = lane / 4 + r / 2 * 8, col = lane % 4 * 2 + r % 2;
       double sum = c[lane][r];
       for (int k = 0; k < K; ++k) sum += a_values[row][k] * b_values[k][col];
-      const float nearest = static_cast<float>(sum);
-      c[lane][r] = std::abs(static_cast<double>(nearest)) > std::abs(sum) ? std::nextafter(nearest, 0.0f) : nearest;
+      c[lane][r] = rounded_toward_zero(sum);
     }
 }
 

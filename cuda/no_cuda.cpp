@@ -25,5 +25,8 @@ MemoryStats memory_stats(int) { return {}; }
 void release_cached(int) {}
 KernelSet kernel_set(KernelOp) { return KernelSet::simt; }
 void set_kernel_set(KernelOp, KernelSet) {}
+bool wgmma_kernels_run(int) { return false; }
+bool wgmma_products_chosen() { return false; }
+void set_wgmma_products(bool) {}
 
 }  // namespace attograd::cuda

@@ -69,6 +69,20 @@ int multiprocessor_count(int device) {
   return count;
 }
 
+bool wgmma_kernels_run(int device) {
+  check_device(device);
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  return true;
+#elif defined(ATTOGRAD_CUDA_SM90A)
+  int major = 0, minor = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
 cudaStream_t stream(int device) {
   check_device(device);
   static std::mutex mutex;

@@ -22,6 +22,25 @@ std::string pci_bus_id(int device);
 // tile sizes are chosen to fill.
 int multiprocessor_count(int device);
 
+// Whether the sm_90a kernels (wgmma.mma_async, cuda/wgmma.cuh) run on `device`:
+// built for sm_90a (CMAKE_CUDA_ARCHITECTURES names 90a) and an sm_90 GPU (H100,
+// H200), or the emulator. The bfloat16 product takes them only where chosen
+// too: ATTOGRAD_CUDA_WGMMA=1, or set_wgmma_products(true), off by default
+// until a GPU has timed and checked them (docs/cuda.md).
+bool wgmma_kernels_run(int device);
+bool wgmma_products_chosen();
+void set_wgmma_products(bool on);
+class ScopedWgmmaProducts {  // for a test or benchmark: chosen or not, then as before
+ public:
+  explicit ScopedWgmmaProducts(bool on) { set_wgmma_products(on); }
+  ~ScopedWgmmaProducts() { set_wgmma_products(before_); }
+  ScopedWgmmaProducts(const ScopedWgmmaProducts&) = delete;
+  ScopedWgmmaProducts& operator=(const ScopedWgmmaProducts&) = delete;
+
+ private:
+  bool before_ = wgmma_products_chosen();  // read before the constructor's body sets the new one
+};
+
 // Device memory comes from a caching allocator (cuda/allocator.cu): freed blocks
 // wait in free lists keyed by their rounded size, so a training step that asks
 // for the same sizes every iteration calls cudaMalloc only during its first one.

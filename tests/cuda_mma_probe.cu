@@ -5,6 +5,8 @@
 #include "cuda/device_utils.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/runtime.h"
+#include "cuda/wgmma.cuh"
 #include "cuda_mma_probe.h"
 
 namespace attograd::test {
@@ -52,6 +54,45 @@ __global__ void load_matrices_kernel(std::uint32_t* out) {
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = r[i];
 }
 
+// A's and B^T's tiles into shared memory as cuda/wgmma.cuh lays them out, one
+// value at a time (the layout is what is probed, not the copies), then the
+// four products of K = 64 and each thread's accumulators out.
+constexpr int kProbeN = 256, kProbeK = 64;
+constexpr int kProbeSharedBytes = (64 + kProbeN) * cuda::wgmma::kLineBytes + cuda::wgmma::kSwizzleBytes;
+__global__ void warpgroup_product_kernel(const float* A, const float* Bt, float* C) {
+  using namespace attograd::cuda;
+  auto* smem = dynamic_shared_memory<unsigned char>();
+  const std::uint32_t base = wgmma::shared_address(smem);
+  const std::uint32_t skip = (wgmma::kSwizzleBytes - base % wgmma::kSwizzleBytes) % wgmma::kSwizzleBytes;
+  unsigned char* a_tile = smem + skip;
+  unsigned char* b_tile = a_tile + 64 * wgmma::kLineBytes;
+  const auto put = [](unsigned char* tile, int line, int k, float x) {
+    const int chunk = (line * 8 + ((k / 8) ^ (line % 8))) * 16 + k % 8 * 2;
+    const std::uint16_t bits = top_half(x);
+    *reinterpret_cast<std::uint16_t*>(tile + chunk) = bits;
+  };
+  for (int i = static_cast<int>(threadIdx.x); i < 64 * kProbeK; i += wgmma::kWarpgroup)
+    put(a_tile, i / kProbeK, i % kProbeK, A[i]);
+  for (int i = static_cast<int>(threadIdx.x); i < kProbeN * kProbeK; i += wgmma::kWarpgroup)
+    put(b_tile, i / kProbeK, i % kProbeK, Bt[i]);
+  wgmma::fence_async_shared();
+  __syncthreads();
+  float d[128];
+  for (float& x : d) x = -1.0f;  // the first product overwrites them
+  wgmma::fence();
+  const std::uint32_t a_at = base + skip, b_at = a_at + 64 * wgmma::kLineBytes;
+#pragma unroll
+  for (int step = 0; step < kProbeK / 16; ++step)
+    wgmma::mma_bf16_n256(d, wgmma::k_major_descriptor(a_at, step), wgmma::k_major_descriptor(b_at, step), step > 0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, q = t % 4;
+#pragma unroll
+  for (int j = 0; j < kProbeN / 8; ++j)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) C[(16 * w + g + 8 * (v / 2)) * kProbeN + 8 * j + 2 * q + v % 2] = d[4 * j + v];
+}
+
 // x in new device memory, copied on the default stream: the probes need
 // nothing of attograd's own streams or allocator.
 float* device_copy(const std::vector<float>& x) {
@@ -87,6 +128,27 @@ std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed) {
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaFree(d));
   return got;
+}
+
+bool wgmma_probe_runs() {
+#if defined(ATTOGRAD_CUDA_EMULATION)
+  return true;
+#else
+  return cuda::wgmma_kernels_run(0);
+#endif
+}
+
+std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt) {
+  float *da = device_copy(a), *db = device_copy(bt), *dc = device_copy(std::vector<float>(64 * kProbeN));
+  CUDA_CHECK(cudaFuncSetAttribute(warpgroup_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  kProbeSharedBytes));
+  cuda::launch(warpgroup_product_kernel, 1, cuda::wgmma::kWarpgroup, kProbeSharedBytes, nullptr, da, db, dc);
+  CUDA_CHECK_LAUNCH();
+  std::vector<float> c(64 * kProbeN);
+  CUDA_CHECK(cudaMemcpyAsync(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (float* p : {da, db, dc}) CUDA_CHECK(cudaFree(p));
+  return c;
 }
 
 WarpProduct warp_product_on_gpu(const std::vector<float>& a, const std::vector<float>& b) {

@@ -599,6 +599,35 @@ TEST_CASE("cuda: ldmatrix, plain and transposing, gives each lane the values the
 #endif
 }
 
+// The sm_90a product stands on cuda/wgmma.cuh's reading of the PTX ISA: the
+// 128-byte swizzle of its K-major tiles, the descriptors, each K step's start
+// and the accumulators' layout. One warpgroup's 64 x 256 x 64 product on
+// values whose every product and sum is exact in float32, so C must be A B to
+// the bit. The emulator decodes descriptors by the same reading; on a GPU
+// (an sm_90a build on an H100 or H200) this is the check of it.
+TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles and accumulator layout",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  if (!test::wgmma_probe_runs()) {
+    WARN("skipped: wgmma needs an sm_90a build (CMAKE_CUDA_ARCHITECTURES=90a) on an sm_90 GPU");
+    return;
+  }
+  constexpr int n = 256, k = 64;
+  std::vector<float> a(64 * k), bt(n * k);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 23) - 11) / 8;
+  for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<float>(static_cast<int>(i * 5 % 19) - 9) / 8;
+  const std::vector<float> got = test::warpgroup_product_bf16_on_gpu(a, bt);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < n; ++j) {
+      double want = 0;
+      for (int kk = 0; kk < k; ++kk) want += static_cast<double>(a[i * k + kk]) * bt[j * k + kk];
+      INFO("C[" << i << "][" << j << "]");
+      REQUIRE(got[static_cast<std::size_t>(i * n + j)] == want);
+    }
+#endif
+}
+
 namespace {
 
 // A bfloat16 operand of `sizes`, normal values rounded, laid out row-major or

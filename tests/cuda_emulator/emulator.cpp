@@ -170,12 +170,20 @@ struct AsyncCopy {
   std::size_t bytes, source_bytes;  // the rest of `bytes` past source_bytes is zero
 };
 
+// A wgmma product, made when its thread waits for its group.
+struct PendingProduct {
+  AsyncProduct make;
+  std::array<std::byte, kMaxProductArgBytes> args;
+};
+
 // One CUDA thread of the block being run.
 struct Thread {
   ThreadCoordinates where;
   std::size_t index = 0;  // in the block, x fastest: its warp is index / 32, its lane index % 32
   std::vector<std::vector<AsyncCopy>> async_groups;  // committed, oldest first
   std::vector<AsyncCopy> async_open;                // since the last commit
+  std::vector<std::vector<PendingProduct>> product_groups;  // wgmma's, as async_groups
+  std::vector<PendingProduct> product_open;
   const char* waits_at = nullptr;
   bool done = false;
 };
@@ -231,6 +239,7 @@ class BlockRunner {
   [[gnu::always_inline]] const Thread& current() const { return *running_->thread; }
   [[gnu::always_inline]] Thread& current() { return *running_->thread; }
   void* dynamic_shared() { return shared_; }
+  std::size_t dynamic_shared_bytes() const { return shared_bytes_; }
   void syncthreads() { arrive(block_barrier_, block_waiters_.data(), thread_count_, "__syncthreads"); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
   void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
@@ -276,6 +285,7 @@ class BlockRunner {
   dim3 block_;
   int thread_count_ = 0, started_ = 0, finished_ = 0;
   void* shared_ = nullptr;
+  std::size_t shared_bytes_ = 0;
   const void* scheduler_stack_ = nullptr;  // AddressSanitizer's view of the host thread's stack
   std::size_t scheduler_stack_size_ = 0;
 };
@@ -312,9 +322,11 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   // Dynamic shared memory: exactly the bytes asked for (so AddressSanitizer
   // sees an overrun), filled with NaN bytes as fresh shared memory is garbage;
   // none (nullptr) when the launch asked for none.
+  // Aligned to 1024 bytes, as far as the swizzles of wgmma's tiles repeat.
   shared_ = nullptr;
+  shared_bytes_ = dynamic_smem;
   if (dynamic_smem > 0) {
-    if (posix_memalign(&shared_, 128, dynamic_smem) != 0) std::abort();
+    if (posix_memalign(&shared_, 1024, dynamic_smem) != 0) std::abort();
     std::memset(shared_, 0xff, dynamic_smem);
   }
 
@@ -574,6 +586,46 @@ void async_wait(int pending) {
     for (const AsyncCopy& c : t.async_groups[g]) make_copy(c);
   t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done));
 }
+std::uint32_t shared_address(const void* p) {
+  require_kernel("a shared memory address");
+  const auto* base = static_cast<const std::byte*>(runner->dynamic_shared());
+  const auto* at = static_cast<const std::byte*>(p);
+  if (base == nullptr || at < base || at >= base + runner->dynamic_shared_bytes())
+    device_fault("a shared memory address of a pointer outside the block's dynamic shared memory");
+  return static_cast<std::uint32_t>(at - base);
+}
+void* shared_pointer(std::uint32_t address) {
+  require_kernel("a shared memory address");
+  if (address >= runner->dynamic_shared_bytes()) device_fault("a shared memory address past the block's");
+  return static_cast<std::byte*>(runner->dynamic_shared()) + address;
+}
+
+void async_product(AsyncProduct make, const void* args, std::size_t bytes) {
+  require_kernel("wgmma.mma_async");
+  if (bytes > kMaxProductArgBytes) device_fault("wgmma.mma_async: arguments past the emulator's room");
+  PendingProduct p{make, {}};
+  std::memcpy(p.args.data(), args, bytes);
+  if (reversed())
+    make(p.args.data());  // at once: an operand overwritten before the wait shows in the other order
+  else
+    runner->current().product_open.push_back(p);  // when waited for: accumulators read sooner show
+}
+void async_product_commit() {
+  require_kernel("wgmma.commit_group");
+  Thread& t = runner->current();
+  t.product_groups.push_back(std::move(t.product_open));
+  t.product_open.clear();
+}
+void async_product_wait(int pending) {
+  require_kernel("wgmma.wait_group");
+  Thread& t = runner->current();
+  const std::size_t done =
+      t.product_groups.size() - std::min(t.product_groups.size(), static_cast<std::size_t>(pending));
+  for (std::size_t g = 0; g < done; ++g)
+    for (const PendingProduct& p : t.product_groups[g]) p.make(p.args.data());
+  t.product_groups.erase(t.product_groups.begin(), t.product_groups.begin() + static_cast<std::ptrdiff_t>(done));
+}
+
 void device_fault(const char* what) {
   require_kernel(what);
   const uint3 t = runner->current().where.thread, b = runner->current().where.block;

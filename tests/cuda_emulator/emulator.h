@@ -104,6 +104,28 @@ void async_copy(void* destination, const void* source, std::size_t bytes, std::s
 void async_commit();
 void async_wait(int pending);
 
+// Where p lies in the block's dynamic shared memory: its byte offset there,
+// as the shared state space's address (__cvta_generic_to_shared) names it on a
+// GPU; a pointer outside it stops the process. shared_pointer is the inverse.
+std::uint32_t shared_address(const void* p);
+void* shared_pointer(std::uint32_t address);
+
+// wgmma.mma_async (sm_90a): a warpgroup's product, which reads its operands
+// from shared memory and writes the thread's accumulators in the background,
+// any time between the product and the wait for its group
+// (wgmma.wait_group: every group but the newest `pending` committed ones).
+// As with cp.async, the two ends of that time, one for each thread order:
+// first warp ahead, `make(args)` runs when its thread waits for it, so a
+// kernel that overwrites an operand's tile or reads the accumulators sooner
+// gets other sums; last warp ahead, at once. `make` computes the thread's own
+// accumulators (each is a function of shared memory alone), from `bytes` of
+// arguments copied here.
+constexpr std::size_t kMaxProductArgBytes = 64;
+using AsyncProduct = void (*)(const void* args);
+void async_product(AsyncProduct make, const void* args, std::size_t bytes);
+void async_product_commit();
+void async_product_wait(int pending);
+
 // Stops the process with a line naming the block, the thread and `what`: a
 // device-side misuse that a GPU would fault on or answer with garbage.
 [[noreturn]] void device_fault(const char* what);

@@ -13,6 +13,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/device_utils.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 using attograd::cuda::launch;
 
@@ -81,6 +82,54 @@ __global__ void async_copy_kernel(const unsigned* in, unsigned* at) {
   record(1);
   attograd::cuda::wait_async_copies<0>();
   record(2);
+}
+
+// Each thread issues two asynchronous products (emulator.h's, as wgmma's), in
+// two groups: the first adds 1 to its slot, the second 2; it records the slot
+// before any wait, after waiting for all but the newest group, and after
+// waiting for all: at = 3 * stage + ... per thread.
+struct AddToSlot {
+  float* slot;
+  float amount;
+  static void make(const void* args) {
+    AddToSlot a;
+    std::memcpy(&a, args, sizeof a);
+    *a.slot += a.amount;
+  }
+};
+__global__ void async_product_kernel(float* at) {
+  const int t = static_cast<int>(threadIdx.x);
+  float slot = 0.0f;
+  for (float amount : {1.0f, 2.0f}) {
+    const AddToSlot args{&slot, amount};
+    ::emu::async_product(&AddToSlot::make, &args, sizeof args);
+    attograd::cuda::wgmma::commit();
+  }
+  at[3 * t] = slot;
+  attograd::cuda::wgmma::wait<1>();
+  at[3 * t + 1] = slot;
+  attograd::cuda::wgmma::wait<0>();
+  at[3 * t + 2] = slot;
+}
+
+// Shared memory addresses: byte offsets in the block's dynamic shared memory,
+// which starts on a 1024-byte boundary (wgmma's swizzle is of addresses).
+__global__ void shared_address_kernel(unsigned* out) {
+  auto* smem = attograd::cuda::dynamic_shared_memory<unsigned char>();
+  out[0] = ::emu::shared_address(smem);
+  out[1] = ::emu::shared_address(smem + 1000);
+  out[2] = ::emu::shared_pointer(1000) == smem + 1000;
+  out[3] = reinterpret_cast<std::uintptr_t>(smem) % 1024;
+}
+
+// A warpgroup product whose descriptors name tiles without the 128-byte swizzle.
+__global__ void unswizzled_wgmma_kernel() {
+  (void)attograd::cuda::dynamic_shared_memory<unsigned char>();
+  float d[128] = {};
+  const std::uint64_t plain = attograd::cuda::wgmma::k_major_descriptor(0, 0) & ~(std::uint64_t{3} << 62);
+  attograd::cuda::wgmma::mma_bf16_n256(d, plain, plain, false);
+  attograd::cuda::wgmma::commit();
+  attograd::cuda::wgmma::wait<0>();
 }
 
 __global__ void read_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
@@ -176,6 +225,31 @@ TEST_CASE("emulator: cp.async copies land when waited for (first warp ahead) or 
     }
 }
 
+// wgmma's products are made at one end of their time or the other, as cp.async's copies are.
+TEST_CASE("emulator: asynchronous products are made when waited for (first warp ahead) or at once (last)",
+          "[emulator]") {
+  const char* order = std::getenv("ATTOGRAD_EMULATED_ORDER");
+  const bool at_once = order && std::strcmp(order, "reverse") == 0;
+  DeviceArray<float> at(3 * 128);
+  launch(async_product_kernel, 1, 128, 0, nullptr, at.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> seen = at.read();
+  for (int t = 0; t < 128; ++t) {
+    INFO("thread " << t);
+    CHECK(seen[static_cast<std::size_t>(3 * t)] == (at_once ? 3.0f : 0.0f));
+    CHECK(seen[static_cast<std::size_t>(3 * t + 1)] == (at_once ? 3.0f : 1.0f));  // wait<1> leaves the second
+    CHECK(seen[static_cast<std::size_t>(3 * t + 2)] == 3.0f);
+  }
+}
+
+TEST_CASE("emulator: shared memory addresses are offsets in the block's, which starts 1024-byte aligned",
+          "[emulator]") {
+  DeviceArray<unsigned> out(4);
+  launch(shared_address_kernel, 1, 1, 2048, nullptr, out.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(out.read() == std::vector<unsigned>{0, 1000, 1, 0});
+}
+
 TEST_CASE("emulator: __syncthreads orders shared memory within each block", "[emulator]") {
   DeviceArray<int> out(3);
   launch(tree_sum_kernel, 3, 256, 0, nullptr, out.p);
@@ -243,6 +317,9 @@ TEST_CASE("emulator dies: a __syncthreads only half the threads reach", "[.dies]
 }
 TEST_CASE("emulator dies: a thread returns while the others wait at __syncthreads", "[.dies]") {
   launch(early_return_kernel, 1, 32, 0, nullptr);
+}
+TEST_CASE("emulator dies: a wgmma descriptor without the 128-byte swizzle", "[.dies]") {
+  launch(unswizzled_wgmma_kernel, 1, 128, 1024, nullptr);
 }
 TEST_CASE("emulator dies: the lanes of a shuffle disagree on its mask", "[.dies]") {
   DeviceArray<int> out(32);
