@@ -54,6 +54,17 @@ void allow_shared_memory(Kernel kernel, std::size_t bytes) {
   note_shared_memory_allowed(key, bytes);
 }
 
+// x, which the compiler may no longer take for the value it computed: what
+// is worked out from it stays where it is written, not hoisted to the
+// kernel's start (where, for an epilogue's addresses, it would take registers
+// the main loop needs, and spill).
+__device__ __forceinline__ int opaque(int x) {
+#if !defined(ATTOGRAD_CUDA_EMULATION)
+  asm volatile("" : "+r"(x));
+#endif
+  return x;
+}
+
 // The block's dynamic shared memory (the launch's dynamic_smem bytes), as T.
 template <typename T>
 __device__ __forceinline__ T* dynamic_shared_memory() {

@@ -268,6 +268,11 @@ void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
 bool gemm_bf16_pipelined_epilogue_layout(const Bf16GemmArgs& g);
 bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream);
 
+// The sm_90a product (cuda/matmul_bf16_wgmma.cu): whether its kernel has g's
+// layout (A as it is, B transposed; one job of no slices, no epilogue), and the launch.
+bool gemm_bf16_wgmma_takes(const Bf16GemmArgs& g);
+void gemm_bf16_wgmma(const Bf16GemmArgs& g, cudaStream_t stream);
+
 // The same for float32 on the tensor cores (cuda/matmul_tf32_pipelined.cu);
 // with splits, slice s of batch z writes the m x n matrix g.c + (z * splits + s) * m * n.
 std::int64_t sgemm_tf32_pipelined_splits(const GemmArgs& g, int sms);

@@ -13,9 +13,10 @@ namespace attograd::cuda::gemm_pipeline {
 
 using gemm_tiles::byte_offset;
 
-// An operand's tile of the pipelined products: 64 bytes of K a row.
-template <int Rows, bool KFastest, typename Value>
-using PipelineTile = gemm_tiles::OperandTile<Rows, KFastest, 64 / static_cast<int>(sizeof(Value)),
+// An operand's tile of the pipelined products: 64 bytes of K a row (128 in
+// the sm_90a product's, cuda/matmul_bf16_wgmma.cu).
+template <int Rows, bool KFastest, typename Value, int KBytes = 64>
+using PipelineTile = gemm_tiles::OperandTile<Rows, KFastest, KBytes / static_cast<int>(sizeof(Value)),
                                              static_cast<int>(sizeof(Value))>;
 
 // One operand's copies into a stage for this thread: each a source that moves
@@ -24,9 +25,9 @@ using PipelineTile = gemm_tiles::OperandTile<Rows, KFastest, 64 / static_cast<in
 // (the tile's edge) reads nothing and stores zeros: which copies those are is
 // the same for every tile, so it is worked out once. The products admit only
 // operands whose chunks lie wholly inside or wholly outside.
-template <int Rows, bool KFastest, int Threads, typename Value>
+template <int Rows, bool KFastest, int Threads, typename Value, int KBytes = 64>
 struct OperandCopies {
-  using Tile = PipelineTile<Rows, KFastest, Value>;
+  using Tile = PipelineTile<Rows, KFastest, Value, KBytes>;
   static constexpr int kK = KFastest ? Tile::kLineChunks * Tile::kChunkValues : Tile::kLines;  // K of a tile
   static constexpr int kCopies = Tile::kChunks / Threads, kApartBytes = Threads * 16;
   static_assert(Tile::kChunks % Threads == 0, "every thread copies as many chunks");

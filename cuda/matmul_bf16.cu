@@ -20,14 +20,17 @@
 // blocks, whose float32 partial products a second kernel adds in slice order,
 // adding the bias and rounding once. Large products whose operands allow
 // 16-byte copies go to the pipelined kernel instead
-// (cuda/matmul_bf16_pipelined.cu: cp.async stages, swizzled tiles); these
-// kernels take the rest: offset or oddly strided operands, and skinny shapes.
+// (cuda/matmul_bf16_pipelined.cu: cp.async stages, swizzled tiles), or on
+// sm_90a, where chosen, those of them in a Linear's layout to Hopper's
+// warpgroup products (cuda/matmul_bf16_wgmma.cu); these kernels take the
+// rest: offset or oddly strided operands, and skinny shapes.
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/buffer.h"
 #include "cuda/gemm_common.cuh"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/runtime.h"
 
 namespace attograd::cuda {
 namespace {
@@ -163,6 +166,15 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp, BM == 128 ? 2 :
   gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store_tiles, compute, finish, a_k_fastest, b_k_fastest);
 }
 
+// Whether the sm_90a kernel takes g, which the pipelined kernel would take
+// whole: its layout, chosen, and an sm_90a build on an sm_90 GPU.
+bool wgmma_runs(const Bf16GemmArgs& g) {
+  if (!gemm_bf16_wgmma_takes(g) || !wgmma_products_chosen()) return false;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return wgmma_kernels_run(device);
+}
+
 template <int BM, int BN, int WM, int WN, bool SplitK>
 void launch_gemm_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
   const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_kernel<BM, BN, WM, WN, SplitK, true, true>
@@ -195,7 +207,7 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   // where its 128 x 256 tiles alone would leave SMs idle (a Linear's weight gradient).
   const int sms = multiprocessors();
   if (const std::int64_t splits = gemm_bf16_pipelined_splits(g, sms); splits > 0) {
-    if (splits == 1) return gemm_bf16_pipelined(g, stream);
+    if (splits == 1) return wgmma_runs(g) ? gemm_bf16_wgmma(g, stream) : gemm_bf16_pipelined(g, stream);
     return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { gemm_bf16_pipelined(sliced, stream); });
   }
   // The others: 128 x 128 tiles of 8 warps (64 x 32 each) reuse each loaded value
@@ -243,7 +255,10 @@ bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOpera
                     std::int64_t m, std::int64_t n, std::int64_t k, cudaStream_t stream) {
   Bf16GemmArgs g = epilogue_args(a, b, m, n, k, false);
   g.c = c, g.bias = bias, g.act = act;
-  return epilogue_taken(g) && gemm_bf16_pipelined_epilogue(g, stream);
+  if (!epilogue_taken(g)) return false;
+  if (!wgmma_runs(g)) return gemm_bf16_pipelined_epilogue(g, stream);
+  gemm_bf16_wgmma(g, stream);
+  return true;
 }
 
 bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf16GemmOperand b, std::int64_t m,

@@ -715,38 +715,72 @@ TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edge
   }
 }
 
+// The sm_90a product (cuda/matmul_bf16_wgmma.cu) takes what the pipelined
+// kernel would take whole with A as it is and B transposed, where it is chosen
+// (off by default: set here). The pipelined test's shapes in that layout:
+// partial tiles on both edges, K of one tile (64), of a ragged first tile,
+// and more tiles than the stages; N not a multiple of 8; broadcast batches; a bias.
+TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound: edges, ragged K, batches, bias",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  if (!cuda::wgmma_kernels_run(0)) {
+    WARN("skipped: wgmma needs an sm_90a build (CMAKE_CUDA_ARCHITECTURES=90a) on an sm_90 GPU");
+    return;
+  }
+  const cuda::ScopedWgmmaProducts wgmma(true);
+  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},       {{296, 64}, {64, 600}},
+                                      {{296, 200}, {200, 600}},   {{136, 320}, {320, 1032}},
+                                      {{296, 24}, {24, 601}},     {{2, 1, 160, 48}, {3, 48, 520}}};
+  for (const MatmulCase& c : cases) {
+    const Tensor a = bf16_operand(c.a, false, 64), b = bf16_operand(c.b, true, 65);
+    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b)), a, b, Tensor(),
+                         fmt::format("wgmma bfloat16 matmul {} @ {} (transposed)", shape_str(c.a), shape_str(c.b)));
+  }
+  const Tensor a = bf16_operand({296, 136}, false, 66), b = bf16_operand({136, 600}, true, 67);
+  const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 68), DType::bf16);
+  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                       "wgmma bfloat16 matmul with a bias");
+}
+
 // The MLP's products with GELU applied as C leaves the pipelined bfloat16
 // kernel (its epilogues, cuda/matmul_bf16_pipelined.cu): the composed ops'
 // bits on the GPU (the product, then the element-wise kernel), forward
 // (linear_gelu's pre and out) and backward (matmul_gelu_grad). Shapes the
 // kernel takes whole (edges on both sides, a ragged K, with a bias and
 // without, N not a multiple of 8 stored value by value) and shapes it declines
-// (too few tiles; K not a multiple of 8), which the dispatch composes.
+// (too few tiles; K not a multiple of 8), which the dispatch composes. Where
+// the sm_90a kernel runs, linear_gelu's forward again on it (its gelu epilogue).
 TEST_CASE("cuda: linear_gelu and matmul_gelu_grad in bfloat16 give the composed ops' bits", "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   struct Case {
     std::int64_t n, in, hidden;
     bool bias;
   };
-  for (const Case& c : {Case{296, 72, 600, true}, Case{300, 40, 520, false}, Case{136, 64, 1032, true},
-                        Case{296, 56, 596, true}, Case{40, 64, 96, true}, Case{296, 70, 600, true}}) {
-    INFO("x (" << c.n << ", " << c.in << "), weight (" << c.hidden << ", " << c.in << ")" << (c.bias ? ", a bias" : ""));
-    const Tensor x = on_gpu(bf16_operand({c.n, c.in}, false, 70)), w = on_gpu(bf16_operand({c.hidden, c.in}, false, 71));
-    const Tensor b = c.bias ? on_gpu(kernels::cast(input({c.hidden}, DType::f32, Layout::contiguous, 72), DType::bf16))
-                            : Tensor();
-    const kernels::LinearGelu fused = kernels::linear_gelu(x, w, b);
-    const Tensor w_t = make_view(w, {c.in, c.hidden}, {1, c.in}, w.offset());
-    const Tensor pre = kernels::matmul(x, w_t, b);
-    require_same_bits(fused.pre, on_cpu(pre), "linear_gelu's pre");
-    require_same_bits(fused.out, on_cpu(kernels::unary(kernels::Unary::gelu, pre)), "linear_gelu's out");
+  for (bool wgmma : {false, true}) {
+    if (wgmma && !cuda::wgmma_kernels_run(0)) break;
+    const cuda::ScopedWgmmaProducts chosen(wgmma);
+    for (const Case& c : {Case{296, 72, 600, true}, Case{300, 40, 520, false}, Case{136, 64, 1032, true},
+                          Case{296, 56, 596, true}, Case{40, 64, 96, true}, Case{296, 70, 600, true}}) {
+      INFO((wgmma ? "sm_90a kernel: " : "") << "x (" << c.n << ", " << c.in << "), weight (" << c.hidden << ", "
+                                             << c.in << ")" << (c.bias ? ", a bias" : ""));
+      const Tensor x = on_gpu(bf16_operand({c.n, c.in}, false, 70));
+      const Tensor w = on_gpu(bf16_operand({c.hidden, c.in}, false, 71));
+      const Tensor b =
+          c.bias ? on_gpu(kernels::cast(input({c.hidden}, DType::f32, Layout::contiguous, 72), DType::bf16)) : Tensor();
+      const kernels::LinearGelu fused = kernels::linear_gelu(x, w, b);
+      const Tensor w_t = make_view(w, {c.in, c.hidden}, {1, c.in}, w.offset());
+      const Tensor pre = kernels::matmul(x, w_t, b);
+      require_same_bits(fused.pre, on_cpu(pre), "linear_gelu's pre");
+      require_same_bits(fused.out, on_cpu(kernels::unary(kernels::Unary::gelu, pre)), "linear_gelu's out");
 
-    // Backward through the MLP's second product: g (N, out) @ proj (out, hidden), times gelu'(pre).
-    const std::int64_t out_features = c.in;
-    const Tensor g = on_gpu(bf16_operand({c.n, out_features}, false, 73));
-    const Tensor proj = on_gpu(bf16_operand({out_features, c.hidden}, false, 74));
-    require_same_bits(kernels::matmul_gelu_grad(g, proj, fused.pre),
-                      on_cpu(kernels::binary(kernels::Binary::gelu_backward, kernels::matmul(g, proj), fused.pre)),
-                      "matmul_gelu_grad");
+      // Backward through the MLP's second product: g (N, out) @ proj (out, hidden), times gelu'(pre).
+      const std::int64_t out_features = c.in;
+      const Tensor g = on_gpu(bf16_operand({c.n, out_features}, false, 73));
+      const Tensor proj = on_gpu(bf16_operand({out_features, c.hidden}, false, 74));
+      require_same_bits(kernels::matmul_gelu_grad(g, proj, fused.pre),
+                        on_cpu(kernels::binary(kernels::Binary::gelu_backward, kernels::matmul(g, proj), fused.pre)),
+                        "matmul_gelu_grad");
+    }
   }
 }
 
