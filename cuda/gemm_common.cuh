@@ -268,8 +268,9 @@ void gemm_bf16_pipelined(const Bf16GemmArgs& g, cudaStream_t stream);
 bool gemm_bf16_pipelined_epilogue_layout(const Bf16GemmArgs& g);
 bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream);
 
-// The sm_90a product (cuda/matmul_bf16_wgmma.cu): whether its kernel has g's
-// layout (A as it is, B transposed; one job of no slices, no epilogue), and the launch.
+// The sm_90a product (cuda/matmul_bf16_wgmma.cu), for what the pipelined kernel
+// takes (any layout, whole or in slices of K; an epilogue in its layout, whole):
+// whether it has a kernel for g, and the launch.
 bool gemm_bf16_wgmma_takes(const Bf16GemmArgs& g);
 void gemm_bf16_wgmma(const Bf16GemmArgs& g, cudaStream_t stream);
 

@@ -13,25 +13,28 @@ namespace attograd::cuda::gemm_pipeline {
 
 using gemm_tiles::byte_offset;
 
-// An operand's tile of the pipelined products: 64 bytes of K a row (128 in
-// the sm_90a product's, cuda/matmul_bf16_wgmma.cu).
-template <int Rows, bool KFastest, typename Value, int KBytes = 64>
-using PipelineTile = gemm_tiles::OperandTile<Rows, KFastest, KBytes / static_cast<int>(sizeof(Value)),
+// An operand's tile of the pipelined products: 64 bytes of K a row.
+template <int Rows, bool KFastest, typename Value>
+using PipelineTile = gemm_tiles::OperandTile<Rows, KFastest, 64 / static_cast<int>(sizeof(Value)),
                                              static_cast<int>(sizeof(Value))>;
 
 // One operand's copies into a stage for this thread: each a source that moves
 // by `step` values a tile and a destination in the operand's tile, copy i
-// lying i * Threads chunks after copy 0's. A copy of a row outside the matrix
+// lying i times a constant after copy 0's (Threads chunks in OperandTile's
+// layouts; TileType another layout, as the sm_90a product's WgmmaTile). A copy of a row outside the matrix
 // (the tile's edge) reads nothing and stores zeros: which copies those are is
 // the same for every tile, so it is worked out once. The products admit only
 // operands whose chunks lie wholly inside or wholly outside.
-template <int Rows, bool KFastest, int Threads, typename Value, int KBytes = 64>
+template <int Rows, bool KFastest, int Threads, typename Value, typename TileType = PipelineTile<Rows, KFastest, Value>>
 struct OperandCopies {
-  using Tile = PipelineTile<Rows, KFastest, Value, KBytes>;
+  using Tile = TileType;
   static constexpr int kK = KFastest ? Tile::kLineChunks * Tile::kChunkValues : Tile::kLines;  // K of a tile
-  static constexpr int kCopies = Tile::kChunks / Threads, kApartBytes = Threads * 16;
+  static constexpr int kCopies = Tile::kChunks / Threads;
+  // Copy i + 1 is Threads / kLineChunks lines after copy i, the same chunk.
+  static constexpr int kApartBytes =
+      (Tile::Layout::at(Threads / Tile::kLineChunks, 0) - Tile::Layout::at(0, 0)) * 16;
   static_assert(Tile::kChunks % Threads == 0, "every thread copies as many chunks");
-  static_assert(Tile::template kCopiesEvenlyApart<Threads>, "copy i lies i * Threads chunks after copy 0");
+  static_assert(Tile::template kCopiesEvenlyApart<Threads>, "copy i lies i * kApartBytes after copy 0");
   const Value* data;  // what a copy reading nothing names
   const Value* source[kCopies];
   bool inside[kCopies];

@@ -151,6 +151,44 @@ struct SplitPairTile {
   }
 };
 
+// A tile of sm_90a's warpgroup products (cuda/wgmma.cuh), bfloat16, 64 of K:
+// the tensor cores read it through a descriptor, so it lies as their
+// canonical layouts with the 128-byte swizzle have it (the swizzle XORs an
+// address's 16-byte chunk, bits 4-6, with bits 7-9: a tile starts on a
+// 1024-byte boundary).
+// - K fastest (A as it is, B transposed; "K-major"): a line is a row of 64 k,
+//   128 bytes, chunk c of line l at l * 8 + (c ^ l % 8): OperandTile's.
+// - Rows fastest (A transposed, B as it is; "MN-major"): a line is one k of
+//   Rows values, kept in blocks of 64 rows (128 bytes): block j holds the 64
+//   lines' stretches j one after the other, chunk c of line l at
+//   (c / 8) * 512 + l * 8 + (c % 8 ^ l % 8), so a block is 8 KiB (the
+//   descriptor's leading byte offset) and eight lines 1024 bytes (its stride
+//   byte offset).
+// Copies are OperandTile's: copy v is line v / kLineChunks, chunk v % kLineChunks.
+template <int Rows, bool KFastest>
+struct WgmmaTile {
+  static constexpr int kK = 64, kChunkValues = 8, kBlockRows = 64;
+  static constexpr int kLines = KFastest ? Rows : kK;
+  static constexpr int kLineChunks = (KFastest ? kK : Rows) / kChunkValues;
+  static constexpr int kChunks = kLines * kLineChunks;
+  static constexpr int kBlockBytes = kK * 128;  // MN-major: one block of 64 rows
+  static_assert(Rows % kBlockRows == 0, "whole blocks of 64 rows: a warpgroup's product");
+  struct Layout {
+    static constexpr int kPeriodLines = 8;
+    AG_HOST_DEVICE static constexpr int at(int line, int c) {
+      if constexpr (KFastest) return line * 8 + (c ^ (line & 7));
+      return (c / 8) * (kK * 8) + line * 8 + ((c & 7) ^ (line & 7));
+    }
+  };
+  struct Copy {
+    int line, chunk;
+  };
+  AG_HOST_DEVICE static constexpr Copy copy(int v) { return {v / kLineChunks, v % kLineChunks}; }
+  template <int Threads>
+  static constexpr bool kCopiesEvenlyApart =
+      Threads % kLineChunks == 0 && (Threads / kLineChunks) % Layout::kPeriodLines == 0;
+};
+
 // The pipelined kernel's shape: BM x BN of C a block, 8 warps of 64 x 64,
 // kStages tiles of A and B in flight; C goes out through the same shared
 // memory, rows of BN values.

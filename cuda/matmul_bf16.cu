@@ -21,9 +21,9 @@
 // adding the bias and rounding once. Large products whose operands allow
 // 16-byte copies go to the pipelined kernel instead
 // (cuda/matmul_bf16_pipelined.cu: cp.async stages, swizzled tiles), or on
-// sm_90a, where chosen, those of them in a Linear's layout to Hopper's
-// warpgroup products (cuda/matmul_bf16_wgmma.cu); these kernels take the
-// rest: offset or oddly strided operands, and skinny shapes.
+// sm_90a, where chosen, to Hopper's warpgroup products
+// (cuda/matmul_bf16_wgmma.cu); these kernels take the rest: offset or oddly
+// strided operands, and skinny shapes.
 #include <algorithm>
 #include <cstdint>
 
@@ -166,8 +166,8 @@ __global__ void __launch_bounds__((BM / WM) * (BN / WN) * kWarp, BM == 128 ? 2 :
   gemm_jobs<BM, BN, kBK, kBlockThreads, SplitK, Acc>(g, store_tiles, compute, finish, a_k_fastest, b_k_fastest);
 }
 
-// Whether the sm_90a kernel takes g, which the pipelined kernel would take
-// whole: its layout, chosen, and an sm_90a build on an sm_90 GPU.
+// Whether the sm_90a kernel takes g, which the pipelined kernel would take:
+// chosen, and an sm_90a build on an sm_90 GPU.
 bool wgmma_runs(const Bf16GemmArgs& g) {
   if (!gemm_bf16_wgmma_takes(g) || !wgmma_products_chosen()) return false;
   int device = 0;
@@ -208,7 +208,9 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   const int sms = multiprocessors();
   if (const std::int64_t splits = gemm_bf16_pipelined_splits(g, sms); splits > 0) {
     if (splits == 1) return wgmma_runs(g) ? gemm_bf16_wgmma(g, stream) : gemm_bf16_pipelined(g, stream);
-    return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { gemm_bf16_pipelined(sliced, stream); });
+    return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) {
+      wgmma_runs(sliced) ? gemm_bf16_wgmma(sliced, stream) : gemm_bf16_pipelined(sliced, stream);
+    });
   }
   // The others: 128 x 128 tiles of 8 warps (64 x 32 each) reuse each loaded value
   // most; where they would leave SMs idle, 64 x 64 tiles of 4 warps (32 x 32 each),
@@ -265,7 +267,10 @@ bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf
                          std::int64_t n, std::int64_t k, cudaStream_t stream) {
   Bf16GemmArgs g = epilogue_args(a, b, m, n, k, true);
   g.c = c, g.pre = pre;
-  return epilogue_taken(g) && gemm_bf16_pipelined_epilogue(g, stream);
+  if (!epilogue_taken(g)) return false;
+  if (!wgmma_runs(g)) return gemm_bf16_pipelined_epilogue(g, stream);
+  gemm_bf16_wgmma(g, stream);
+  return true;
 }
 
 }  // namespace attograd::cuda

@@ -1,23 +1,26 @@
 // The bfloat16 product on sm_90a's warpgroup products (cuda/wgmma.cuh): C =
-// A B (+ bias) with A as it is and B transposed (both K-major: a Linear
-// layer's x W^T), a block a 128 x 256 tile of C, two warpgroups of 64 x 256,
-// float32 sums each rounded once to bfloat16 as it is stored.
+// A B (+ bias) in all four operand layouts, a block a 128 x 256 tile of C,
+// two warpgroups of 64 x 256, float32 sums each rounded once to bfloat16 as it
+// is stored (or, over slices of K, kept as float32 partial products).
 //
-// - A and B^T stream through kStages tiles of 64 along K (128-byte lines, the
-//   tensor cores' 128-byte swizzle), copied by cp.async straight into shared
-//   memory two tiles ahead of the one the products read.
+// - A and B^T stream through kStages tiles of 64 along K, copied by cp.async
+//   straight into shared memory two tiles ahead of the one the products read,
+//   each as its operand lies in memory: K-major (A as it is, B transposed) or
+//   MN-major (A transposed, B as it is), in the tensor cores' 128-byte
+//   swizzle (gemm_tiles::WgmmaTile); the instruction's transpose flags say which.
 // - The products of a tile are four wgmma.mma_async m64n256k16 a warpgroup,
 //   issued and left running: the warpgroup waits only for the previous tile's
 //   (wgmma.wait_group 1), so a tile's products run while the next tile's
 //   wait, barrier and copies are issued. A stage is overwritten two tiles
 //   after its products were issued, once every warpgroup has waited for them
 //   (the barrier of the tile between).
-// - K's ragged end, edge rows, the raster order of blocks and C's way out
-//   (staged through shared memory, 16-byte stores) are the pipelined
-//   product's (cuda/gemm_pipeline.cuh, cuda/gemm_bf16_epilogue.cuh).
-// gemm_bf16 and gemm_bf16_gelu (cuda/matmul_bf16.cu) send here what the
-// pipelined kernel would take whole (no slices of K) in this layout, where
-// wgmma_kernels_run and wgmma_products_chosen say so (cuda/runtime.h).
+// - K's ragged end, edge rows, slices of K, the raster order of blocks and
+//   C's way out (staged through shared memory, 16-byte stores, the MLP's GELU
+//   epilogues) are the pipelined product's (cuda/gemm_pipeline.cuh,
+//   cuda/gemm_bf16_epilogue.cuh).
+// gemm_bf16 and gemm_bf16_gelu* (cuda/matmul_bf16.cu) send here what the
+// pipelined kernel would take, where wgmma_kernels_run and
+// wgmma_products_chosen say so (cuda/runtime.h).
 #include <cstdint>
 
 #include "cuda/async_copy.cuh"
@@ -34,44 +37,82 @@ using namespace gemm_detail;
 using namespace gemm_pipeline;
 
 constexpr int kBM = 128, kBN = 256, kStages = 4, kTileThreads = 2 * wgmma::kWarpgroup;
-constexpr int kTileKBytes = wgmma::kLineBytes;  // 64 bfloat16 of K a line
-using ACopies = OperandCopies<kBM, true, kTileThreads, std::uint16_t, kTileKBytes>;
-using BCopies = OperandCopies<kBN, true, kTileThreads, std::uint16_t, kTileKBytes>;
-constexpr int kTileK = ACopies::kK;
-constexpr int kABytes = kBM * wgmma::kLineBytes, kStageBytes = (kBM + kBN) * wgmma::kLineBytes;
+constexpr int kTileK = gemm_tiles::WgmmaTile<kBM, true>::kK;
+constexpr int kABytes = kBM * kTileK * 2, kStageBytes = (kBM + kBN) * kTileK * 2;
 // The stages, and room to start them on a 1024-byte boundary.
 constexpr int kSharedBytes = kStages * kStageBytes + wgmma::kSwizzleBytes;
 constexpr int kAccumulators = kBN / 2;  // a thread's of its warpgroup's 64 x 256
 static_assert(kBM * kBN * 2 <= kStages * kStageBytes, "C's staged tile fits where the stages were");
+// A warpgroup's 64 rows of A start 8 KiB into A's tile in both layouts: 64
+// lines of 128 bytes (K-major), or the second block of 64 rows (MN-major).
+static_assert(64 * wgmma::kLineBytes == wgmma::kMnBlockBytes);
 
-// This thread's sums (wgmma.cuh's layout) into C's staged tile, bias added and
-// rounded once, two neighbouring columns a 4-byte word; then out to C, with
-// the MLP's GELU on the way where Epilogue asks (x W^T's layout: gelu alone).
+template <int Rows, bool KFastest>
+using Copies = OperandCopies<Rows, KFastest, kTileThreads, std::uint16_t, gemm_tiles::WgmmaTile<Rows, KFastest>>;
+
+// Row and column of this thread's accumulator 4 j + v (wgmma.cuh's layout) in the block's tile.
+struct AccumulatorAt {
+  int row0, q;
+  __device__ __forceinline__ explicit AccumulatorAt(int t)
+      : row0(t / wgmma::kWarpgroup * 64 + t % wgmma::kWarpgroup / 32 * 16 + t % 32 / 4), q(t % 4) {}
+  __device__ __forceinline__ int row(int half) const { return row0 + 8 * half; }
+  __device__ __forceinline__ int col(int j) const { return 8 * j + 2 * q; }
+};
+
+// This thread's sums into C's staged tile, bias added and rounded once, two
+// neighbouring columns a 4-byte word; then out to C, with the MLP's GELU
+// epilogue on the way where Epilogue asks.
 template <Bf16Epilogue Epilogue>
 __device__ __forceinline__ void store_c(const float (&acc)[kAccumulators], std::uint16_t* staging,
                                         const Bf16GemmArgs& g, std::int64_t job, std::int64_t m0, std::int64_t n0) {
   using Layout = gemm_tiles::Swizzle<kBN / gemm_tiles::kChunk>;
   constexpr int kChunk = gemm_tiles::kChunk;
-  const int t = opaque(static_cast<int>(threadIdx.x));
-  const int row0 = t / wgmma::kWarpgroup * 64 + t % wgmma::kWarpgroup / 32 * 16 + t % 32 / 4;
+  const AccumulatorAt at(opaque(static_cast<int>(threadIdx.x)));  // not hoisted into the main loop's registers
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j) {
-    const int col = 8 * j + 2 * (t % 4);
+    const int col = at.col(j);
     float bias[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int c = 0; c < 2; ++c)
       if (g.bias && n0 + col + c < g.n) bias[c] = static_cast<float>(g.bias[n0 + col + c]);
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      *reinterpret_cast<std::uint32_t*>(staging + Layout::at(row0 + 8 * half, j) * kChunk + col % kChunk) =
+      *reinterpret_cast<std::uint32_t*>(staging + Layout::at(at.row(half), j) * kChunk + col % kChunk) =
           bf16_pair(bfloat16(acc[4 * j + 2 * half] + bias[0]).bits, bfloat16(acc[4 * j + 2 * half + 1] + bias[1]).bits);
   }
   __syncthreads();
   copy_out_c<kBM, kBN, kTileThreads, Epilogue>(staging, g, job, m0, n0);
 }
 
-template <Bf16Epilogue Epilogue>
+// Split-K's partial product of the job, as it is: two neighbouring float32 values a row and j.
+__device__ __forceinline__ void store_partial(const float (&acc)[kAccumulators], const Bf16GemmArgs& g,
+                                              std::int64_t job, std::int64_t m0, std::int64_t n0) {
+  float* const partial = g.partial + job * g.m * g.n;
+  const bool pairs = g.n % 2 == 0;
+  const AccumulatorAt at(opaque(static_cast<int>(threadIdx.x)));
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t gm = m0 + at.row(half);
+    if (gm >= g.m) continue;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const std::int64_t gn = n0 + at.col(j);
+      float* out = partial + gm * g.n + gn;
+      if (pairs && gn + 1 < g.n) {
+        *reinterpret_cast<float2*>(out) = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+      } else {
+        if (gn < g.n) out[0] = acc[4 * j + 2 * half];
+        if (gn + 1 < g.n) out[1] = acc[4 * j + 2 * half + 1];
+      }
+    }
+  }
+}
+
+// SplitK: the job (batch z, slice s of K) writes its float32 partial product
+// to g.partial; otherwise C rounded to bfloat16, with the bias and the epilogue.
+template <bool ATransposed, bool BTransposed, bool SplitK, Bf16Epilogue Epilogue>
 __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16GemmArgs g) {
+  constexpr bool a_k_major = !ATransposed, b_k_major = BTransposed;
   auto* const smem = dynamic_shared_memory<unsigned char>();
   // The stages from the first 1024-byte boundary: the swizzle is of addresses.
   const std::uint32_t skip = (wgmma::kSwizzleBytes - wgmma::shared_address(smem) % wgmma::kSwizzleBytes) %
@@ -82,18 +123,23 @@ __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16Ge
   const auto stage_b = [&](int s) { return reinterpret_cast<std::uint16_t*>(stages + s * kStageBytes + kABytes); };
   // This warpgroup's 64 rows of A's tile, and B's tile, in stage s.
   const int warpgroup = static_cast<int>(threadIdx.x) / wgmma::kWarpgroup;
-  const auto a_at = [&](int s) { return stages_at + s * kStageBytes + warpgroup * 64 * wgmma::kLineBytes; };
+  const auto a_at = [&](int s) { return stages_at + s * kStageBytes + warpgroup * wgmma::kMnBlockBytes; };
   const auto b_at = [&](int s) { return stages_at + s * kStageBytes + kABytes; };
   const auto [m0, n0] = raster_tile<kBM, kBN>(g.m, g.n);
 
-  for (std::int64_t job = blockIdx.z; job < g.batches; job += gridDim.z) {
-    const int tiles = static_cast<int>((g.k + kTileK - 1) / kTileK);
-    const std::int64_t k_first = g.k - std::int64_t(tiles) * kTileK;  // the ragged tile first
+  const std::int64_t splits = SplitK ? g.splits : 1;
+  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
+    const std::int64_t z = job / splits, k_begin = (job % splits) * g.k_slice;
+    const std::int64_t k_end = SplitK ? min(g.k, k_begin + g.k_slice) : g.k;
+    const int tiles = static_cast<int>((k_end - k_begin + kTileK - 1) / kTileK);
+    const std::int64_t k_first = k_end - std::int64_t(tiles) * kTileK;  // the ragged tile first
     std::int64_t offset[2];
-    offsets_at(g.batch, job, offset);
-    ACopies a_copies(reinterpret_cast<const std::uint16_t*>(g.a.data) + offset[0], g.a.ld, g.m, m0, k_first);
-    BCopies b_copies(reinterpret_cast<const std::uint16_t*>(g.b.data) + offset[1], g.b.ld, g.n, n0, k_first);
-    start_pipeline<kStages - 1>(a_copies, b_copies, stage_a, stage_b, tiles, k_first, 0);  // tiles 0 and 1
+    offsets_at(g.batch, z, offset);
+    Copies<kBM, a_k_major> a_copies(reinterpret_cast<const std::uint16_t*>(g.a.data) + offset[0], g.a.ld, g.m, m0,
+                                    k_first);
+    Copies<kBN, b_k_major> b_copies(reinterpret_cast<const std::uint16_t*>(g.b.data) + offset[1], g.b.ld, g.n, n0,
+                                    k_first);
+    start_pipeline<kStages - 1>(a_copies, b_copies, stage_a, stage_b, tiles, k_first, k_begin);  // tiles 0 and 1
 
     float acc[kAccumulators];
 #pragma unroll
@@ -113,16 +159,36 @@ __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16Ge
       wgmma::fence();
 #pragma unroll
       for (int step = 0; step < kTileK / 16; ++step)
-        wgmma::mma_bf16_n256(acc, wgmma::k_major_descriptor(a_at(read), step),
-                             wgmma::k_major_descriptor(b_at(read), step), true);
+        wgmma::mma_bf16_n256<!a_k_major, !b_k_major>(acc, wgmma::tile_descriptor<a_k_major>(a_at(read), step),
+                                                     wgmma::tile_descriptor<b_k_major>(b_at(read), step), true);
       wgmma::commit();
       wgmma::wait<1>();  // the last tile's products are done: their stage is free after the next barrier
     }
     wgmma::wait<0>();
     wait_async_copies<0>();  // only empty groups remain; none may land in C's staging below
     __syncthreads();
-    store_c<Epilogue>(acc, reinterpret_cast<std::uint16_t*>(stages), g, job, m0, n0);
+    if constexpr (SplitK)
+      store_partial(acc, g, job, m0, n0);  // no shared memory: the next job may copy into it at once
+    else
+      store_c<Epilogue>(acc, reinterpret_cast<std::uint16_t*>(stages), g, job, m0, n0);
   }
+}
+
+template <typename Kernel>
+void launch_tiles(Kernel kernel, const Bf16GemmArgs& g, cudaStream_t stream) {
+  allow_shared_memory(kernel, kSharedBytes);
+  launch(kernel, pipelined_grid(g, kBM, kBN), kTileThreads, kSharedBytes, stream, g);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <bool SplitK>
+void launch_plain(const Bf16GemmArgs& g, cudaStream_t stream) {
+  using enum Bf16Epilogue;
+  if (g.a.transposed)
+    return g.b.transposed ? launch_tiles(gemm_bf16_wgmma_kernel<true, true, SplitK, none>, g, stream)
+                          : launch_tiles(gemm_bf16_wgmma_kernel<true, false, SplitK, none>, g, stream);
+  return g.b.transposed ? launch_tiles(gemm_bf16_wgmma_kernel<false, true, SplitK, none>, g, stream)
+                        : launch_tiles(gemm_bf16_wgmma_kernel<false, false, SplitK, none>, g, stream);
 }
 
 }  // namespace
@@ -130,16 +196,16 @@ __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16Ge
 namespace gemm_detail {
 
 bool gemm_bf16_wgmma_takes(const Bf16GemmArgs& g) {
-  return !g.a.transposed && g.b.transposed && g.splits == 1 &&
-         (g.epilogue == Bf16Epilogue::none || g.epilogue == Bf16Epilogue::gelu);
+  return g.epilogue == Bf16Epilogue::none || (g.splits == 1 && gemm_bf16_pipelined_epilogue_layout(g));
 }
 
 void gemm_bf16_wgmma(const Bf16GemmArgs& g, cudaStream_t stream) {
-  const auto kernel = g.epilogue == Bf16Epilogue::gelu ? gemm_bf16_wgmma_kernel<Bf16Epilogue::gelu>
-                                                       : gemm_bf16_wgmma_kernel<Bf16Epilogue::none>;
-  allow_shared_memory(kernel, kSharedBytes);
-  launch(kernel, pipelined_grid(g, kBM, kBN), kTileThreads, kSharedBytes, stream, g);
-  CUDA_CHECK_LAUNCH();
+  using enum Bf16Epilogue;
+  if (g.splits > 1) return launch_plain<true>(g, stream);
+  // The epilogues' kernels exist in their layouts alone (gemm_bf16_pipelined_epilogue_layout).
+  if (g.epilogue == gelu) return launch_tiles(gemm_bf16_wgmma_kernel<false, true, false, gelu>, g, stream);
+  if (g.epilogue == gelu_grad) return launch_tiles(gemm_bf16_wgmma_kernel<false, false, false, gelu_grad>, g, stream);
+  launch_plain<false>(g, stream);
 }
 
 }  // namespace gemm_detail

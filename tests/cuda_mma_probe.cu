@@ -3,6 +3,7 @@
 // PTX ISA is the hardware's, before the attention kernels built on it.
 #include "cuda/check.h"
 #include "cuda/device_utils.cuh"
+#include "cuda/gemm_tiles.h"
 #include "cuda/mma.cuh"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/runtime.h"
@@ -54,11 +55,13 @@ __global__ void load_matrices_kernel(std::uint32_t* out) {
   for (int i = 0; i < 4; ++i) out[4 * lane + i] = r[i];
 }
 
-// A's and B^T's tiles into shared memory as cuda/wgmma.cuh lays them out, one
-// value at a time (the layout is what is probed, not the copies), then the
-// four products of K = 64 and each thread's accumulators out.
+// A's and B^T's tiles into shared memory as cuda/wgmma.cuh lays them out
+// (gemm_tiles::WgmmaTile), each K-major or MN-major, one value at a time (the
+// layout is what is probed, not the copies), then the four products of K =
+// 64 and each thread's accumulators out.
 constexpr int kProbeN = 256, kProbeK = 64;
 constexpr int kProbeSharedBytes = (64 + kProbeN) * cuda::wgmma::kLineBytes + cuda::wgmma::kSwizzleBytes;
+template <bool AMnMajor, bool BMnMajor>
 __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float* C) {
   using namespace attograd::cuda;
   auto* smem = dynamic_shared_memory<unsigned char>();
@@ -66,15 +69,17 @@ __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float*
   const std::uint32_t skip = (wgmma::kSwizzleBytes - base % wgmma::kSwizzleBytes) % wgmma::kSwizzleBytes;
   unsigned char* a_tile = smem + skip;
   unsigned char* b_tile = a_tile + 64 * wgmma::kLineBytes;
-  const auto put = [](unsigned char* tile, int line, int k, float x) {
-    const int chunk = (line * 8 + ((k / 8) ^ (line % 8))) * 16 + k % 8 * 2;
-    const std::uint16_t bits = top_half(x);
-    *reinterpret_cast<std::uint16_t*>(tile + chunk) = bits;
+  // X[row][k] into its tile: line and chunk as WgmmaTile<Rows, KFastest> has them.
+  const auto put = [](unsigned char* tile, bool mn_major, int row, int k, float x) {
+    const int line = mn_major ? k : row, chunk = mn_major ? row / 8 : k / 8, in_chunk = mn_major ? row % 8 : k % 8;
+    const int at = mn_major ? gemm_tiles::WgmmaTile<64, false>::Layout::at(line, chunk)
+                            : gemm_tiles::WgmmaTile<64, true>::Layout::at(line, chunk);
+    *reinterpret_cast<std::uint16_t*>(tile + at * 16 + in_chunk * 2) = top_half(x);
   };
   for (int i = static_cast<int>(threadIdx.x); i < 64 * kProbeK; i += wgmma::kWarpgroup)
-    put(a_tile, i / kProbeK, i % kProbeK, A[i]);
+    put(a_tile, AMnMajor, i / kProbeK, i % kProbeK, A[i]);
   for (int i = static_cast<int>(threadIdx.x); i < kProbeN * kProbeK; i += wgmma::kWarpgroup)
-    put(b_tile, i / kProbeK, i % kProbeK, Bt[i]);
+    put(b_tile, BMnMajor, i / kProbeK, i % kProbeK, Bt[i]);
   wgmma::fence_async_shared();
   __syncthreads();
   float d[128];
@@ -83,7 +88,8 @@ __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float*
   const std::uint32_t a_at = base + skip, b_at = a_at + 64 * wgmma::kLineBytes;
 #pragma unroll
   for (int step = 0; step < kProbeK / 16; ++step)
-    wgmma::mma_bf16_n256(d, wgmma::k_major_descriptor(a_at, step), wgmma::k_major_descriptor(b_at, step), step > 0);
+    wgmma::mma_bf16_n256<AMnMajor, BMnMajor>(d, wgmma::tile_descriptor<!AMnMajor>(a_at, step),
+                                             wgmma::tile_descriptor<!BMnMajor>(b_at, step), step > 0);
   wgmma::commit();
   wgmma::wait<0>();
   const int t = static_cast<int>(threadIdx.x), w = t / 32, g = t % 32 / 4, q = t % 4;
@@ -138,11 +144,13 @@ bool wgmma_probe_runs() {
 #endif
 }
 
-std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt) {
+std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt,
+                                                bool a_mn_major, bool b_mn_major) {
   float *da = device_copy(a), *db = device_copy(bt), *dc = device_copy(std::vector<float>(64 * kProbeN));
-  CUDA_CHECK(cudaFuncSetAttribute(warpgroup_product_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  kProbeSharedBytes));
-  cuda::launch(warpgroup_product_kernel, 1, cuda::wgmma::kWarpgroup, kProbeSharedBytes, nullptr, da, db, dc);
+  const auto kernel = a_mn_major ? (b_mn_major ? warpgroup_product_kernel<true, true> : warpgroup_product_kernel<true, false>)
+                                 : (b_mn_major ? warpgroup_product_kernel<false, true> : warpgroup_product_kernel<false, false>);
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kProbeSharedBytes));
+  cuda::launch(kernel, 1, cuda::wgmma::kWarpgroup, kProbeSharedBytes, nullptr, da, db, dc);
   CUDA_CHECK_LAUNCH();
   std::vector<float> c(64 * kProbeN);
   CUDA_CHECK(cudaMemcpyAsync(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost, nullptr));

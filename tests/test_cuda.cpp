@@ -600,8 +600,9 @@ TEST_CASE("cuda: ldmatrix, plain and transposing, gives each lane the values the
 }
 
 // The sm_90a product stands on cuda/wgmma.cuh's reading of the PTX ISA: the
-// 128-byte swizzle of its K-major tiles, the descriptors, each K step's start
-// and the accumulators' layout. One warpgroup's 64 x 256 x 64 product on
+// 128-byte swizzle of its K-major and MN-major tiles, the descriptors (which
+// offset is which), each K step's start and the accumulators' layout. One
+// warpgroup's 64 x 256 x 64 product, in each pair of operand layouts, on
 // values whose every product and sum is exact in float32, so C must be A B to
 // the bit. The emulator decodes descriptors by the same reading; on a GPU
 // (an sm_90a build on an H100 or H200) this is the check of it.
@@ -617,13 +618,17 @@ TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles an
   std::vector<float> a(64 * k), bt(n * k);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 23) - 11) / 8;
   for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<float>(static_cast<int>(i * 5 % 19) - 9) / 8;
-  const std::vector<float> got = test::warpgroup_product_bf16_on_gpu(a, bt);
-  for (int i = 0; i < 64; ++i)
-    for (int j = 0; j < n; ++j) {
-      double want = 0;
-      for (int kk = 0; kk < k; ++kk) want += static_cast<double>(a[i * k + kk]) * bt[j * k + kk];
-      INFO("C[" << i << "][" << j << "]");
-      REQUIRE(got[static_cast<std::size_t>(i * n + j)] == want);
+  for (bool a_mn_major : {false, true})
+    for (bool b_mn_major : {false, true}) {
+      const std::vector<float> got = test::warpgroup_product_bf16_on_gpu(a, bt, a_mn_major, b_mn_major);
+      for (int i = 0; i < 64; ++i)
+        for (int j = 0; j < n; ++j) {
+          double want = 0;
+          for (int kk = 0; kk < k; ++kk) want += static_cast<double>(a[i * k + kk]) * bt[j * k + kk];
+          INFO("A " << (a_mn_major ? "MN" : "K") << "-major, B " << (b_mn_major ? "MN" : "K") << "-major: C[" << i
+                    << "][" << j << "]");
+          REQUIRE(got[static_cast<std::size_t>(i * n + j)] == want);
+        }
     }
 #endif
 }
@@ -716,11 +721,13 @@ TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edge
 }
 
 // The sm_90a product (cuda/matmul_bf16_wgmma.cu) takes what the pipelined
-// kernel would take whole with A as it is and B transposed, where it is chosen
-// (off by default: set here). The pipelined test's shapes in that layout:
-// partial tiles on both edges, K of one tile (64), of a ragged first tile,
-// and more tiles than the stages; N not a multiple of 8; broadcast batches; a bias.
-TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound: edges, ragged K, batches, bias",
+// kernel takes where it is chosen (off by default: set here): the pipelined
+// test's shapes in every layout (partial tiles on both edges, K of one tile
+// of 64 and of a ragged first tile, more tiles than the stages, N not a
+// multiple of 8, broadcast batches, too few tiles over a long K in slices),
+// and a bias, whole and in slices.
+TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound in every layout: edges, ragged K, "
+          "batches, split-K, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   if (!cuda::wgmma_kernels_run(0)) {
@@ -728,18 +735,16 @@ TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound:
     return;
   }
   const cuda::ScopedWgmmaProducts wgmma(true);
-  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},       {{296, 64}, {64, 600}},
-                                      {{296, 200}, {200, 600}},   {{136, 320}, {320, 1032}},
-                                      {{296, 24}, {24, 601}},     {{2, 1, 160, 48}, {3, 48, 520}}};
-  for (const MatmulCase& c : cases) {
-    const Tensor a = bf16_operand(c.a, false, 64), b = bf16_operand(c.b, true, 65);
-    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b)), a, b, Tensor(),
-                         fmt::format("wgmma bfloat16 matmul {} @ {} (transposed)", shape_str(c.a), shape_str(c.b)));
+  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},      {{296, 64}, {64, 600}},   {{296, 200}, {200, 600}},
+                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}},   {{2, 1, 160, 48}, {3, 48, 520}},
+                                      {{200, 1000}, {1000, 296}}, {{3, 64, 800}, {800, 64}}};
+  require_bf16_products_in_every_layout(cases, 64);
+  for (const auto [m, k] : {std::pair<std::int64_t, std::int64_t>{296, 136}, {200, 1000}}) {  // 9 tiles; 6, sliced
+    const Tensor a = bf16_operand({m, k}, false, 66), b = bf16_operand({k, 600}, true, 67);
+    const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 68), DType::bf16);
+    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                         fmt::format("wgmma bfloat16 matmul, K = {}, with a bias", k));
   }
-  const Tensor a = bf16_operand({296, 136}, false, 66), b = bf16_operand({136, 600}, true, 67);
-  const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 68), DType::bf16);
-  require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
-                       "wgmma bfloat16 matmul with a bias");
 }
 
 // The MLP's products with GELU applied as C leaves the pipelined bfloat16
@@ -749,7 +754,7 @@ TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound:
 // kernel takes whole (edges on both sides, a ragged K, with a bias and
 // without, N not a multiple of 8 stored value by value) and shapes it declines
 // (too few tiles; K not a multiple of 8), which the dispatch composes. Where
-// the sm_90a kernel runs, linear_gelu's forward again on it (its gelu epilogue).
+// the sm_90a kernel runs, all again on it (its epilogues).
 TEST_CASE("cuda: linear_gelu and matmul_gelu_grad in bfloat16 give the composed ops' bits", "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   struct Case {

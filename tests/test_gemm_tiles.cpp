@@ -136,6 +136,53 @@ TEST_CASE("gemm tiles: the pipelined product's copies and ldmatrix meet no bank 
   require_operand_tile<256, false>(true);   // B as it is
 }
 
+// The sm_90a product's tiles (WgmmaTile; cuda/matmul_bf16_wgmma.cu): each layout a bijection
+// onto the tile; each value (row, k) where the tensor cores' canonical layout with the 128-byte
+// swizzle puts it, the formula cuda/wgmma.cuh's emulation decodes descriptors by (K-major: row r at
+// (r / 8) 1024 + (r % 8) 128; MN-major: block r / 64 at 8 KiB, k / 8 at 1024, k % 8 at 128; then
+// the address's 16-byte chunk XORed with its bits 7-9); and the copies of 256 threads, eight a
+// phase, meet no bank conflict, copy i + 1 a constant after copy i.
+template <int Rows, bool KFastest>
+void require_wgmma_tile() {
+  using Tile = WgmmaTile<Rows, KFastest>;
+  std::set<int> seen;
+  for (int line = 0; line < Tile::kLines; ++line)
+    for (int c = 0; c < Tile::kLineChunks; ++c) seen.insert(Tile::Layout::at(line, c));
+  REQUIRE(static_cast<int>(seen.size()) == Tile::kChunks);
+  REQUIRE(*seen.rbegin() == Tile::kChunks - 1);
+  for (int row = 0; row < Rows; ++row)
+    for (int k = 0; k < Tile::kK; ++k) {
+      const int line = KFastest ? row : k, chunk = KFastest ? k / 8 : row / 8, in_chunk = KFastest ? k % 8 : row % 8;
+      const int stored = Tile::Layout::at(line, chunk) * 16 + 2 * in_chunk;
+      const int logical = KFastest ? row / 8 * 1024 + row % 8 * 128 + k / 8 * 16 + 2 * (k % 8)  // step k / 16, k % 16 within
+                                   : row / 64 * 8192 + k / 8 * 1024 + k % 8 * 128 + 2 * (row % 64);
+      INFO("row " << row << ", k " << k);
+      REQUIRE(stored == (logical ^ ((logical >> 7 & 7) << 4)));
+    }
+  constexpr int threads = 256;
+  const int apart = Tile::Layout::at(threads / Tile::kLineChunks, 0) - Tile::Layout::at(0, 0);
+  for (int i = 0; i + 1 < Tile::kChunks / threads; ++i)
+    for (int t = 0; t < threads; ++t) {
+      const auto [line, chunk] = Tile::copy(t + i * threads);
+      const auto [next_line, next_chunk] = Tile::copy(t + (i + 1) * threads);
+      REQUIRE(Tile::Layout::at(next_line, next_chunk) - Tile::Layout::at(line, chunk) == apart);
+    }
+  for (int first = 0; first < Tile::kChunks; first += 8) {
+    std::vector<int> phase;
+    for (int v = first; v < first + 8; ++v) phase.push_back(Tile::Layout::at(Tile::copy(v).line, Tile::copy(v).chunk));
+    INFO("copies " << first << " to " << first + 7);
+    REQUIRE(chunk_wavefronts(phase) == 1);
+  }
+}
+
+TEST_CASE("gemm tiles: the sm_90a product's tiles are the tensor cores' layouts, and copies meet no bank conflict",
+          "[gemm_tiles]") {
+  require_wgmma_tile<128, true>();   // A as it is
+  require_wgmma_tile<128, false>();  // A transposed
+  require_wgmma_tile<256, true>();   // B transposed
+  require_wgmma_tile<256, false>();  // B as it is
+}
+
 // cuda/attention_bf16_flash.cu, at head sizes 64 and 32: 4 warps (128 threads) copy Q's 128 rows and
 // each key tile's K and V; a warp reads Q's fragments for its 32 queries (two
 // blocks), K's as B^T (a line a key) and V's as B (a line a key, read

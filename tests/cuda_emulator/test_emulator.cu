@@ -127,7 +127,7 @@ __global__ void unswizzled_wgmma_kernel() {
   (void)attograd::cuda::dynamic_shared_memory<unsigned char>();
   float d[128] = {};
   const std::uint64_t plain = attograd::cuda::wgmma::k_major_descriptor(0, 0) & ~(std::uint64_t{3} << 62);
-  attograd::cuda::wgmma::mma_bf16_n256(d, plain, plain, false);
+  attograd::cuda::wgmma::mma_bf16_n256<false, false>(d, plain, plain, false);
   attograd::cuda::wgmma::commit();
   attograd::cuda::wgmma::wait<0>();
 }
