@@ -13,7 +13,7 @@
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
 //   cuda_gpt_step, cuda_gpt_step_tc                        the toy GPT's training step (tokens/s), its
 //                                                          attention and matmul on the SIMT or the tensor-core kernels
-//   cuda_gpt_step/bf16, cuda_gpt2_step[/bf16]              the toy GPT under autocast; GPT-2 small (12 layers,
+//   cuda_gpt_step/bf16, cuda_gpt2_step[/bf16[_wgmma]]      the toy GPT under autocast; GPT-2 small (12 layers,
 //                                                          768, block 1024, batch 8, vocab 65) in either dtype
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
 // the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
@@ -369,6 +369,11 @@ const bool registered = [] {
   const auto gpt2 = [] { return real_size(12, 768, 12, 1024, 8); };
   register_gpu_case("cuda_gpt2_step", [gpt2](benchmark::State& st) { gpu_step_case(st, gpt2(), simt); });
   register_gpu_case("cuda_gpt2_step/bf16", [gpt2](benchmark::State& st) { gpu_step_case(st, in_bf16(gpt2()), simt); });
+  if (cuda::wgmma_kernels_run(0))
+    register_gpu_case("cuda_gpt2_step/bf16_wgmma", [gpt2](benchmark::State& st) {
+      const cuda::ScopedWgmmaProducts wgmma(true);
+      gpu_step_case(st, in_bf16(gpt2()), simt);
+    });
   return true;
 }();
 
