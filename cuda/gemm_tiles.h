@@ -52,6 +52,21 @@ struct PairSwizzle {
   AG_HOST_DEVICE static constexpr int at(int line, int c) { return line * LineChunks + (c ^ (2 * (line & 3))); }
 };
 
+// The copies into a tile of lines of LineChunks chunks: copy v (thread + i *
+// threads) is line v / LineChunks, chunk v % LineChunks, so consecutive
+// threads read consecutive 16 bytes of global memory; a thread's copies lie
+// the same distance apart in the swizzled tile where Threads chunks are a
+// multiple of the swizzle's period in lines.
+template <int LineChunks, int PeriodLines>
+struct LineCopies {
+  struct Copy {
+    int line, chunk;
+  };
+  AG_HOST_DEVICE static constexpr Copy copy(int v) { return {v / LineChunks, v % LineChunks}; }
+  template <int Threads>
+  static constexpr bool kCopiesEvenlyApart = Threads % LineChunks == 0 && (Threads / LineChunks) % PeriodLines == 0;
+};
+
 // An operand's tile seen as Rows x K, element (r, kk) being X(r0 + r, k0 +
 // kk) with X = A (rows m) or B^T (rows n), stored as the operand lies in
 // memory: with k fastest, a line is a row of K values (A row-major, B
@@ -59,8 +74,16 @@ struct PairSwizzle {
 // row-major). A chunk is 16 consecutive bytes of the line: eight bfloat16
 // values, or four float32 (ValueBytes 4: the 3xTF32 product). (The
 // attention's tiles are these too, K being the head size or a tile of keys.)
+// float32 with rows fastest: the copies, 4 lines apart where the lines are
+// long, stay a constant apart in a layout that repeats every 4 lines (and
+// only the thread that copied a chunk reads it back: SplitPairTile).
+template <int LineChunks, bool PairSwizzled>
+using OperandLayout = std::conditional_t<PairSwizzled, PairSwizzle<LineChunks>, Swizzle<LineChunks>>;
+
 template <int Rows, bool KFastest, int K = kBK, int ValueBytes = 2>
-struct OperandTile {
+struct OperandTile
+    : LineCopies<(KFastest ? K : Rows) * ValueBytes / 16,
+                 OperandLayout<(KFastest ? K : Rows) * ValueBytes / 16, ValueBytes == 4 && !KFastest>::kPeriodLines> {
   static constexpr int kChunkValues = 16 / ValueBytes;
   static constexpr int kStepValues = 2 * kChunkValues;  // K of one mma step: 16 bfloat16, or 8 TF32
   static constexpr int kLines = KFastest ? Rows : K;
@@ -68,22 +91,7 @@ struct OperandTile {
   static constexpr int kChunks = kLines * kLineChunks;
   static_assert(Rows % 16 == 0 && K % kStepValues == 0, "whole blocks of 16 rows by an mma step");
   static constexpr int kValues = kChunks * kChunkValues;
-  // float32 with rows fastest: the copies, 4 lines apart where the lines are
-  // long, stay a constant apart in a layout that repeats every 4 lines (and
-  // only the thread that copied a chunk reads it back: SplitPairTile).
-  using Layout = std::conditional_t<ValueBytes == 4 && !KFastest, PairSwizzle<kLineChunks>, Swizzle<kLineChunks>>;
-
-  // Copy v (thread + i * threads) is line v / kLineChunks, chunk v % kLineChunks:
-  // consecutive threads read consecutive 16 bytes of global memory.
-  struct Copy {
-    int line, chunk;
-  };
-  AG_HOST_DEVICE static constexpr Copy copy(int v) { return {v / kLineChunks, v % kLineChunks}; }
-  // A thread's copies lie Threads chunks apart in the swizzled tile too where
-  // Threads chunks are a multiple of the swizzle's period in lines.
-  template <int Threads>
-  static constexpr bool kCopiesEvenlyApart =
-      Threads % kLineChunks == 0 && (Threads / kLineChunks) % Layout::kPeriodLines == 0;
+  using Layout = OperandLayout<kLineChunks, ValueBytes == 4 && !KFastest>;
 
   // The chunk (its swizzled index) whose first value lane `lane` gives ldmatrix
   // for the block of X rows [row0, row0 + 16) and the mma step `step` along K
@@ -164,9 +172,9 @@ struct SplitPairTile {
 //   (c / 8) * 512 + l * 8 + (c % 8 ^ l % 8), so a block is 8 KiB (the
 //   descriptor's leading byte offset) and eight lines 1024 bytes (its stride
 //   byte offset).
-// Copies are OperandTile's: copy v is line v / kLineChunks, chunk v % kLineChunks.
+// Copies are OperandTile's (LineCopies).
 template <int Rows, bool KFastest>
-struct WgmmaTile {
+struct WgmmaTile : LineCopies<(KFastest ? 64 : Rows) / 8, 8> {
   static constexpr int kK = 64, kChunkValues = 8, kBlockRows = 64;
   static constexpr int kLines = KFastest ? Rows : kK;
   static constexpr int kLineChunks = (KFastest ? kK : Rows) / kChunkValues;
@@ -180,13 +188,6 @@ struct WgmmaTile {
       return (c / 8) * (kK * 8) + line * 8 + ((c & 7) ^ (line & 7));
     }
   };
-  struct Copy {
-    int line, chunk;
-  };
-  AG_HOST_DEVICE static constexpr Copy copy(int v) { return {v / kLineChunks, v % kLineChunks}; }
-  template <int Threads>
-  static constexpr bool kCopiesEvenlyApart =
-      Threads % kLineChunks == 0 && (Threads / kLineChunks) % Layout::kPeriodLines == 0;
 };
 
 // The pipelined kernel's shape: BM x BN of C a block, 8 warps of 64 x 64,

@@ -6,7 +6,6 @@
 #include "cuda/gemm_tiles.h"
 #include "cuda/mma.cuh"
 #include "cuda/mma_bf16.cuh"
-#include "cuda/runtime.h"
 #include "cuda/wgmma.cuh"
 #include "cuda_mma_probe.h"
 
@@ -134,14 +133,6 @@ std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed) {
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaFree(d));
   return got;
-}
-
-bool wgmma_probe_runs() {
-#if defined(ATTOGRAD_CUDA_EMULATION)
-  return true;
-#else
-  return cuda::wgmma_kernels_run(0);
-#endif
 }
 
 std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt,

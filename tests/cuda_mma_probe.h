@@ -30,10 +30,9 @@ std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed);
 // bfloat16 number. One warpgroup's four wgmma.mma_async m64n256k16 .bf16
 // products over K = 64 (cuda/wgmma.cuh), A and B^T each in its swizzled
 // K-major or MN-major tile, the accumulators stored as that file lays them
-// out; C = A B, 64 x 256, row major. Only where wgmma_probe_runs() (an sm_90a
-// build on an sm_90 GPU, or the emulator).
+// out; C = A B, 64 x 256, row major. Only where cuda::wgmma_kernels_run (an
+// sm_90a build on an sm_90 GPU, or the emulator).
 std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt,
                                                 bool a_mn_major, bool b_mn_major);
-bool wgmma_probe_runs();
 
 }  // namespace attograd::test

@@ -599,6 +599,16 @@ TEST_CASE("cuda: ldmatrix, plain and transposing, gives each lane the values the
 #endif
 }
 
+namespace {
+// Whether this build and GPU lack the sm_90a kernels (an sm_90a build on an
+// sm_90 GPU, or the emulator, have them), saying so.
+bool wgmma_missing() {
+  if (cuda::wgmma_kernels_run(0)) return false;
+  WARN("skipped: wgmma needs an sm_90a build (CMAKE_CUDA_ARCHITECTURES=90a) on an sm_90 GPU");
+  return true;
+}
+}  // namespace
+
 // The sm_90a product stands on cuda/wgmma.cuh's reading of the PTX ISA: the
 // 128-byte swizzle of its K-major and MN-major tiles, the descriptors (which
 // offset is which), each K step's start and the accumulators' layout. One
@@ -610,10 +620,7 @@ TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles an
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
 #if defined(ATTOGRAD_WITH_CUDA)
-  if (!test::wgmma_probe_runs()) {
-    WARN("skipped: wgmma needs an sm_90a build (CMAKE_CUDA_ARCHITECTURES=90a) on an sm_90 GPU");
-    return;
-  }
+  if (wgmma_missing()) return;
   constexpr int n = 256, k = 64;
   std::vector<float> a(64 * k), bt(n * k);
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7 % 23) - 11) / 8;
@@ -730,10 +737,7 @@ TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound 
           "batches, split-K, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
-  if (!cuda::wgmma_kernels_run(0)) {
-    WARN("skipped: wgmma needs an sm_90a build (CMAKE_CUDA_ARCHITECTURES=90a) on an sm_90 GPU");
-    return;
-  }
+  if (wgmma_missing()) return;
   const cuda::ScopedWgmmaProducts wgmma(true);
   const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},      {{296, 64}, {64, 600}},   {{296, 200}, {200, 600}},
                                       {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}},   {{2, 1, 160, 48}, {3, 48, 520}},

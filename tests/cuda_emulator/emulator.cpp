@@ -176,14 +176,32 @@ struct PendingProduct {
   std::array<std::byte, kMaxProductArgBytes> args;
 };
 
+// A thread's work that a GPU does in the background, in groups it commits and
+// then waits for (cp.async's copies, wgmma's products): made when waited for.
+template <typename Work>
+struct AsyncGroups {
+  std::vector<std::vector<Work>> committed;  // oldest first
+  std::vector<Work> open;                    // since the last commit
+  void commit() {
+    committed.push_back(std::move(open));
+    open.clear();
+  }
+  // Makes every group but the newest `pending`.
+  template <typename Make>
+  void wait(int pending, Make make) {
+    const std::size_t done = committed.size() - std::min(committed.size(), static_cast<std::size_t>(pending));
+    for (std::size_t g = 0; g < done; ++g)
+      for (const Work& w : committed[g]) make(w);
+    committed.erase(committed.begin(), committed.begin() + static_cast<std::ptrdiff_t>(done));
+  }
+};
+
 // One CUDA thread of the block being run.
 struct Thread {
   ThreadCoordinates where;
   std::size_t index = 0;  // in the block, x fastest: its warp is index / 32, its lane index % 32
-  std::vector<std::vector<AsyncCopy>> async_groups;  // committed, oldest first
-  std::vector<AsyncCopy> async_open;                // since the last commit
-  std::vector<std::vector<PendingProduct>> product_groups;  // wgmma's, as async_groups
-  std::vector<PendingProduct> product_open;
+  AsyncGroups<AsyncCopy> copies;
+  AsyncGroups<PendingProduct> products;
   const char* waits_at = nullptr;
   bool done = false;
 };
@@ -570,21 +588,15 @@ void async_copy(void* destination, const void* source, std::size_t bytes, std::s
   if (reversed())
     make_copy(copy);  // at once: a copy into memory other warps still read shows
   else
-    runner->current().async_open.push_back(copy);  // when waited for: reading it sooner shows
+    runner->current().copies.open.push_back(copy);  // when waited for: reading it sooner shows
 }
 void async_commit() {
   require_kernel("cp.async.commit_group");
-  Thread& t = runner->current();
-  t.async_groups.push_back(std::move(t.async_open));
-  t.async_open.clear();
+  runner->current().copies.commit();
 }
 void async_wait(int pending) {
   require_kernel("cp.async.wait_group");
-  Thread& t = runner->current();
-  const std::size_t done = t.async_groups.size() - std::min(t.async_groups.size(), static_cast<std::size_t>(pending));
-  for (std::size_t g = 0; g < done; ++g)
-    for (const AsyncCopy& c : t.async_groups[g]) make_copy(c);
-  t.async_groups.erase(t.async_groups.begin(), t.async_groups.begin() + static_cast<std::ptrdiff_t>(done));
+  runner->current().copies.wait(pending, make_copy);
 }
 std::uint32_t shared_address(const void* p) {
   require_kernel("a shared memory address");
@@ -608,22 +620,15 @@ void async_product(AsyncProduct make, const void* args, std::size_t bytes) {
   if (reversed())
     make(p.args.data());  // at once: an operand overwritten before the wait shows in the other order
   else
-    runner->current().product_open.push_back(p);  // when waited for: accumulators read sooner show
+    runner->current().products.open.push_back(p);  // when waited for: accumulators read sooner show
 }
 void async_product_commit() {
   require_kernel("wgmma.commit_group");
-  Thread& t = runner->current();
-  t.product_groups.push_back(std::move(t.product_open));
-  t.product_open.clear();
+  runner->current().products.commit();
 }
 void async_product_wait(int pending) {
   require_kernel("wgmma.wait_group");
-  Thread& t = runner->current();
-  const std::size_t done =
-      t.product_groups.size() - std::min(t.product_groups.size(), static_cast<std::size_t>(pending));
-  for (std::size_t g = 0; g < done; ++g)
-    for (const PendingProduct& p : t.product_groups[g]) p.make(p.args.data());
-  t.product_groups.erase(t.product_groups.begin(), t.product_groups.begin() + static_cast<std::ptrdiff_t>(done));
+  runner->current().products.wait(pending, [](const PendingProduct& p) { p.make(p.args.data()); });
 }
 
 void device_fault(const char* what) {
