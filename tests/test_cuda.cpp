@@ -704,6 +704,26 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
                        "bfloat16 matmul of an offset view, with a bias");
 }
 
+namespace {
+
+// The shapes of the products the pipelined kernels take, in every layout, then
+// with a bias (A as it is, B transposed) at K = bias_k (whole) and 1000 (in slices).
+void require_pipelined_products(std::uint64_t seed, std::int64_t bias_k, const char* kernel) {
+  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},       {{296, 40}, {40, 600}},    {{296, 64}, {64, 600}},
+                                      {{296, 200}, {200, 600}},   {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}},
+                                      {{2, 1, 160, 48}, {3, 48, 520}}, {{200, 1000}, {1000, 296}},
+                                      {{3, 64, 800}, {800, 64}}};
+  require_bf16_products_in_every_layout(cases, seed);
+  for (const auto [m, k] : {std::pair<std::int64_t, std::int64_t>{296, bias_k}, {200, 1000}}) {  // 9 tiles; 6, sliced
+    const Tensor a = bf16_operand({m, k}, false, seed + 1), b = bf16_operand({k, 600}, true, seed + 2);
+    const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, seed + 3), DType::bf16);
+    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
+                         fmt::format("{} bfloat16 matmul, K = {}, with a bias", kernel, k));
+  }
+}
+
+}  // namespace
+
 // The pipelined kernel (cuda/matmul_bf16_pipelined.cu) takes products of at
 // least as many 128 x 256 tiles as the GPU has SMs (8 on the emulator) whose
 // operands allow 16-byte copies of whole chunks of eight. Here: partial tiles
@@ -715,40 +735,19 @@ TEST_CASE("cuda: bfloat16 matmul is within bfloat16's bound of float64: odd size
 TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edges, ragged K, batches, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
-  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},     {{296, 40}, {40, 600}}, {{296, 200}, {200, 600}},
-                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}}, {{2, 1, 160, 48}, {3, 48, 520}},
-                                      {{200, 1000}, {1000, 296}}, {{3, 64, 800}, {800, 64}}};
-  require_bf16_products_in_every_layout(cases, 60);
-  for (const auto [m, k] : {std::pair<std::int64_t, std::int64_t>{296, 72}, {200, 1000}}) {  // 9 tiles; 6, sliced
-    const Tensor a = bf16_operand({m, k}, false, 61), b = bf16_operand({k, 600}, true, 62);
-    const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 63), DType::bf16);
-    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
-                         fmt::format("pipelined bfloat16 matmul, K = {}, with a bias", k));
-  }
+  require_pipelined_products(60, 72, "pipelined");
 }
 
 // The sm_90a product (cuda/matmul_bf16_wgmma.cu) takes what the pipelined
-// kernel takes where it is chosen (off by default: set here): the pipelined
-// test's shapes in every layout (partial tiles on both edges, K of one tile
-// of 64 and of a ragged first tile, more tiles than the stages, N not a
-// multiple of 8, broadcast batches, too few tiles over a long K in slices),
-// and a bias, whole and in slices.
+// kernel takes where it is chosen (off by default: set here): the same
+// shapes, in tiles of 64 along K (one whole, one ragged first tile).
 TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound in every layout: edges, ragged K, "
           "batches, split-K, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   if (wgmma_missing()) return;
   const cuda::ScopedWgmmaProducts wgmma(true);
-  const std::vector<MatmulCase> cases{{{296, 8}, {8, 600}},      {{296, 64}, {64, 600}},   {{296, 200}, {200, 600}},
-                                      {{136, 256}, {256, 1032}}, {{296, 24}, {24, 601}},   {{2, 1, 160, 48}, {3, 48, 520}},
-                                      {{200, 1000}, {1000, 296}}, {{3, 64, 800}, {800, 64}}};
-  require_bf16_products_in_every_layout(cases, 64);
-  for (const auto [m, k] : {std::pair<std::int64_t, std::int64_t>{296, 136}, {200, 1000}}) {  // 9 tiles; 6, sliced
-    const Tensor a = bf16_operand({m, k}, false, 66), b = bf16_operand({k, 600}, true, 67);
-    const Tensor bias = kernels::cast(input({600}, DType::f32, Layout::contiguous, 68), DType::bf16);
-    require_bf16_product(kernels::matmul(on_gpu(a), on_gpu(b), on_gpu(bias)), a, b, bias,
-                         fmt::format("wgmma bfloat16 matmul, K = {}, with a bias", k));
-  }
+  require_pipelined_products(64, 136, "wgmma");
 }
 
 // The MLP's products with GELU applied as C leaves the pipelined bfloat16
