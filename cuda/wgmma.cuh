@@ -26,6 +26,10 @@
 // q = t % 4, holds d[4 j + v] = D[16 w + g + 8 (v / 2)][8 j + 2 q + v % 2]:
 // mma.sync's m16n8 C fragment for each 8 columns j, warp w's 16 rows.
 //
+// Outside sm_90a code (the other architectures of a build, which never launch
+// these kernels: cuda::wgmma_kernels_run) the fences and waits are empty and a
+// product traps, so that every architecture compiles.
+//
 // The emulated build (tests/cuda_emulator) makes each thread's own sums from
 // shared memory, decoding the descriptor as the hardware does; a
 // descriptor it does not model (another swizzle, a step across a line) stops
@@ -134,7 +138,7 @@ struct EmulatedProduct {
 
 // Orders this thread's register and shared memory writes before the products issued after it.
 __device__ __forceinline__ void fence() {
-#if !defined(ATTOGRAD_CUDA_EMULATION)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
@@ -143,7 +147,7 @@ __device__ __forceinline__ void fence() {
 // tensor cores' reads (the async proxy): after the wait for a tile's copies,
 // before the barrier that lets the products read it.
 __device__ __forceinline__ void fence_async_shared() {
-#if !defined(ATTOGRAD_CUDA_EMULATION)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
@@ -152,7 +156,7 @@ __device__ __forceinline__ void fence_async_shared() {
 __device__ __forceinline__ void commit() {
 #if defined(ATTOGRAD_CUDA_EMULATION)
   ::emu::async_product_commit();
-#else
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
@@ -162,7 +166,7 @@ template <int Pending>
 __device__ __forceinline__ void wait() {
 #if defined(ATTOGRAD_CUDA_EMULATION)
   ::emu::async_product_wait(Pending);
-#else
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 #endif
 }
