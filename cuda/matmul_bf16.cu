@@ -189,6 +189,7 @@ void launch_gemm_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
 
 void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16* bias, std::int64_t m,
                std::int64_t n, std::int64_t k, const StridedLayout<2>& batch, cudaStream_t stream) {
+  wgmma_products_chosen();  // an unknown ATTOGRAD_CUDA_WGMMA stops the first product, whatever its shape
   const std::int64_t batches = batch.numel;
   if (m == 0 || n == 0 || batches == 0) return;
   // K = 0 needs nothing apart: the loop over K is empty and C is the bias, or zero.

@@ -497,6 +497,17 @@ TEST_CASE("an unknown ATTOGRAD_CUDA_ATTENTION or ATTOGRAD_CUDA_MATMUL is one lin
   }
 }
 
+TEST_CASE("an unknown ATTOGRAD_CUDA_WGMMA is one line naming it, exit 1, no run", "[reliability]") {
+  SKIP_WITHOUT_CUDA();
+  TempDir tmp;
+  std::vector<std::string> args = tiny_run(tmp / "a", 2);
+  args.insert(args.end(), {"--device", "cuda", "--dtype", "bfloat16"});
+  Child run(args, tmp.path, {"ATTOGRAD_CUDA_WGMMA=yes"});
+  CHECK(run.exit_code() == 1);
+  CHECK(run.err() == "attograd: error: [matmul] ATTOGRAD_CUDA_WGMMA=yes is not 0 or 1\n");
+  CHECK_FALSE(fs::exists(tmp / "a/ckpt.safetensors"));
+}
+
 // Some environments set OPENBLAS_CORETYPE (this project's workplace sets Haswell):
 // on an AVX-512 CPU where OpenBLAS does float32's products that halves every
 // one, so the run says so; where our own kernel does them it changes nothing.
