@@ -8,6 +8,7 @@
 // reports itself skipped, by name, and passes: SKIP_WITHOUT_CUDA (helpers.h)
 // is the first line of every test in this file.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -616,6 +617,25 @@ bool wgmma_missing() {
 // values whose every product and sum is exact in float32, so C must be A B to
 // the bit. The emulator decodes descriptors by the same reading; on a GPU
 // (an sm_90a build on an H100 or H200) this is the check of it.
+#if defined(ATTOGRAD_WITH_CUDA)
+namespace {
+// Where one product's single 1 lands: A[r][k] = 1 and B^T[c][k] = 1 make C[r][c] = 1, and a
+// misread layout puts it elsewhere (or nowhere): the line a failed probe prints, to say which
+// part of the reading is wrong in one GPU window.
+std::string one_hot_landing(bool a_mn_major, bool b_mn_major, int r, int k, int c) {
+  std::vector<float> a(64 * 64), bt(256 * 64);
+  a[static_cast<std::size_t>(r * 64 + k)] = 1.0f;
+  bt[static_cast<std::size_t>(c * 64 + k)] = 1.0f;
+  const std::vector<float> got = test::warpgroup_product_bf16_on_gpu(a, bt, a_mn_major, b_mn_major);
+  std::string at;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (got[i] != 0.0f) at += fmt::format(" C[{}][{}] = {}", i / 256, i % 256, got[i]);
+  return fmt::format("A[{}][{}] = B^T[{}][{}] = 1 (C[{}][{}] = 1 expected):{}", r, k, c, k, r, c,
+                     at.empty() ? " all zero" : at);
+}
+}  // namespace
+#endif
+
 TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles and accumulator layout",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
@@ -627,15 +647,24 @@ TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles an
   for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<float>(static_cast<int>(i * 5 % 19) - 9) / 8;
   for (bool a_mn_major : {false, true})
     for (bool b_mn_major : {false, true}) {
+      INFO("A " << (a_mn_major ? "MN" : "K") << "-major, B " << (b_mn_major ? "MN" : "K") << "-major");
       const std::vector<float> got = test::warpgroup_product_bf16_on_gpu(a, bt, a_mn_major, b_mn_major);
+      int wrong = 0;
+      std::string first;
       for (int i = 0; i < 64; ++i)
         for (int j = 0; j < n; ++j) {
           double want = 0;
           for (int kk = 0; kk < k; ++kk) want += static_cast<double>(a[i * k + kk]) * bt[j * k + kk];
-          INFO("A " << (a_mn_major ? "MN" : "K") << "-major, B " << (b_mn_major ? "MN" : "K") << "-major: C[" << i
-                    << "][" << j << "]");
-          REQUIRE(got[static_cast<std::size_t>(i * n + j)] == want);
+          const float value = got[static_cast<std::size_t>(i * n + j)];
+          if (value != want && wrong++ == 0) first = fmt::format("C[{}][{}] = {}, A B = {}", i, j, value, want);
         }
+      if (wrong > 0) {  // where single values land: rows, k within and across steps, columns within and across 8
+        for (const auto [r, kk, c] : {std::array{0, 0, 0}, {1, 0, 0}, {8, 0, 0}, {16, 0, 0}, {0, 1, 0}, {0, 8, 0},
+                                      {0, 16, 0}, {0, 0, 1}, {0, 0, 8}, {0, 0, 64}, {0, 0, 128}, {37, 45, 201}})
+          WARN(one_hot_landing(a_mn_major, b_mn_major, r, kk, c));
+      }
+      INFO(wrong << " of C's values wrong, the first " << first);
+      REQUIRE(wrong == 0);
     }
 #endif
 }
