@@ -20,7 +20,7 @@
 //   at k * 8 + (c ^ k % 8)), blocks 8 KiB apart (the leading byte offset), eight
 //   lines of k 1024 bytes apart (the stride byte offset). Step s starts 16
 //   lines, 2048 s bytes, in.
-
+//
 // The accumulators of a 64 x N product, as the PTX ISA lays them out (CuTe's
 // CLayout_64xN): thread t of the warpgroup, warp w = t / 32, g = t % 32 / 4,
 // q = t % 4, holds d[4 j + v] = D[16 w + g + 8 (v / 2)][8 j + 2 q + v % 2]:
