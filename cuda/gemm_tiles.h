@@ -67,6 +67,13 @@ struct LineCopies {
   static constexpr bool kCopiesEvenlyApart = Threads % LineChunks == 0 && (Threads / LineChunks) % PeriodLines == 0;
 };
 
+// An operand tile's layout: Swizzle, but for float32 with rows fastest, whose
+// copies, 4 lines apart where the lines are long, stay a constant apart in a
+// layout that repeats every 4 lines (and only the thread that copied a chunk
+// reads it back: SplitPairTile).
+template <int LineChunks, bool PairSwizzled>
+using OperandLayout = std::conditional_t<PairSwizzled, PairSwizzle<LineChunks>, Swizzle<LineChunks>>;
+
 // An operand's tile seen as Rows x K, element (r, kk) being X(r0 + r, k0 +
 // kk) with X = A (rows m) or B^T (rows n), stored as the operand lies in
 // memory: with k fastest, a line is a row of K values (A row-major, B
@@ -74,12 +81,6 @@ struct LineCopies {
 // row-major). A chunk is 16 consecutive bytes of the line: eight bfloat16
 // values, or four float32 (ValueBytes 4: the 3xTF32 product). (The
 // attention's tiles are these too, K being the head size or a tile of keys.)
-// float32 with rows fastest: the copies, 4 lines apart where the lines are
-// long, stay a constant apart in a layout that repeats every 4 lines (and
-// only the thread that copied a chunk reads it back: SplitPairTile).
-template <int LineChunks, bool PairSwizzled>
-using OperandLayout = std::conditional_t<PairSwizzled, PairSwizzle<LineChunks>, Swizzle<LineChunks>>;
-
 template <int Rows, bool KFastest, int K = kBK, int ValueBytes = 2>
 struct OperandTile
     : LineCopies<(KFastest ? K : Rows) * ValueBytes / 16,
@@ -179,7 +180,7 @@ struct WgmmaTile : LineCopies<(KFastest ? 64 : Rows) / 8, 8> {
   static constexpr int kLines = KFastest ? Rows : kK;
   static constexpr int kLineChunks = (KFastest ? kK : Rows) / kChunkValues;
   static constexpr int kChunks = kLines * kLineChunks;
-  static constexpr int kBlockBytes = kK * 128;  // MN-major: one block of 64 rows
+  static constexpr int kBlockBytes = kK * 128;  // MN-major: one block of 64 rows, Layout::at(0, 8) * 16 on
   static_assert(Rows % kBlockRows == 0, "whole blocks of 64 rows: a warpgroup's product");
   struct Layout {
     static constexpr int kPeriodLines = 8;

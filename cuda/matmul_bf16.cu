@@ -175,6 +175,13 @@ bool wgmma_runs(const Bf16GemmArgs& g) {
   return wgmma_kernels_run(device);
 }
 
+// g, which the pipelined kernel takes, on the sm_90a kernel where that runs, else on the pipelined one.
+void launch_pipelined_product(const Bf16GemmArgs& g, cudaStream_t stream) {
+  if (wgmma_runs(g)) return gemm_bf16_wgmma(g, stream);
+  if (g.epilogue == Bf16Epilogue::none) return gemm_bf16_pipelined(g, stream);
+  gemm_bf16_pipelined_epilogue(g, stream);
+}
+
 template <int BM, int BN, int WM, int WN, bool SplitK>
 void launch_gemm_bf16(const Bf16GemmArgs& g, cudaStream_t stream) {
   const auto kernel = g.a.transposed ? (g.b.transposed ? gemm_bf16_kernel<BM, BN, WM, WN, SplitK, true, true>
@@ -208,10 +215,8 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   // where its 128 x 256 tiles alone would leave SMs idle (a Linear's weight gradient).
   const int sms = multiprocessors();
   if (const std::int64_t splits = gemm_bf16_pipelined_splits(g, sms); splits > 0) {
-    if (splits == 1) return wgmma_runs(g) ? gemm_bf16_wgmma(g, stream) : gemm_bf16_pipelined(g, stream);
-    return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) {
-      wgmma_runs(sliced) ? gemm_bf16_wgmma(sliced, stream) : gemm_bf16_pipelined(sliced, stream);
-    });
+    if (splits == 1) return launch_pipelined_product(g, stream);
+    return over_slices_of_k(splits, [&](const Bf16GemmArgs& sliced) { launch_pipelined_product(sliced, stream); });
   }
   // The others: 128 x 128 tiles of 8 warps (64 x 32 each) reuse each loaded value
   // most; where they would leave SMs idle, 64 x 64 tiles of 4 warps (32 x 32 each),
@@ -259,8 +264,7 @@ bool gemm_bf16_gelu(bfloat16* c, bfloat16* act, Bf16GemmOperand a, Bf16GemmOpera
   Bf16GemmArgs g = epilogue_args(a, b, m, n, k, false);
   g.c = c, g.bias = bias, g.act = act;
   if (!epilogue_taken(g)) return false;
-  if (!wgmma_runs(g)) return gemm_bf16_pipelined_epilogue(g, stream);
-  gemm_bf16_wgmma(g, stream);
+  launch_pipelined_product(g, stream);
   return true;
 }
 
@@ -269,8 +273,7 @@ bool gemm_bf16_gelu_grad(bfloat16* c, const bfloat16* pre, Bf16GemmOperand a, Bf
   Bf16GemmArgs g = epilogue_args(a, b, m, n, k, true);
   g.c = c, g.pre = pre;
   if (!epilogue_taken(g)) return false;
-  if (!wgmma_runs(g)) return gemm_bf16_pipelined_epilogue(g, stream);
-  gemm_bf16_wgmma(g, stream);
+  launch_pipelined_product(g, stream);
   return true;
 }
 

@@ -38,6 +38,7 @@
 #include <cstdint>
 
 #include "cuda/device_utils.cuh"
+#include "cuda/gemm_tiles.h"
 #include "cuda/mma.cuh"
 
 namespace attograd::cuda::wgmma {
@@ -56,7 +57,8 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* p) {
 #endif
 }
 
-constexpr int kMnBlockBytes = 64 * kLineBytes;  // MN-major: one block of 64 rows, its 64 lines of k
+// MN-major: one block of 64 rows, its 64 lines of k (the descriptor's leading byte offset).
+constexpr int kMnBlockBytes = gemm_tiles::WgmmaTile<64, false>::kBlockBytes;
 
 __device__ __forceinline__ std::uint64_t descriptor(std::uint32_t start, std::uint32_t leading_bytes) {
   return static_cast<std::uint64_t>((start >> 4) & 0x3fffu)                 // bits 0-13: start address / 16
