@@ -5,7 +5,9 @@
 #include "cuda/device_utils.cuh"
 #include "cuda/gemm_tiles.h"
 #include "cuda/mma.cuh"
+#include "cuda/mbarrier.cuh"
 #include "cuda/mma_bf16.cuh"
+#include "cuda/tma.cuh"
 #include "cuda/wgmma.cuh"
 #include "cuda_mma_probe.h"
 
@@ -98,6 +100,30 @@ __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float*
     for (int v = 0; v < 4; ++v) C[(16 * w + g + 8 * (v / 2)) * kProbeN + 8 * j + 2 * q + v % 2] = d[4 * j + v];
 }
 
+// The box through one mbarrier phase; every thread then copies part of it out.
+constexpr int kBoxBytes = 64 * 16 * 2, kBoxSharedBytes = cuda::wgmma::kSwizzleBytes + kBoxBytes + 8;
+
+__global__ void tma_box_kernel(const __grid_constant__ cuda::tma::TensorMap map, int x, int y, int z,
+                               std::uint16_t* out) {
+  using namespace attograd::cuda;
+  auto* const smem = dynamic_shared_memory<unsigned char>();
+  const std::uint32_t skip = (wgmma::kSwizzleBytes - wgmma::shared_address(smem) % wgmma::kSwizzleBytes) %
+                             wgmma::kSwizzleBytes;
+  const std::uint32_t box = wgmma::shared_address(smem + skip), barrier = box + kBoxBytes;
+  if (threadIdx.x == 0) {
+    mbarrier::init(barrier, 1);
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    mbarrier::arrive_expect_bytes(barrier, kBoxBytes);
+    tma::load_box(&map, box, barrier, x, y, z);
+  }
+  mbarrier::wait(barrier, 0);
+  const auto* values = reinterpret_cast<const std::uint16_t*>(smem + skip);
+  for (int i = static_cast<int>(threadIdx.x); i < kBoxBytes / 2; i += static_cast<int>(blockDim.x)) out[i] = values[i];
+}
+
 // x in new device memory, copied on the default stream: the probes need
 // nothing of attograd's own streams or allocator.
 float* device_copy(const std::vector<float>& x) {
@@ -148,6 +174,23 @@ std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, co
   CUDA_CHECK(cudaDeviceSynchronize());
   for (float* p : {da, db, dc}) CUDA_CHECK(cudaFree(p));
   return c;
+}
+
+std::vector<std::uint16_t> tma_box_on_gpu(const std::vector<std::uint16_t>& tensor, const std::int64_t (&extent)[3],
+                                          std::int64_t ld, std::int64_t plane, int x, int y, int z) {
+  std::uint16_t *dt = nullptr, *dout = nullptr;
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dt), tensor.size() * 2));
+  CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&dout), kBoxBytes));
+  CUDA_CHECK(cudaMemcpyAsync(dt, tensor.data(), tensor.size() * 2, cudaMemcpyHostToDevice, nullptr));
+  const cuda::tma::TensorMap map = cuda::tma::tile_map({dt, {extent[0], extent[1], extent[2]}, {ld, plane}, {64, 16}});
+  cuda::launch(tma_box_kernel, 1, cuda::wgmma::kWarpgroup, kBoxSharedBytes, nullptr, map, x, y, z, dout);
+  CUDA_CHECK_LAUNCH();
+  std::vector<std::uint16_t> got(kBoxBytes / 2);
+  CUDA_CHECK(cudaMemcpyAsync(got.data(), dout, kBoxBytes, cudaMemcpyDeviceToHost, nullptr));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaFree(dt));
+  CUDA_CHECK(cudaFree(dout));
+  return got;
 }
 
 WarpProduct warp_product_on_gpu(const std::vector<float>& a, const std::vector<float>& b) {

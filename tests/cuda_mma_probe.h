@@ -35,4 +35,12 @@ std::vector<std::uint32_t> load_matrices_on_gpu(bool transposed);
 std::vector<float> warpgroup_product_bf16_on_gpu(const std::vector<float>& a, const std::vector<float>& bt,
                                                 bool a_mn_major, bool b_mn_major);
 
+// One TMA copy (cuda/tma.cuh) of the box of 64 x 16 bfloat16 (bits) at
+// (x, y, z) of `tensor`, extent[0] values a line, lines `ld` apart, planes
+// `plane` apart, into shared memory through an mbarrier (cuda/mbarrier.cuh),
+// then the box's 2048 bytes out as they lie there: 1024 values. Only where
+// cuda::wgmma_kernels_run.
+std::vector<std::uint16_t> tma_box_on_gpu(const std::vector<std::uint16_t>& tensor, const std::int64_t (&extent)[3],
+                                          std::int64_t ld, std::int64_t plane, int x, int y, int z);
+
 }  // namespace attograd::test

@@ -669,6 +669,39 @@ TEST_CASE("cuda: the warpgroup product (wgmma) follows cuda/wgmma.cuh's tiles an
 #endif
 }
 
+// The sm_90a product's TMA copies stand on cuda/tma.cuh's reading of the
+// ISA: a box of 64 x 16 lands line after line, each line's 16-byte chunk c at
+// chunk c ^ line % 8 (the 128-byte swizzle, as gemm_tiles::WgmmaTile lays
+// tiles out), zeros where the box leaves the tensor on any side, negative
+// coordinates included, in the plane its third coordinate names. The emulator
+// copies by the same reading; on a GPU this is the check of it.
+TEST_CASE("cuda: a TMA copy lands in the 128-byte swizzle, zeros outside the tensor", "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+#if defined(ATTOGRAD_WITH_CUDA)
+  if (wgmma_missing()) return;
+  constexpr std::int64_t width = 60, lines = 40, ld = 64, plane = ld * 48;
+  std::vector<std::uint16_t> tensor(static_cast<std::size_t>(2 * plane));
+  for (std::size_t i = 0; i < tensor.size(); ++i) tensor[i] = static_cast<std::uint16_t>(i + 1);
+  for (const auto [x, y, z] : {std::array{0, 0, 0}, {-8, 30, 1}, {8, -3, 1}}) {
+    INFO("the box at (" << x << ", " << y << ", " << z << ")");
+    const std::vector<std::uint16_t> got = test::tma_box_on_gpu(tensor, {width, lines, 2}, ld, plane, x, y, z);
+    int wrong = 0;
+    std::string first;
+    for (int line = 0; line < 16; ++line)
+      for (int i = 0; i < 64; ++i) {
+        const std::int64_t tx = x + i, ty = y + line;
+        const std::uint16_t want =
+            tx >= 0 && tx < width && ty >= 0 && ty < lines ? tensor[static_cast<std::size_t>(z * plane + ty * ld + tx)] : 0;
+        const std::uint16_t value = got[static_cast<std::size_t>(line * 64 + ((i / 8) ^ line % 8) * 8 + i % 8)];
+        if (value != want && wrong++ == 0)
+          first = fmt::format("line {} value {}: {} where {} was expected", line, i, value, want);
+      }
+    INFO(wrong << " of the box's values wrong, the first " << first);
+    REQUIRE(wrong == 0);
+  }
+#endif
+}
+
 namespace {
 
 // A bfloat16 operand of `sizes`, normal values rounded, laid out row-major or

@@ -30,6 +30,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __align__(n) __attribute__((aligned(n)))
 // One copy per block: blocks run one at a time on each host thread.
 #define __shared__ static thread_local

@@ -23,6 +23,7 @@
 
 #include "tests/cuda_emulator/cuda_runtime.h"
 #include "tests/cuda_emulator/runtime_state.h"
+#include "tests/cuda_emulator/scheduler.h"
 
 #if defined(__SANITIZE_ADDRESS__)  // gcc
 #define EMU_ASAN 1
@@ -128,6 +129,7 @@ constexpr std::size_t kStackBytes = 128 * 1024;
 #endif
 constexpr int kWarp = 32;
 constexpr std::size_t kMaxThreads = 1024;  // per block
+constexpr int kNamedBarriers = 16;         // bar.sync's ids; 0 is __syncthreads'
 
 // ATTOGRAD_EMULATED_ORDER=reverse starts a block's threads from the last to
 // the first, so its last warp runs ahead of the others instead of its first.
@@ -259,6 +261,12 @@ class BlockRunner {
   void* dynamic_shared() { return shared_; }
   std::size_t dynamic_shared_bytes() const { return shared_bytes_; }
   void syncthreads() { arrive(block_barrier_, block_waiters_.data(), thread_count_, "__syncthreads"); }
+  void named_barrier(int id, int threads);
+  // A thread's wait for something other threads do (an mbarrier's phase):
+  // its worker leaves the others to run until resume(worker).
+  std::size_t current_worker() const { return static_cast<std::size_t>(running_ - workers_.data()); }
+  void suspend(const char* where);
+  void resume(std::size_t worker) { set_runnable(worker, true); }
   std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source);
   void all_gather(unsigned mask, const void* mine, std::size_t bytes, void* all);
   void combine(unsigned mask, const void* mine, std::size_t bytes, void* result, std::size_t result_bytes,
@@ -294,6 +302,11 @@ class BlockRunner {
   // choice without a look at each worker, which took a quarter of the time.
   std::uint64_t runnable_[kMaxThreads / 64] = {};
   std::array<std::uint16_t, kMaxThreads> block_waiters_;  // the workers waiting at __syncthreads
+  // bar.sync's barriers of a given count of threads (1 to 15; 0 is __syncthreads), and their waiters.
+  std::array<Barrier, kNamedBarriers> named_;
+  std::array<int, kNamedBarriers> named_threads_{};  // the count the round's first thread named
+  std::vector<std::array<std::uint16_t, kMaxThreads>> named_waiters_ =
+      std::vector<std::array<std::uint16_t, kMaxThreads>>(kNamedBarriers);
   std::vector<Warp> warps_;
   Barrier block_barrier_;
   Context scheduler_;
@@ -320,6 +333,8 @@ void BlockRunner::run(const void* kernel, dim3 grid, dim3 block, uint3 block_ind
   thread_count_ = static_cast<int>(block.x * block.y * block.z);
   started_ = finished_ = 0;
   block_barrier_ = Barrier{};
+  named_.fill(Barrier{});
+  forget_mbarriers();
   // Only the barriers start afresh: every round writes a lane's values before any lane reads them,
   // so the warps' values and results need no clearing for each of a grid's many blocks.
   const auto warps = static_cast<std::size_t>((thread_count_ + kWarp - 1) / kWarp);
@@ -452,6 +467,27 @@ void BlockRunner::arrive(Barrier& barrier, std::uint16_t* waiters, int expected,
   t.waits_at = nullptr;
 }
 
+void BlockRunner::suspend(const char* where) {
+  set_runnable(current_worker(), false);
+  Thread& t = *running_->thread;
+  t.waits_at = where;
+  switch_out(*running_);
+  t.waits_at = nullptr;
+}
+
+void BlockRunner::named_barrier(int id, int threads) {
+  if (id < 1 || id >= kNamedBarriers) device_fault("bar.sync: a barrier id outside 1 to 15");
+  if (threads <= 0 || threads % kWarp != 0 || threads > thread_count_)
+    device_fault("bar.sync: a thread count that is not a multiple of 32 within the block");
+  Barrier& barrier = named_[static_cast<std::size_t>(id)];
+  int& expected = named_threads_[static_cast<std::size_t>(id)];
+  if (barrier.arrived == 0)
+    expected = threads;
+  else if (expected != threads)
+    device_fault("bar.sync: a thread count other than the round's first thread named");
+  arrive(barrier, named_waiters_[static_cast<std::size_t>(id)].data(), threads, "bar.sync");
+}
+
 // A round of lane exchange in two steps, so that no caller's value needs an
 // address (which AddressSanitizer gives a frame of its own, at each call): the
 // lane joins the warp's round (the mask checked) and writes its `bytes` where
@@ -520,7 +556,7 @@ void BlockRunner::stuck() {
     std::fprintf(stderr, " thread (%u,%u,%u) waits at %s;", t.where.thread.x, t.where.thread.y, t.where.thread.z,
                  t.waits_at ? t.waits_at : "its start");
   }
-  std::fprintf(stderr, " a __syncthreads or shuffle that not all threads reach\n");
+  std::fprintf(stderr, " a __syncthreads, bar.sync or shuffle that not all threads reach, or an mbarrier phase that never completes\n");
   std::abort();
 }
 
@@ -546,6 +582,16 @@ void* dynamic_shared_memory() {
   require_kernel("dynamic shared memory asked for");
   return runner->dynamic_shared();
 }
+void named_barrier(int id, int threads) {
+  require_kernel("bar.sync");
+  runner->named_barrier(id, threads);
+}
+namespace scheduler {
+std::size_t current_worker() { return runner->current_worker(); }
+void suspend(const char* where) { runner->suspend(where); }
+void resume(std::size_t worker) { runner->resume(worker); }
+bool last_warp_ahead() { return reversed(); }
+}  // namespace scheduler
 std::uint64_t exchange(unsigned mask, std::uint64_t bits, int source_lane) {
   require_kernel("a shuffle");
   return runner->exchange(mask, bits, source_lane);

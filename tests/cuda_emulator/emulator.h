@@ -126,6 +126,46 @@ void async_product(AsyncProduct make, const void* args, std::size_t bytes);
 void async_product_commit();
 void async_product_wait(int pending);
 
+// bar.sync id, threads (id 1 to 15): a barrier of the first `threads` threads
+// to reach it, a multiple of 32 (sm_90's warp-specialised kernels let a few
+// warpgroups meet without the rest of the block).
+void named_barrier(int id, int threads);
+
+// mbarrier (sm_90): a barrier object of 8 bytes at a shared memory `address`,
+// whose phase completes when `count` threads have arrived and every byte of
+// the transactions expected during the phase (arrive's expect_bytes) has come
+// (TMA copies, below). A thread waiting for the phase of a parity to complete
+// (mbarrier.try_wait.parity in a loop) leaves its fiber to the block's other
+// threads until it does; a block in which none can go on stops the process
+// where a GPU would hang. A phase counts as complete when the barrier's
+// current phase has the other parity: a wait for parity 1 on a new barrier
+// returns at once.
+void mbarrier_init(std::uint32_t address, int count);
+void mbarrier_arrive(std::uint32_t address, std::uint32_t expect_bytes);
+void mbarrier_wait(std::uint32_t address, int parity);
+
+// A tensor map (CUtensorMap, cuTensorMapEncodeTiled) as the emulator keeps it:
+// up to three dims, the first fastest, strides in bytes, a box that a TMA copy
+// moves, and the 128-byte swizzle or none. Coordinates outside the tensor,
+// negative ones too, read as zeros.
+struct alignas(64) TensorMap {
+  const void* base;
+  int rank, element_bytes;
+  std::uint64_t dims[3];
+  std::uint64_t strides[3];  // strides[0] is the element's size
+  std::uint32_t box[3];
+  bool swizzle_128;
+};
+// cp.async.bulk.tensor (TMA): the box at `coordinates` (the first dim's
+// fastest) into shared memory at `destination`, row after row of the box,
+// each 16-byte chunk moved by the 128-byte swizzle of its address where the
+// map asks; its bytes complete the transaction of the mbarrier at `barrier`.
+// As with cp.async, the two ends of the time a GPU makes it in: first warp
+// ahead, when a thread waits for the barrier's phase, so a kernel that reads
+// the tile without that wait reads stale values; last warp ahead, at once,
+// so a copy into a stage that other warps still read shows.
+void tma_load(const TensorMap& map, std::uint32_t destination, std::uint32_t barrier, const int (&coordinates)[3]);
+
 // Stops the process with a line naming the block, the thread and `what`: a
 // device-side misuse that a GPU would fault on or answer with garbage.
 [[noreturn]] void device_fault(const char* what);

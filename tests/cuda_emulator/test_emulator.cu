@@ -12,7 +12,10 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/device_utils.cuh"
+#include "cuda/mbarrier.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/tma.cuh"
+#include "cuda/warp_roles.cuh"
 #include "cuda/wgmma.cuh"
 
 using attograd::cuda::launch;
@@ -154,6 +157,83 @@ __global__ void mismatched_masks_kernel(int* out) {
   out[threadIdx.x] = __shfl_xor_sync(threadIdx.x == 5 ? 0xffffff7fu : 0xffffffffu, 1, 1);
 }
 
+// A tensor of 40 lines of 64 bfloat16 (line l's value i is l * 64 + i + 1)
+// through a ring of two stages of 8 lines each: warp 0's first thread copies
+// each box by TMA once the consumers (warps 1 and 2) have emptied its stage;
+// they wait for it to fill, copy it out of the swizzle and arrive at its
+// empty barrier. Five boxes: each stage's barriers go round more than once.
+constexpr int kRingLines = 40, kRingBox = 8, kRingStages = 2, kRingConsumers = 64;
+constexpr int kRingStageBytes = kRingBox * 128;
+constexpr int kRingSharedBytes = kRingStages * kRingStageBytes + 2 * kRingStages * 8;
+
+__global__ void tma_ring_kernel(const __grid_constant__ attograd::cuda::tma::TensorMap map, std::uint16_t* out) {
+  using namespace attograd::cuda;
+  const std::uint32_t base = wgmma::shared_address(dynamic_shared_memory<unsigned char>());
+  const auto stage = [&](int s) { return base + static_cast<std::uint32_t>(s * kRingStageBytes); };
+  const auto full = [&](int s) { return base + static_cast<std::uint32_t>(kRingStages * kRingStageBytes + 8 * s); };
+  const auto empty = [&](int s) { return full(kRingStages + s); };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kRingStages; ++s) mbarrier::init(full(s), 1), mbarrier::init(empty(s), kRingConsumers);
+    mbarrier::fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0)
+      for (int box = 0; box < kRingLines / kRingBox; ++box) {
+        const int s = box % kRingStages;
+        mbarrier::wait(empty(s), (box / kRingStages & 1) ^ 1);
+        mbarrier::arrive_expect_bytes(full(s), kRingStageBytes);
+        tma::load_box(&map, stage(s), full(s), 0, box * kRingBox, 0);
+      }
+    return;
+  }
+  const int t = static_cast<int>(threadIdx.x) - 32;
+  for (int box = 0; box < kRingLines / kRingBox; ++box) {
+    const int s = box % kRingStages;
+    mbarrier::wait(full(s), box / kRingStages & 1);
+    for (int v = t; v < kRingBox * 64; v += kRingConsumers) {
+      const int line = v / 64, i = v % 64;
+      const std::uint32_t at = stage(s) + static_cast<std::uint32_t>(line * 128 + ((i / 8) ^ line % 8) * 16 + i % 8 * 2);
+      std::uint16_t value;
+      std::memcpy(&value, ::emu::shared_pointer(at), sizeof value);
+      out[(box * kRingBox + line) * 64 + i] = value;
+    }
+    mbarrier::arrive(empty(s));  // the stage's last consumer to arrive frees it
+  }
+}
+
+// One box of 64 x 16 at (-8, 30) of a 60 x 40 tensor, read by thread 0 before
+// it waits for the barrier and after: fresh shared memory (0xffff) or the box.
+__global__ void tma_box_kernel(const __grid_constant__ attograd::cuda::tma::TensorMap map, std::uint16_t* before,
+                               std::uint16_t* after) {
+  using namespace attograd::cuda;
+  const std::uint32_t base = wgmma::shared_address(dynamic_shared_memory<unsigned char>()), barrier = base + 2048;
+  mbarrier::init(barrier, 1);
+  mbarrier::arrive_expect_bytes(barrier, 2048);
+  tma::load_box(&map, base, barrier, -8, 30, 0);
+  std::memcpy(before, ::emu::shared_pointer(base), 2048);
+  mbarrier::wait(barrier, 0);
+  std::memcpy(after, ::emu::shared_pointer(base), 2048);
+}
+
+__global__ void unfinished_phase_kernel() {
+  using namespace attograd::cuda;
+  const std::uint32_t barrier = wgmma::shared_address(dynamic_shared_memory<unsigned char>());
+  if (threadIdx.x == 0) mbarrier::init(barrier, 33);
+  __syncthreads();
+  mbarrier::arrive(barrier);
+  mbarrier::wait(barrier, 0);  // 32 of the 33 arrivals come
+}
+
+__global__ void named_barrier_kernel(int* out) {
+  __shared__ int seen[64];
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < 32) return;  // the first warp takes no part
+  seen[t - 32] = t;
+  attograd::cuda::warp_roles::sync(3, 64);
+  out[t - 32] = seen[(t - 32 + 17) % 64];
+}
+
 // All 32 lanes publish 3 ints; each checks it got every lane's.
 __global__ void all_gather_kernel(int* wrong) {
   struct Three {
@@ -242,6 +322,60 @@ TEST_CASE("emulator: asynchronous products are made when waited for (first warp 
   }
 }
 
+// A tensor of lines 64 apart, line l's value i (bfloat16 bits) l * 64 + i + 1.
+std::vector<std::uint16_t> numbered_lines(int lines) {
+  std::vector<std::uint16_t> host(static_cast<std::size_t>(lines) * 64);
+  std::iota(host.begin(), host.end(), std::uint16_t{1});
+  return host;
+}
+
+attograd::cuda::tma::TensorMap map_of(const DeviceArray<std::uint16_t>& tensor, std::int64_t width, int lines,
+                                      int box_lines) {
+  return attograd::cuda::tma::tile_map({tensor.p, {width, lines, 1}, {64, 64 * lines}, {64, box_lines}});
+}
+
+TEST_CASE("emulator: mbarriers hand TMA-filled stages from a producer warp to consumer warps and back",
+          "[emulator]") {
+  const std::vector<std::uint16_t> host = numbered_lines(kRingLines);
+  DeviceArray<std::uint16_t> tensor(host.size()), out(host.size());
+  REQUIRE(cudaMemcpyAsync(tensor.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  attograd::cuda::launch(tma_ring_kernel, 1, 32 + kRingConsumers, kRingSharedBytes, nullptr, map_of(tensor, 64, kRingLines, kRingBox),
+         out.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(out.read() == host);
+}
+
+// Zeros where the box leaves the tensor (left of it, below it); each line's
+// 16-byte chunk c at chunk c ^ line % 8 (the 128-byte swizzle).
+TEST_CASE("emulator: a TMA box lands swizzled, zeros outside, when waited for (first warp ahead) or at once (last)",
+          "[emulator]") {
+  const char* order = std::getenv("ATTOGRAD_EMULATED_ORDER");
+  const bool at_once = order && std::strcmp(order, "reverse") == 0;
+  const std::vector<std::uint16_t> host = numbered_lines(40);
+  DeviceArray<std::uint16_t> tensor(host.size()), before(1024), after(1024);
+  REQUIRE(cudaMemcpyAsync(tensor.p, host.data(), host.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  attograd::cuda::launch(tma_box_kernel, 1, 1, 2048 + 8, nullptr, map_of(tensor, 60, 40, 16), before.p, after.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<std::uint16_t> seen_before = before.read(), seen_after = after.read();
+  for (int line = 0; line < 16; ++line)
+    for (int i = 0; i < 64; ++i) {
+      const int x = i - 8, y = 30 + line;
+      const std::uint16_t value = x >= 0 && x < 60 && y < 40 ? host[static_cast<std::size_t>(y * 64 + x)] : 0;
+      const auto at = static_cast<std::size_t>(line * 64 + ((i / 8) ^ line % 8) * 8 + i % 8);
+      INFO("line " << line << ", value " << i);
+      CHECK(seen_after[at] == value);
+      CHECK(seen_before[at] == (at_once ? value : 0xffff));
+    }
+}
+
+TEST_CASE("emulator: a named barrier (bar.sync) meets the threads it counts", "[emulator]") {
+  DeviceArray<int> out(64);
+  launch(named_barrier_kernel, 1, 96, 0, nullptr, out.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<int> seen = out.read();
+  for (int t = 0; t < 64; ++t) CHECK(seen[static_cast<std::size_t>(t)] == 32 + (t + 17) % 64);
+}
+
 TEST_CASE("emulator: shared memory addresses are offsets in the block's, which starts 1024-byte aligned",
           "[emulator]") {
   DeviceArray<unsigned> out(4);
@@ -320,6 +454,9 @@ TEST_CASE("emulator dies: a thread returns while the others wait at __syncthread
 }
 TEST_CASE("emulator dies: a wgmma descriptor without the 128-byte swizzle", "[.dies]") {
   launch(unswizzled_wgmma_kernel, 1, 128, 1024, nullptr);
+}
+TEST_CASE("emulator dies: an mbarrier phase that never completes", "[.dies]") {
+  launch(unfinished_phase_kernel, 1, 32, 8, nullptr);
 }
 TEST_CASE("emulator dies: the lanes of a shuffle disagree on its mask", "[.dies]") {
   DeviceArray<int> out(32);
