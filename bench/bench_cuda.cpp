@@ -315,12 +315,12 @@ const bool registered = [] {
     for (bool b_transposed : {false, true})
       register_gpu_case(std::string("cuda_matmul/bf16_wgmma/4096") + (b_transposed ? "_bt" : ""),
                         [b_transposed](benchmark::State& st) {
-                          const cuda::ScopedWgmmaProducts wgmma(true);
+                          const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
                           matmul_bf16_case(st, 4096, 4096, 4096, false, b_transposed);
                         });
     for (const Gpt2Gemm& s : kGpt2Gemms)
       register_gpu_case(gemm_name("cuda_matmul/bf16_wgmma/", s), [s](benchmark::State& st) {
-        const cuda::ScopedWgmmaProducts wgmma(true);
+        const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
         matmul_bf16_case(st, s.M, s.K, s.N, s.a_transposed, s.b_transposed);
       });
   }
@@ -371,7 +371,7 @@ const bool registered = [] {
   register_gpu_case("cuda_gpt2_step/bf16", [gpt2](benchmark::State& st) { gpu_step_case(st, in_bf16(gpt2()), simt); });
   if (cuda::wgmma_kernels_run(0))
     register_gpu_case("cuda_gpt2_step/bf16_wgmma", [gpt2](benchmark::State& st) {
-      const cuda::ScopedWgmmaProducts wgmma(true);
+      const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
       gpu_step_case(st, in_bf16(gpt2()), simt);
     });
   return true;

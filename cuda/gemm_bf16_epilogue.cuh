@@ -56,18 +56,25 @@ __device__ __forceinline__ uint4 get_values(const bfloat16* in, bool whole, std:
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// The staged BM x BN tile at (m0, n0) of job `job` into C, by Threads threads,
-// then a barrier: the staging is read before anything overwrites it.
-template <int BM, int BN, int Threads, Bf16Epilogue Epilogue>
+// The barrier of the threads that store a tile: the whole block's, or
+// (warp-specialised kernels) a named barrier of theirs alone.
+struct BlockMeets {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
+// The staged BM x BN tile at (m0, n0) of job `job` into C, by Threads threads
+// (this one `thread` of them), then their barrier `meet`: the staging is read
+// before anything overwrites it.
+template <int BM, int BN, int Threads, Bf16Epilogue Epilogue, typename Meet>
 __device__ __forceinline__ void copy_out_c(const std::uint16_t* staging, const Bf16GemmArgs& g, std::int64_t job,
-                                           std::int64_t m0, std::int64_t n0) {
+                                           std::int64_t m0, std::int64_t n0, int thread, Meet meet) {
   using Layout = gemm_tiles::Swizzle<BN / gemm_tiles::kChunk>;
   constexpr int kChunk = gemm_tiles::kChunk;
   const std::int64_t first = job * g.m * g.n;
   // The epilogue's operands are m x n as C, aligned as C is where it is vectorised (gemm_bf16_gelu*).
   const bool c_vec = reinterpret_cast<std::uintptr_t>(g.c) % 16 == 0 && g.n % kChunk == 0;
 #pragma unroll 4
-  for (int v = threadIdx.x; v < BM * BN / kChunk; v += Threads) {
+  for (int v = thread; v < BM * BN / kChunk; v += Threads) {
     const int row = v / (BN / kChunk), chunk = v % (BN / kChunk);
     const std::int64_t gm = m0 + row, gn = n0 + chunk * kChunk;
     if (gm >= g.m || gn >= g.n) continue;
@@ -83,7 +90,7 @@ __device__ __forceinline__ void copy_out_c(const std::uint16_t* staging, const B
         put_values(g.act + offset, map_values(values, values, [](float x, float) { return gelu(x); }), whole, count);
     }
   }
-  __syncthreads();
+  meet();
 }
 
 }  // namespace attograd::cuda::gemm_detail

@@ -273,6 +273,9 @@ bool gemm_bf16_pipelined_epilogue(const Bf16GemmArgs& g, cudaStream_t stream);
 // whether it has a kernel for g, and the launch.
 bool gemm_bf16_wgmma_takes(const Bf16GemmArgs& g);
 void gemm_bf16_wgmma(const Bf16GemmArgs& g, cudaStream_t stream);
+// Its kernel fed by TMA (cuda/matmul_bf16_wgmma_tma.cu), for what gemm_bf16_wgmma
+// takes: the launch where TMA can copy g's tiles, false (launching nothing) elsewhere.
+bool gemm_bf16_wgmma_tma(const Bf16GemmArgs& g, cudaStream_t stream);
 
 // The same for float32 on the tensor cores (cuda/matmul_tf32_pipelined.cu);
 // with splits, slice s of batch z writes the m x n matrix g.c + (z * splits + s) * m * n.

@@ -45,24 +45,29 @@ KernelSet kernel_set(KernelOp op) {
 void set_kernel_set(KernelOp op, KernelSet kernels) { choice(op).chosen = kernels; }
 
 namespace {
-std::optional<bool>& wgmma_choice() {
-  static std::optional<bool> chosen;
+std::optional<WgmmaProducts>& wgmma_choice() {
+  static std::optional<WgmmaProducts> chosen;
   return chosen;
 }
 }  // namespace
 
-bool wgmma_products_chosen() {
-  std::optional<bool>& c = wgmma_choice();
+WgmmaProducts wgmma_products() {
+  std::optional<WgmmaProducts>& c = wgmma_choice();
   if (!c) {
     const char* env = std::getenv("ATTOGRAD_CUDA_WGMMA");
     const std::string value = env ? env : "";
-    if (value != "" && value != "0" && value != "1")
-      fail("matmul", "ATTOGRAD_CUDA_WGMMA={} is not 0 or 1", value);
-    c = value == "1";
+    if (value == "" || value == "0")
+      c = WgmmaProducts::off;
+    else if (value == "1" || value == "tma")
+      c = WgmmaProducts::tma;
+    else if (value == "cp.async")
+      c = WgmmaProducts::cp_async;
+    else
+      fail("matmul", "ATTOGRAD_CUDA_WGMMA={} is not one of 0, 1, tma, cp.async", value);
   }
   return *c;
 }
 
-void set_wgmma_products(bool on) { wgmma_choice() = on; }
+void set_wgmma_products(WgmmaProducts chosen) { wgmma_choice() = chosen; }
 
 }  // namespace attograd::cuda

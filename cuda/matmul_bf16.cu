@@ -29,6 +29,7 @@
 
 #include "cuda/buffer.h"
 #include "cuda/gemm_common.cuh"
+#include "cuda/gemm_tiles.h"
 #include "cuda/mma_bf16.cuh"
 #include "cuda/runtime.h"
 
@@ -38,6 +39,7 @@ namespace {
 using namespace gemm_detail;
 
 constexpr int kBK = 32;  // K per shared-memory tile: two mma steps
+constexpr int kWgmmaTileK = gemm_tiles::WgmmaTile<128, true>::kK;  // the sm_90a kernels'
 // Values of padding after each stored row of a tile: rows 80 bytes apart (40
 // values of k) or 16 more than a multiple of 128 (Rows + 8 values) put the
 // eight 16-byte rows an ldmatrix reads at once on eight different groups of
@@ -205,7 +207,7 @@ void gemm_bf16(bfloat16* c, Bf16GemmOperand a, Bf16GemmOperand b, const bfloat16
   // The float32 partial products of g over `splits` slices of K (launch_slices(g)),
   // added in slice order with the bias and rounded once.
   const auto over_slices_of_k = [&](std::int64_t splits, auto launch_slices) {
-    slice_k(g, splits, kBK);
+    slice_k(g, splits, wgmma_runs(g) ? kWgmmaTileK : kBK);  // the sm_90a kernels' TMA copies whole tiles of a slice
     DeviceBuffer partial(sizeof(float) * g.splits * batches * m * n);
     g.partial = partial.as<float>();
     launch_slices(g);

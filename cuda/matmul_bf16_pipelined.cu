@@ -135,7 +135,8 @@ __device__ __forceinline__ void store_c(const Accumulators& acc, std::uint16_t* 
             bf16_pair(bfloat16(acc[i][j][2 * half] + bias[0]).bits, bfloat16(acc[i][j][2 * half + 1] + bias[1]).bits);
   }
   __syncthreads();
-  copy_out_c<BM, BN, PipelineShape<BM, BN>::kThreads, Epilogue>(staging, g, job, at.m0, at.n0);
+  copy_out_c<BM, BN, PipelineShape<BM, BN>::kThreads, Epilogue>(staging, g, job, at.m0, at.n0,
+                                                               static_cast<int>(threadIdx.x), BlockMeets{});
 }
 
 // SplitK: the job (batch z, slice s of K) writes its float32 partial product

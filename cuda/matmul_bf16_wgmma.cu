@@ -28,7 +28,9 @@
 #include "cuda/gemm_common.cuh"
 #include "cuda/gemm_pipeline.cuh"
 #include "cuda/gemm_tiles.h"
+#include "cuda/runtime.h"
 #include "cuda/wgmma.cuh"
+#include "cuda/wgmma_store.cuh"
 
 namespace attograd::cuda {
 namespace {
@@ -36,12 +38,12 @@ namespace {
 using namespace gemm_detail;
 using namespace gemm_pipeline;
 
-constexpr int kBM = 128, kBN = 256, kStages = 4, kTileThreads = 2 * wgmma::kWarpgroup;
+using wgmma_store::kAccumulators, wgmma_store::kBM, wgmma_store::kBN;
+constexpr int kStages = 4, kTileThreads = wgmma_store::kThreads;
 constexpr int kTileK = gemm_tiles::WgmmaTile<kBM, true>::kK;
 constexpr int kABytes = kBM * kTileK * 2, kStageBytes = (kBM + kBN) * kTileK * 2;
 // The stages, and room to start them on a 1024-byte boundary.
 constexpr int kSharedBytes = kStages * kStageBytes + wgmma::kSwizzleBytes;
-constexpr int kAccumulators = kBN / 2;  // a thread's of its warpgroup's 64 x 256
 static_assert(kBM * kBN * 2 <= kStages * kStageBytes, "C's staged tile fits where the stages were");
 // A warpgroup's 64 rows of A start 8 KiB into A's tile in both layouts: 64
 // lines of 128 bytes (K-major), or the second block of 64 rows (MN-major).
@@ -49,64 +51,6 @@ static_assert(64 * wgmma::kLineBytes == wgmma::kMnBlockBytes);
 
 template <int Rows, bool KFastest>
 using Copies = OperandCopies<Rows, KFastest, kTileThreads, std::uint16_t, gemm_tiles::WgmmaTile<Rows, KFastest>>;
-
-// Row and column of this thread's accumulator 4 j + v (wgmma.cuh's layout) in the block's tile.
-struct AccumulatorAt {
-  int row0, q;
-  __device__ __forceinline__ explicit AccumulatorAt(int t)
-      : row0(t / wgmma::kWarpgroup * 64 + t % wgmma::kWarpgroup / 32 * 16 + t % 32 / 4), q(t % 4) {}
-  __device__ __forceinline__ int row(int half) const { return row0 + 8 * half; }
-  __device__ __forceinline__ int col(int j) const { return 8 * j + 2 * q; }
-};
-
-// This thread's sums into C's staged tile, bias added and rounded once, two
-// neighbouring columns a 4-byte word; then out to C, with the MLP's GELU
-// epilogue on the way where Epilogue asks.
-template <Bf16Epilogue Epilogue>
-__device__ __forceinline__ void store_c(const float (&acc)[kAccumulators], std::uint16_t* staging,
-                                        const Bf16GemmArgs& g, std::int64_t job, std::int64_t m0, std::int64_t n0) {
-  using Layout = gemm_tiles::Swizzle<kBN / gemm_tiles::kChunk>;
-  constexpr int kChunk = gemm_tiles::kChunk;
-  const AccumulatorAt at(opaque(static_cast<int>(threadIdx.x)));  // not hoisted into the main loop's registers
-#pragma unroll
-  for (int j = 0; j < kBN / 8; ++j) {
-    const int col = at.col(j);
-    float bias[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int c = 0; c < 2; ++c)
-      if (g.bias && n0 + col + c < g.n) bias[c] = static_cast<float>(g.bias[n0 + col + c]);
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      *reinterpret_cast<std::uint32_t*>(staging + Layout::at(at.row(half), j) * kChunk + col % kChunk) =
-          bf16_pair(bfloat16(acc[4 * j + 2 * half] + bias[0]).bits, bfloat16(acc[4 * j + 2 * half + 1] + bias[1]).bits);
-  }
-  __syncthreads();
-  copy_out_c<kBM, kBN, kTileThreads, Epilogue>(staging, g, job, m0, n0);
-}
-
-// Split-K's partial product of the job, as it is: two neighbouring float32 values a row and j.
-__device__ __forceinline__ void store_partial(const float (&acc)[kAccumulators], const Bf16GemmArgs& g,
-                                              std::int64_t job, std::int64_t m0, std::int64_t n0) {
-  float* const partial = g.partial + job * g.m * g.n;
-  const bool pairs = g.n % 2 == 0;
-  const AccumulatorAt at(opaque(static_cast<int>(threadIdx.x)));
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t gm = m0 + at.row(half);
-    if (gm >= g.m) continue;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const std::int64_t gn = n0 + at.col(j);
-      float* out = partial + gm * g.n + gn;
-      if (pairs && gn + 1 < g.n) {
-        *reinterpret_cast<float2*>(out) = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-      } else {
-        if (gn < g.n) out[0] = acc[4 * j + 2 * half];
-        if (gn + 1 < g.n) out[1] = acc[4 * j + 2 * half + 1];
-      }
-    }
-  }
-}
 
 // SplitK: the job (batch z, slice s of K) writes its float32 partial product
 // to g.partial; otherwise C rounded to bfloat16, with the bias and the epilogue.
@@ -167,10 +111,11 @@ __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16Ge
     wgmma::wait<0>();
     wait_async_copies<0>();  // only empty groups remain; none may land in C's staging below
     __syncthreads();
+    const int t = static_cast<int>(threadIdx.x);
     if constexpr (SplitK)
-      store_partial(acc, g, job, m0, n0);  // no shared memory: the next job may copy into it at once
+      wgmma_store::store_partial(acc, g, job, m0, n0, t);  // no shared memory: the next job may copy into it at once
     else
-      store_c<Epilogue>(acc, reinterpret_cast<std::uint16_t*>(stages), g, job, m0, n0);
+      wgmma_store::store_c<Epilogue>(acc, reinterpret_cast<std::uint16_t*>(stages), g, job, m0, n0, t, BlockMeets{});
   }
 }
 
@@ -200,6 +145,7 @@ bool gemm_bf16_wgmma_takes(const Bf16GemmArgs& g) {
 }
 
 void gemm_bf16_wgmma(const Bf16GemmArgs& g, cudaStream_t stream) {
+  if (wgmma_products() == WgmmaProducts::tma && gemm_bf16_wgmma_tma(g, stream)) return;
   using enum Bf16Epilogue;
   if (g.splits > 1) return launch_plain<true>(g, stream);
   // The epilogues' kernels exist in their layouts alone (gemm_bf16_pipelined_epilogue_layout).

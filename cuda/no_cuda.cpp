@@ -26,7 +26,8 @@ void release_cached(int) {}
 KernelSet kernel_set(KernelOp) { return KernelSet::simt; }
 void set_kernel_set(KernelOp, KernelSet) {}
 bool wgmma_kernels_run(int) { return false; }
-bool wgmma_products_chosen() { return false; }
-void set_wgmma_products(bool) {}
+WgmmaProducts wgmma_products() { return WgmmaProducts::off; }
+std::int64_t wgmma_tma_launches() { return 0; }
+void set_wgmma_products(WgmmaProducts) {}
 
 }  // namespace attograd::cuda

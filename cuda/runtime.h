@@ -25,20 +25,26 @@ int multiprocessor_count(int device);
 // Whether the sm_90a kernels (wgmma.mma_async, cuda/wgmma.cuh) run on `device`:
 // built for sm_90a (CMAKE_CUDA_ARCHITECTURES names 90a) and an sm_90 GPU (H100,
 // H200), or the emulator. The bfloat16 product takes them only where chosen
-// too: ATTOGRAD_CUDA_WGMMA=1, or set_wgmma_products(true), off by default
-// until a GPU has timed and checked them (docs/cuda.md).
+// too, off by default until a GPU has timed and checked them (docs/cuda.md):
+// ATTOGRAD_CUDA_WGMMA=1 (or tma) their tiles copied by TMA where the operands
+// allow it and by cp.async elsewhere, =cp.async by cp.async alone; or set_wgmma_products.
+enum class WgmmaProducts { off, tma, cp_async };
+// Products the TMA-fed sm_90a kernel has launched in this process: how a test
+// knows that its case took that kernel, not the cp.async one.
+std::int64_t wgmma_tma_launches();
 bool wgmma_kernels_run(int device);
-bool wgmma_products_chosen();
-void set_wgmma_products(bool on);
-class ScopedWgmmaProducts {  // for a test or benchmark: chosen or not, then as before
+WgmmaProducts wgmma_products();
+inline bool wgmma_products_chosen() { return wgmma_products() != WgmmaProducts::off; }
+void set_wgmma_products(WgmmaProducts chosen);
+class ScopedWgmmaProducts {  // for a test or benchmark: this choice, then as before
  public:
-  explicit ScopedWgmmaProducts(bool on) { set_wgmma_products(on); }
+  explicit ScopedWgmmaProducts(WgmmaProducts chosen) { set_wgmma_products(chosen); }
   ~ScopedWgmmaProducts() { set_wgmma_products(before_); }
   ScopedWgmmaProducts(const ScopedWgmmaProducts&) = delete;
   ScopedWgmmaProducts& operator=(const ScopedWgmmaProducts&) = delete;
 
  private:
-  bool before_ = wgmma_products_chosen();  // read before the constructor's body sets the new one
+  WgmmaProducts before_ = wgmma_products();  // read before the constructor's body sets the new one
 };
 
 // Device memory comes from a caching allocator (cuda/allocator.cu): freed blocks

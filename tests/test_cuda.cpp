@@ -802,14 +802,36 @@ TEST_CASE("cuda: the pipelined bfloat16 product is within bfloat16's bound: edge
 
 // The sm_90a product (cuda/matmul_bf16_wgmma.cu) takes what the pipelined
 // kernel takes where it is chosen (off by default: set here): the same
-// shapes, in tiles of 64 along K (one whole, one ragged first tile).
-TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma) is within bfloat16's bound in every layout: edges, ragged K, "
-          "batches, split-K, bias",
+// shapes, in tiles of 64 along K (one whole, one ragged tile), its tiles
+// copied by cp.async.
+TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma, cp.async) is within bfloat16's bound in every layout: edges, "
+          "ragged K, batches, split-K, bias",
           "[cuda][bf16]") {
   SKIP_WITHOUT_CUDA();
   if (wgmma_missing()) return;
-  const cuda::ScopedWgmmaProducts wgmma(true);
-  require_pipelined_products(64, 136, "wgmma");
+  const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::cp_async);
+  const std::int64_t before = cuda::wgmma_tma_launches();
+  require_pipelined_products(64, 136, "wgmma (cp.async)");
+  CHECK(cuda::wgmma_tma_launches() == before);
+}
+
+// The same with its tiles copied by TMA (cuda/matmul_bf16_wgmma_tma.cu: a
+// producer warp, mbarriers, K past its end and edge rows zero-filled by the
+// copies), which takes all of those shapes but the broadcast batches (those
+// go to the cp.async kernel); and batches of their own A and B, in every
+// layout (the copies' third dim), split-K in slices of whole tiles.
+TEST_CASE("cuda: the sm_90a bfloat16 product (wgmma, TMA) is within bfloat16's bound in every layout: edges, "
+          "ragged K, batches, split-K, bias",
+          "[cuda][bf16]") {
+  SKIP_WITHOUT_CUDA();
+  if (wgmma_missing()) return;
+  const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
+  const std::int64_t before = cuda::wgmma_tma_launches();
+  require_pipelined_products(66, 136, "wgmma (TMA)");
+  const std::int64_t after_shared_shapes = cuda::wgmma_tma_launches();
+  CHECK(after_shared_shapes > before);
+  require_bf16_products_in_every_layout({{{3, 136, 72}, {3, 72, 520}}, {{2, 296, 1000}, {2, 1000, 264}}}, 67);
+  CHECK(cuda::wgmma_tma_launches() >= after_shared_shapes + 8);  // each of the 8 products on it
 }
 
 // The MLP's products with GELU applied as C leaves the pipelined bfloat16
@@ -826,12 +848,14 @@ TEST_CASE("cuda: linear_gelu and matmul_gelu_grad in bfloat16 give the composed 
     std::int64_t n, in, hidden;
     bool bias;
   };
-  for (bool wgmma : {false, true}) {
-    if (wgmma && !cuda::wgmma_kernels_run(0)) break;
+  using cuda::WgmmaProducts;
+  for (WgmmaProducts wgmma : {WgmmaProducts::off, WgmmaProducts::tma, WgmmaProducts::cp_async}) {
+    if (wgmma != WgmmaProducts::off && !cuda::wgmma_kernels_run(0)) break;
     const cuda::ScopedWgmmaProducts chosen(wgmma);
     for (const Case& c : {Case{296, 72, 600, true}, Case{300, 40, 520, false}, Case{136, 64, 1032, true},
                           Case{296, 56, 596, true}, Case{40, 64, 96, true}, Case{296, 70, 600, true}}) {
-      INFO((wgmma ? "sm_90a kernel: " : "") << "x (" << c.n << ", " << c.in << "), weight (" << c.hidden << ", "
+      INFO((wgmma == WgmmaProducts::off ? "" : wgmma == WgmmaProducts::tma ? "sm_90a kernel, TMA: " : "sm_90a kernel, cp.async: ")
+           << "x (" << c.n << ", " << c.in << "), weight (" << c.hidden << ", "
                                              << c.in << ")" << (c.bias ? ", a bias" : ""));
       const Tensor x = on_gpu(bf16_operand({c.n, c.in}, false, 70));
       const Tensor w = on_gpu(bf16_operand({c.hidden, c.in}, false, 71));

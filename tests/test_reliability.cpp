@@ -504,7 +504,7 @@ TEST_CASE("an unknown ATTOGRAD_CUDA_WGMMA is one line naming it, exit 1, no run"
   args.insert(args.end(), {"--device", "cuda", "--dtype", "bfloat16"});
   Child run(args, tmp.path, {"ATTOGRAD_CUDA_WGMMA=yes"});
   CHECK(run.exit_code() == 1);
-  CHECK(run.err() == "attograd: error: [matmul] ATTOGRAD_CUDA_WGMMA=yes is not 0 or 1\n");
+  CHECK(run.err() == "attograd: error: [matmul] ATTOGRAD_CUDA_WGMMA=yes is not one of 0, 1, tma, cp.async\n");
   CHECK_FALSE(fs::exists(tmp / "a/ckpt.safetensors"));
 }
 
