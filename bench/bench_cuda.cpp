@@ -5,7 +5,8 @@
 //   cuda_matmul/tc/...                                   the same on the tensor-core kernels (3xTF32)
 //   cuda_matmul/bf16/...                                 the same on bfloat16 operands (tensor cores),
 //   cuda_matmul/bf16/gpt2_MxKxN[_at][_bt]                and GPT-2 small's products (_bt: B read transposed)
-//   cuda_matmul/bf16_wgmma/{4096,4096_bt,gpt2_...}        those on the sm_90a kernel (wgmma)
+//   cuda_matmul/bf16_wgmma/{4096,4096_bt,gpt2_...}        those on the sm_90a kernels (wgmma, TMA copies)
+//   cuda_matmul/bf16_wgmma_cp_async/{4096,4096_bt}       the sm_90a kernel with cp.async copies
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL}             the same fused on bfloat16 (cuda/attention_bf16.cu)
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
@@ -309,15 +310,18 @@ const bool registered = [] {
     register_gpu_case(gemm_name("cuda_matmul/bf16/", s), [s](benchmark::State& st) {
       matmul_bf16_case(st, s.M, s.K, s.N, s.a_transposed, s.b_transposed);
     });
-  // cuda_matmul/bf16_wgmma/...: the same on the sm_90a kernel, where it runs (an sm_90a build on
-  // an H100 or H200); 4096 also with B transposed (x W^T's layout).
+  // cuda_matmul/bf16_wgmma/...: the same on the sm_90a kernels, where they run (an sm_90a build on
+  // an H100 or H200), their tiles copied by TMA; 4096 also with B transposed (x W^T's layout), and
+  // both again with the tiles copied by cp.async (cuda_matmul/bf16_wgmma_cp_async/...).
   if (cuda::wgmma_kernels_run(0)) {
-    for (bool b_transposed : {false, true})
-      register_gpu_case(std::string("cuda_matmul/bf16_wgmma/4096") + (b_transposed ? "_bt" : ""),
-                        [b_transposed](benchmark::State& st) {
-                          const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
-                          matmul_bf16_case(st, 4096, 4096, 4096, false, b_transposed);
-                        });
+    for (const auto [name, copies] : {std::pair{"bf16_wgmma", cuda::WgmmaProducts::tma},
+                                      std::pair{"bf16_wgmma_cp_async", cuda::WgmmaProducts::cp_async}})
+      for (bool b_transposed : {false, true})
+        register_gpu_case(std::string("cuda_matmul/") + name + "/4096" + (b_transposed ? "_bt" : ""),
+                          [b_transposed, copies](benchmark::State& st) {
+                            const cuda::ScopedWgmmaProducts wgmma(copies);
+                            matmul_bf16_case(st, 4096, 4096, 4096, false, b_transposed);
+                          });
     for (const Gpt2Gemm& s : kGpt2Gemms)
       register_gpu_case(gemm_name("cuda_matmul/bf16_wgmma/", s), [s](benchmark::State& st) {
         const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
