@@ -186,6 +186,20 @@ struct AdamWTensor {
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p = p decay - step_size m / (sqrt(v) inv_sqrt_bc2 + eps)
 void adamw_step(const AdamWTensor* tensors, int count, const AdamWScalars& s, cudaStream_t stream);
 
+// ---- gradient clipping (cuda/grad_clip.cu) -------------------------------------------------
+// n contiguous float32 values.
+struct FloatSpan {
+  float* data;
+  std::int64_t n;
+};
+// Scratch for sum_of_squares: a float64 partial sum for each of its blocks.
+std::int64_t sum_of_squares_blocks(const FloatSpan* tensors, int count);
+// *result (device memory) = the sum of every value's square, in float64, in
+// an order fixed by the tensors' sizes; partials holds sum_of_squares_blocks values.
+void sum_of_squares(const FloatSpan* tensors, int count, double* partials, double* result, cudaStream_t stream);
+// Each value times scale, as mul_scalar: up to 32 tensors a launch.
+void scale(const FloatSpan* tensors, int count, float scale, cudaStream_t stream);
+
 // ---- fused causal attention (cuda/attention.cu) ------------------------------------------
 // The problem both devices compute (base/attention_problem.h: operands,
 // sizes, masking and dropout), in float32; kernels::attention_forward builds

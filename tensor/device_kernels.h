@@ -79,7 +79,10 @@
   X(attention_backward, void,                                                                                      \
     (const AttentionCall& call, const AttentionSaved& saved, const kernels::AttentionGrads& grads))                 \
   /* adamw.cpp: param, grad, m, v contiguous, of one dtype and device */                                           \
-  X(adamw_step_, void, (const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step))
+  X(adamw_step_, void, (const std::vector<kernels::AdamWParameter>& params, const kernels::AdamWStep& step))      \
+  /* grad_clip.cpp: contiguous tensors of one floating dtype (float32 on the GPU) and one device */               \
+  X(sum_of_squares, double, (const std::vector<Tensor>& tensors))                                                  \
+  X(scale_, void, (const std::vector<Tensor>& tensors, double scale))
 
 #define AG_DECLARE_DEVICE_KERNEL(name, result, parameters) result name parameters;
 

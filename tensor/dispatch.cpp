@@ -318,4 +318,34 @@ void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& ste
   }
 }
 
+namespace {
+// What sum_of_squares and scale_ take: defined, contiguous tensors of one floating dtype and device.
+void check_tensor_list(const char* op, const std::vector<Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    check_defined(op, t, "tensor");
+    check_floating(op, t);
+    check_same_device(op, tensors.front(), t);
+    check_same_dtype(op, tensors.front(), t);
+    check_not_cuda_float64(op, t);
+    AG_CHECK(t.dtype() != DType::bf16, op, "takes float32 or float64 tensors (gradients of float32 master weights), got {}",
+             t.str());
+    AG_CHECK(t.is_contiguous(), op, "tensor {} of {} is not contiguous: {}", i, tensors.size(), t.str());
+  }
+}
+}  // namespace
+
+double sum_of_squares(const std::vector<Tensor>& tensors) {
+  check_tensor_list("sum_of_squares", tensors);
+  if (tensors.empty()) return 0.0;
+  return AG_DEVICE_KERNEL(tensors.front(), sum_of_squares)(tensors);
+}
+
+void scale_(const std::vector<Tensor>& tensors, double scale) {
+  check_tensor_list("scale_", tensors);
+  if (tensors.empty()) return;
+  AG_DEVICE_KERNEL(tensors.front(), scale_)(tensors, scale);
+  for (const Tensor& t : tensors) t.bump_version();
+}
+
 }  // namespace attograd::kernels

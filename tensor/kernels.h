@@ -219,4 +219,16 @@ struct AdamWParameter {
 // to 32 of them, where a small model's step would otherwise be a launch per parameter.
 void adamw_step_(const std::vector<AdamWParameter>& params, const AdamWStep& step);
 
+// ---- gradient clipping over many tensors at once (cpu/grad_clip.cpp) -------------
+// The sum of every element's square over all of `tensors` (float32, or float64
+// on the CPU; contiguous; one device), each square and the sums in float64,
+// in an order fixed by the tensors' sizes alone: the same bits whatever the
+// number of threads. On the GPU a launch reads up to 32 tensors and the host
+// waits once, for the result, where a sum a tensor would wait once a tensor.
+double sum_of_squares(const std::vector<Tensor>& tensors);
+// Each tensor's elements times `scale`, in place, the bits mul_scalar would
+// give (the scale rounded to the tensor's dtype): one launch for up to 32
+// tensors on the GPU.
+void scale_(const std::vector<Tensor>& tensors, double scale);
+
 }  // namespace attograd::kernels

@@ -1458,6 +1458,27 @@ TEST_CASE("cuda: fused AdamW steps match the CPU", "[cuda]") {
   }
 }
 
+// Clipping's passes over many gradients: 40 tensors (two launches of up to 32),
+// empty ones, one past the 256 blocks a tensor's sum takes; the sum within
+// float64's rounding of the CPU's (another order), the same bits each call;
+// the scale the CPU's bits.
+TEST_CASE("cuda: sum_of_squares and scale_ over many tensors match the CPU", "[cuda]") {
+  SKIP_WITHOUT_CUDA();
+  std::vector<Tensor> cpu, gpu;
+  for (int k = 0; k < 40; ++k) {
+    const std::int64_t n = k % 9 == 0 ? 0 : k == 5 ? 70001 : 1 + k * 37;
+    cpu.push_back(input({n}, DType::f32, Layout::contiguous, 300 + static_cast<std::uint64_t>(k)));
+    gpu.push_back(on_gpu(cpu.back()));
+  }
+  const double want = kernels::sum_of_squares(cpu), got = kernels::sum_of_squares(gpu);
+  CHECK(std::abs(got - want) <= 1e-13 * want);
+  const double again = kernels::sum_of_squares(gpu);
+  CHECK(std::memcmp(&got, &again, sizeof got) == 0);
+  kernels::scale_(cpu, 0.37);
+  kernels::scale_(gpu, 0.37);
+  for (std::size_t k = 0; k < cpu.size(); ++k) require_same_bits(gpu[k], cpu[k], fmt::format("scale_ of tensor {}", k));
+}
+
 // 40 parameters take two launches of up to 32; empty ones get no blocks, and
 // some go without weight decay. Each must come out as its own one-parameter
 // update on the GPU makes it (to the bit: the same arithmetic), and as the CPU's.

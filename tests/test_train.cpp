@@ -18,6 +18,7 @@
 #include "helpers.h"
 #include "program_helpers.h"
 #include "cpu/fma_peak.h"
+#include "cpu/parallel.h"
 #include "tensor/storage.h"
 #include "train/cli/cli.h"
 #include "train/cli/commands.h"
@@ -494,6 +495,62 @@ TEST_CASE("gradient clipping by global norm", "[train]") {
   CHECK(train::optim::clip_grad_norm(params, 1) == Approx(5));
   CHECK(a.grad().to_vector<float>()[0] == Approx(0.6).epsilon(1e-5));
   CHECK(b.grad().to_vector<float>()[0] == Approx(0.8).epsilon(1e-5));
+}
+
+// The passes clipping makes over every gradient: against a long double sum of
+// the float64 squares; the same bits on 1 and 2 threads (fixed chunks of 65536,
+// so sizes around them); scale_ with mul_scalar's bits; float64 too; bad lists refused.
+TEST_CASE("sum_of_squares and scale_ over many tensors: float64 sums in a fixed order, mul_scalar's bits", "[train]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    INFO(dtype_name(dtype));
+    std::vector<Tensor> tensors;
+    long double want = 0;
+    std::uint64_t seed = 40;
+    for (const std::int64_t n : {0, 1, 7, 65536, 70001, 131073}) {
+      Generator gen(seed++);
+      tensors.push_back(kernels::cast(randn({n}, {DType::f64}, gen), dtype));
+      const Tensor wide = kernels::cast(tensors.back(), DType::f64);
+      for (const double x : wide.to_vector<double>()) want += static_cast<long double>(x) * x;
+    }
+    const int threads = get_num_threads();
+    set_num_threads(1);
+    const double one_thread = kernels::sum_of_squares(tensors);
+    set_num_threads(2);
+    const double two_threads = kernels::sum_of_squares(tensors);
+    set_num_threads(threads);
+    CHECK(std::memcmp(&one_thread, &two_threads, sizeof(double)) == 0);
+    CHECK(std::abs(two_threads - static_cast<double>(want)) <= 1e-13 * static_cast<double>(want));
+
+    std::vector<Tensor> expected;
+    for (const Tensor& t : tensors) expected.push_back(kernels::unary(kernels::Unary::mul_scalar, t, 0.3));
+    kernels::scale_(tensors, 0.3);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      INFO("tensor " << i);
+      CHECK(kernels::cast(tensors[i], DType::f64).to_vector<double>() ==
+            kernels::cast(expected[i], DType::f64).to_vector<double>());  // exact: float32 widens exactly
+    }
+  }
+  CHECK(kernels::sum_of_squares({}) == 0.0);
+  Generator gen(50);
+  const Tensor base = randn({3, 4}, {DType::f32}, gen);
+  const Tensor transposed = make_view(base, {4, 3}, {1, 4}, 0);
+  CHECK_THROWS_WITH(kernels::sum_of_squares({base, transposed}),
+                    Catch::Contains("sum_of_squares") && Catch::Contains("tensor 1 of 2 is not contiguous"));
+  CHECK_THROWS_WITH(kernels::scale_({kernels::cast(base, DType::bf16)}, 2.0), Catch::Contains("scale_"));
+  CHECK_THROWS_WITH(kernels::sum_of_squares({base, kernels::cast(base, DType::f64)}), Catch::Contains("sum_of_squares"));
+}
+
+// A gradient in another layout (a transposed view) or in bfloat16 is clipped as the others are.
+TEST_CASE("gradient clipping takes gradients of any layout and bfloat16 ones", "[train]") {
+  Tensor a = from({3, 0, 0, 0}, {2, 2}), b = from({4}, {1});
+  a.set_requires_grad(true), b.set_requires_grad(true);
+  const Tensor g = from({3, 0, 0, 0}, {2, 2});
+  a.set_grad(make_view(g, {2, 2}, {1, 2}, 0));  // transposed: not contiguous
+  b.set_grad(kernels::cast(from({4}, {1}), DType::bf16));
+  const std::vector<nn::NamedParameter> params = {{"a", a, true}, {"b", b, false}};
+  CHECK(train::optim::clip_grad_norm(params, 1) == Approx(5));
+  CHECK(a.grad().at({0, 0}) == Approx(0.6).epsilon(1e-5));
+  CHECK(kernels::cast(b.grad(), DType::f32).to_vector<float>()[0] == Approx(0.8).epsilon(1e-2));
 }
 
 // ---- safetensors ------------------------------------------------------------------------
