@@ -16,6 +16,7 @@
 //                                                          attention and matmul on the SIMT or the tensor-core kernels
 //   cuda_gpt_step/bf16, cuda_gpt2_step[/bf16[_wgmma]]      the toy GPT under autocast; GPT-2 small (12 layers,
 //                                                          768, block 1024, batch 8, vocab 65) in either dtype
+//   cuda_gpt2_124m_step/bf16[_wgmma]                       the same with GPT-2's vocabulary (50304), under autocast
 // Shapes (B, T, C, H) are the design notes': S, M, L of bench_common.h, and on
 // the GPU also XL = (8, 1024, 768, 12) and XXL = (4, 4096, 768, 12); the
 // composed path is left out at XXL (its (T, T) matrices alone are 3 GiB).
@@ -377,6 +378,15 @@ const bool registered = [] {
     register_gpu_case("cuda_gpt2_step/bf16_wgmma", [gpt2](benchmark::State& st) {
       const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
       gpu_step_case(st, in_bf16(gpt2()), simt);
+    });
+  // The same with GPT-2's vocabulary, padded to 50304 as nanoGPT pads it: the classifier and its
+  // loss over 50304 logits a token, the step the GPT-2 target times.
+  const auto gpt2_124m = [] { return in_bf16(real_size(12, 768, 12, 1024, 8, 50304)); };
+  register_gpu_case("cuda_gpt2_124m_step/bf16", [gpt2_124m](benchmark::State& st) { gpu_step_case(st, gpt2_124m(), simt); });
+  if (cuda::wgmma_kernels_run(0))
+    register_gpu_case("cuda_gpt2_124m_step/bf16_wgmma", [gpt2_124m](benchmark::State& st) {
+      const cuda::ScopedWgmmaProducts wgmma(cuda::WgmmaProducts::tma);
+      gpu_step_case(st, gpt2_124m(), simt);
     });
   return true;
 }();

@@ -534,6 +534,7 @@ def gpu_cases():
     for bf16 in (False, True):  # GPT-2 small at batch 8, as bench_cuda.cpp
         cases.append(("cuda_gpt2_step" + ("/bf16" if bf16 else ""),
                       lambda bf16=bf16: real_size_case(12, 768, 12, 1024, 8, bf16)))
+    cases.append(("cuda_gpt2_124m_step/bf16", lambda: real_size_case(12, 768, 12, 1024, 8, True, V=50304)))
     return cases
 
 
