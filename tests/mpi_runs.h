@@ -72,8 +72,11 @@ inline std::unique_ptr<Child> start(int n, const std::vector<std::string>& args,
 
 inline void run_ok(int n, const std::vector<std::string>& args, const TempDir& tmp) {
   const auto child = start(n, args, tmp);
-  INFO("mpirun -np " << n << " attograd " << fmt::format("{}", fmt::join(args, " ")) << "\nstdout: " << child->out());
-  REQUIRE(child->exit_code(300s) == 0);
+  const int code = child->exit_code(300s);
+  // Read once it has exited: what mpirun and the ranks printed, Open MPI's start-up errors among them.
+  INFO("mpirun -np " << n << " attograd " << fmt::format("{}", fmt::join(args, " ")) << "\nstdout: " << child->out()
+                     << "\nstderr: " << child->err());
+  REQUIRE(code == 0);
 }
 
 struct Metrics {
