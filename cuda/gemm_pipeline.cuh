@@ -130,14 +130,19 @@ constexpr int kRasterGroup = 8;
 struct TileAt {
   std::int64_t m0, n0;
 };
+// Tile `tile` in that order (a persistent kernel's work items).
 template <int BM, int BN>
-__device__ __forceinline__ TileAt raster_tile(std::int64_t m, std::int64_t n) {
+__device__ __forceinline__ TileAt raster_tile_at(std::int64_t m, std::int64_t n, std::int64_t tile) {
   const std::int64_t tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
-  const std::int64_t tile = blockIdx.x, per_group = kRasterGroup * tiles_n;
+  const std::int64_t per_group = kRasterGroup * tiles_n;
   const std::int64_t first_m = tile / per_group * kRasterGroup;
   const std::int64_t group_m = tiles_m - first_m < kRasterGroup ? tiles_m - first_m : kRasterGroup;
   const std::int64_t in_group = tile % per_group;
   return {(first_m + in_group % group_m) * BM, in_group / group_m * BN};
+}
+template <int BM, int BN>
+__device__ __forceinline__ TileAt raster_tile(std::int64_t m, std::int64_t n) {
+  return raster_tile_at<BM, BN>(m, n, blockIdx.x);
 }
 
 }  // namespace attograd::cuda::gemm_pipeline

@@ -15,12 +15,15 @@
 //   barrier, issue its four wgmma m64n256k16 and leave them running; once the
 //   previous tile's products are done (wgmma.wait_group 1) they arrive at its
 //   empty barrier. No copies, addresses or block-wide barriers in their loop.
-// - After a job's last tile the consumers store C through the stages' memory
-//   (cuda/wgmma_store.cuh) among themselves (a named barrier), then meet the
-//   producer's warp before it copies the next job's tiles there.
+// - Persistent: a block an SM, each taking every gridDim.x-th work item (a
+//   tile of C in a job), so that while the consumers store one tile's C (half
+//   its rows at a time through 32 KiB of its own, cuda/wgmma_store.cuh, among
+//   themselves at a named barrier) the producer already fills the stages
+//   with the next item's tiles of K.
 // The copies need what TMA needs (cuda/tma.cuh: 16-byte aligned bases and
 // strides), one batch dim at most, every batch its own matrices, and slices of
 // K of whole tiles: gemm_bf16_wgmma sends the rest to the cp.async kernel.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -47,27 +50,35 @@ constexpr int kStages = 4, kTileK = 64;
 constexpr int kConsumers = wgmma_store::kThreads;  // two warpgroups
 constexpr int kThreads = wgmma::kWarpgroup + kConsumers;
 constexpr int kABytes = kBM * kTileK * 2, kBBytes = kBN * kTileK * 2, kStageBytes = kABytes + kBBytes;
-// The stages from a 1024-byte boundary, then each stage's full and empty barriers.
-constexpr int kSharedBytes = wgmma::kSwizzleBytes + kStages * kStageBytes + 2 * kStages * 8;
+// The stages from a 1024-byte boundary, half of C's tile staged on its way out
+// (the stages meanwhile fill with the next work's tiles), then each stage's
+// full and empty barriers: 225 KiB of the 227 a block may have.
+constexpr int kStagingBytes = wgmma_store::kHalfStagingBytes;
+constexpr int kSharedBytes = wgmma::kSwizzleBytes + kStages * kStageBytes + kStagingBytes + 2 * kStages * 8;
+static_assert(kSharedBytes <= 227 * 1024);
 // setmaxnreg: the producer's 128 threads keep 40, the consumers' 256 get 232 (65536 in all at most).
 constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
 static_assert(wgmma::kWarpgroup * kProducerRegisters + kConsumers * kConsumerRegisters <= 65536);
-static_assert(kBM * kBN * 2 <= kStages * kStageBytes, "C's staged tile fits where the stages were");
 static_assert(64 * wgmma::kLineBytes == wgmma::kMnBlockBytes, "a warpgroup's 64 rows of A start 8 KiB in, either layout");
-// Named barriers (0 is __syncthreads'): the consumers among themselves, and with the producer's warp.
-constexpr int kConsumersMeet = 1, kJobDone = 2;
-constexpr int kJobDoneThreads = kConsumers + 32;
+// The consumers' named barrier (0 is __syncthreads').
+constexpr int kConsumersMeet = 1;
 
 // The consumers' barrier, as copy_out_c takes it.
 struct ConsumersMeet {
   __device__ __forceinline__ void operator()() const { warp_roles::sync(kConsumersMeet, kConsumers); }
 };
 
-// The jobs of a block (batch z, slice of K from k_begin) and their tiles of K.
-struct Job {
-  std::int64_t z, k_begin;
+// A block's work: tile (m0, n0) of C in job `job` (batch z, the slice of K
+// from k_begin), and that slice's tiles of K. Work item w is tile w % tiles
+// (in raster order) of job w / tiles: the blocks at work together share a job's A and B in L2.
+struct Work {
+  std::int64_t job, z, k_begin, m0, n0;
   int tiles;
-  __device__ __forceinline__ Job(const Bf16GemmArgs& g, std::int64_t job, std::int64_t splits) {
+  __device__ __forceinline__ Work(const Bf16GemmArgs& g, std::int64_t w, std::int64_t splits) {
+    const std::int64_t c_tiles = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN);
+    job = w / c_tiles;
+    const TileAt at = raster_tile_at<kBM, kBN>(g.m, g.n, w % c_tiles);
+    m0 = at.m0, n0 = at.n0;
     z = job / splits;
     k_begin = (job % splits) * g.k_slice;
     const std::int64_t k_end = splits > 1 ? min(g.k, k_begin + g.k_slice) : g.k;
@@ -102,7 +113,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const std::uint32_t stages_at = wgmma::shared_address(stages);
   const auto stage_a = [&](int s) { return stages_at + s * kStageBytes; };
   const auto stage_b = [&](int s) { return stages_at + s * kStageBytes + kABytes; };
-  const auto full = [&](int s) { return stages_at + kStages * kStageBytes + 8 * s; };
+  auto* const staging = reinterpret_cast<std::uint16_t*>(stages + kStages * kStageBytes);
+  const auto full = [&](int s) { return stages_at + kStages * kStageBytes + kStagingBytes + 8 * s; };
   const auto empty = [&](int s) { return full(kStages + s); };
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -113,29 +125,25 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();  // the last block-wide barrier: the producer's other warps leave
 
-  const auto [m0, n0] = raster_tile<kBM, kBN>(g.m, g.n);
   const std::int64_t splits = SplitK ? g.splits : 1;
+  const std::int64_t work = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN) * g.batches * splits;
   const int warpgroup = static_cast<int>(threadIdx.x) / wgmma::kWarpgroup;
-  // Tiles of K copied (or consumed) in the block's earlier jobs and this one:
+  // Tiles of K copied (or consumed) in the block's earlier work and this one:
   // tile `it` in stage it % kStages, its barriers' phase it / kStages.
   int it = 0;
   if (warpgroup == 0) {
     warp_roles::release_registers<kProducerRegisters>();
-    if (threadIdx.x >= 32) return;
-    for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
-      const Job j(g, job, splits);
-      if (threadIdx.x == 0)
-        for (int tile = 0; tile < j.tiles; ++tile) {
-          const int s = (it + tile) % kStages;
-          mbarrier::wait(empty(s), ((it + tile) / kStages & 1) ^ 1);
-          mbarrier::arrive_expect_bytes(full(s), kStageBytes);
-          const std::int64_t k0 = j.k_begin + std::int64_t(tile) * kTileK;
-          load_operand<kBM, a_k_major>(&a_map, stage_a(s), full(s), m0, k0, j.z);
-          load_operand<kBN, b_k_major>(&b_map, stage_b(s), full(s), n0, k0, j.z);
-        }
-      it += j.tiles;
-      __syncwarp();
-      warp_roles::sync(kJobDone, kJobDoneThreads);  // the consumers have stored C: the stages are free
+    if (threadIdx.x != 0) return;
+    for (std::int64_t w = blockIdx.x; w < work; w += gridDim.x) {
+      const Work u(g, w, splits);
+      for (int tile = 0; tile < u.tiles; ++tile, ++it) {
+        const int s = it % kStages;
+        mbarrier::wait(empty(s), (it / kStages & 1) ^ 1);
+        mbarrier::arrive_expect_bytes(full(s), kStageBytes);
+        const std::int64_t k0 = u.k_begin + std::int64_t(tile) * kTileK;
+        load_operand<kBM, a_k_major>(&a_map, stage_a(s), full(s), u.m0, k0, u.z);
+        load_operand<kBN, b_k_major>(&b_map, stage_b(s), full(s), u.n0, k0, u.z);
+      }
     }
     return;
   }
@@ -143,12 +151,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   warp_roles::claim_registers<kConsumerRegisters>();
   const int t = static_cast<int>(threadIdx.x) - wgmma::kWarpgroup;  // among the consumers
   const std::uint32_t a_rows = (warpgroup - 1) * wgmma::kMnBlockBytes;  // this warpgroup's 64 rows of A's tile
-  for (std::int64_t job = blockIdx.z; job < g.batches * splits; job += gridDim.z) {
-    const Job j(g, job, splits);
+  for (std::int64_t w = blockIdx.x; w < work; w += gridDim.x) {
+    const Work u(g, w, splits);
     float acc[kAccumulators];
 #pragma unroll
     for (float& x : acc) x = 0.0f;
-    for (int tile = 0; tile < j.tiles; ++tile, ++it) {
+    for (int tile = 0; tile < u.tiles; ++tile, ++it) {
       const int s = it % kStages;
       mbarrier::wait(full(s), it / kStages & 1);
       wgmma::fence();
@@ -161,14 +169,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tile > 0) mbarrier::arrive(empty((it - 1) % kStages));
     }
     wgmma::wait<0>();
-    if (j.tiles > 0) mbarrier::arrive(empty((it - 1) % kStages));
-    warp_roles::sync(kConsumersMeet, kConsumers);  // every warpgroup's products are done: C may go where the stages were
+    if (u.tiles > 0) mbarrier::arrive(empty((it - 1) % kStages));  // the producer fills it with the next work's
     if constexpr (SplitK)
-      wgmma_store::store_partial(acc, g, job, m0, n0, t);
+      wgmma_store::store_partial(acc, g, u.job, u.m0, u.n0, t);
     else
-      wgmma_store::store_c<Epilogue>(acc, reinterpret_cast<std::uint16_t*>(stages), g, job, m0, n0, t, ConsumersMeet{});
-    wgmma::fence_async_shared();  // C's staging, written and read here, before the next job's copies overwrite it
-    warp_roles::sync(kJobDone, kJobDoneThreads);
+      wgmma_store::store_c_by_halves<Epilogue>(acc, staging, g, u.job, u.m0, u.n0, t, ConsumersMeet{});
   }
 }
 
@@ -212,7 +217,12 @@ template <typename Kernel>
 void launch_tiles(Kernel kernel, const OperandTensors& t, const Bf16GemmArgs& g, cudaStream_t stream) {
   allow_shared_memory(kernel, kSharedBytes);
   ++launches;
-  cuda::launch(kernel, pipelined_grid(g, kBM, kBN), kThreads, kSharedBytes, stream, tma::tile_map(t.a),
+  // Persistent: a block an SM (as many as there is work for), each taking every gridDim.x-th work item.
+  const std::int64_t work = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN) * g.batches * g.splits;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(work, multiprocessor_count(device)));
+  cuda::launch(kernel, blocks, kThreads, kSharedBytes, stream, tma::tile_map(t.a),
                tma::tile_map(t.b), g);
   CUDA_CHECK_LAUNCH();
 }

@@ -26,13 +26,10 @@ struct AccumulatorAt {
   __device__ __forceinline__ int col(int j) const { return 8 * j + 2 * q; }
 };
 
-// Thread t's sums into C's staged tile, bias added and rounded once, two
-// neighbouring columns a 4-byte word; then out to C, with the MLP's GELU
-// epilogue on the way where Epilogue asks.
-template <gemm_detail::Bf16Epilogue Epilogue, typename Meet>
-__device__ __forceinline__ void store_c(const float (&acc)[kAccumulators], std::uint16_t* staging,
-                                        const gemm_detail::Bf16GemmArgs& g, std::int64_t job, std::int64_t m0,
-                                        std::int64_t n0, int t, Meet meet) {
+// Thread t's sums into a staged tile of C (its rows AccumulatorAt(t)'s), bias
+// added and rounded once, two neighbouring columns a 4-byte word.
+__device__ __forceinline__ void stage_sums(const float (&acc)[kAccumulators], std::uint16_t* staging,
+                                           const gemm_detail::Bf16GemmArgs& g, std::int64_t n0, int t) {
   using Layout = gemm_tiles::Swizzle<kBN / gemm_tiles::kChunk>;
   constexpr int kChunk = gemm_tiles::kChunk;
   const AccumulatorAt at(opaque(t));  // not hoisted into the main loop's registers
@@ -46,11 +43,34 @@ __device__ __forceinline__ void store_c(const float (&acc)[kAccumulators], std::
 #pragma unroll
     for (int half = 0; half < 2; ++half)
       *reinterpret_cast<std::uint32_t*>(staging + Layout::at(at.row(half), j) * kChunk + col % kChunk) =
-          bf16_pair(bfloat16(acc[4 * j + 2 * half] + bias[0]).bits,
-                                 bfloat16(acc[4 * j + 2 * half + 1] + bias[1]).bits);
+          bf16_pair(bfloat16(acc[4 * j + 2 * half] + bias[0]).bits, bfloat16(acc[4 * j + 2 * half + 1] + bias[1]).bits);
   }
+}
+
+// Thread t's sums into C's staged tile, then out to C, with the MLP's GELU
+// epilogue on the way where Epilogue asks.
+template <gemm_detail::Bf16Epilogue Epilogue, typename Meet>
+__device__ __forceinline__ void store_c(const float (&acc)[kAccumulators], std::uint16_t* staging,
+                                        const gemm_detail::Bf16GemmArgs& g, std::int64_t job, std::int64_t m0,
+                                        std::int64_t n0, int t, Meet meet) {
+  stage_sums(acc, staging, g, n0, t);
   meet();
   gemm_detail::copy_out_c<kBM, kBN, kThreads, Epilogue>(staging, g, job, m0, n0, t, meet);
+}
+
+// The same through a staged tile of half the rows (kHalfStagingBytes): the
+// first warpgroup's 64 rows, then the second's, each copied out by all the
+// tile's threads. For a kernel whose stages stay in use while C leaves.
+constexpr int kHalfStagingBytes = 64 * kBN * 2;
+template <gemm_detail::Bf16Epilogue Epilogue, typename Meet>
+__device__ __forceinline__ void store_c_by_halves(const float (&acc)[kAccumulators], std::uint16_t* staging,
+                                                  const gemm_detail::Bf16GemmArgs& g, std::int64_t job,
+                                                  std::int64_t m0, std::int64_t n0, int t, Meet meet) {
+  for (int half = 0; half < 2; ++half) {
+    if (t / wgmma::kWarpgroup == half) stage_sums(acc, staging, g, n0, t % wgmma::kWarpgroup);
+    meet();
+    gemm_detail::copy_out_c<64, kBN, kThreads, Epilogue>(staging, g, job, m0 + 64 * half, n0, t, meet);
+  }
 }
 
 // Split-K's partial product of the job, as it is: two neighbouring float32 values a row and j.
