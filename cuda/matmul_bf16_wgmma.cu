@@ -57,11 +57,7 @@ using Copies = OperandCopies<Rows, KFastest, kTileThreads, std::uint16_t, gemm_t
 template <bool ATransposed, bool BTransposed, bool SplitK, Bf16Epilogue Epilogue>
 __global__ void __launch_bounds__(kTileThreads, 1) gemm_bf16_wgmma_kernel(Bf16GemmArgs g) {
   constexpr bool a_k_major = !ATransposed, b_k_major = BTransposed;
-  auto* const smem = dynamic_shared_memory<unsigned char>();
-  // The stages from the first 1024-byte boundary: the swizzle is of addresses.
-  const std::uint32_t skip = (wgmma::kSwizzleBytes - wgmma::shared_address(smem) % wgmma::kSwizzleBytes) %
-                             wgmma::kSwizzleBytes;
-  unsigned char* const stages = smem + skip;
+  unsigned char* const stages = wgmma::swizzle_aligned(dynamic_shared_memory<unsigned char>());
   const std::uint32_t stages_at = wgmma::shared_address(stages);
   const auto stage_a = [&](int s) { return reinterpret_cast<std::uint16_t*>(stages + s * kStageBytes); };
   const auto stage_b = [&](int s) { return reinterpret_cast<std::uint16_t*>(stages + s * kStageBytes + kABytes); };

@@ -106,10 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     gemm_bf16_wgmma_tma_kernel(const __grid_constant__ tma::TensorMap a_map,
                                const __grid_constant__ tma::TensorMap b_map, Bf16GemmArgs g) {
   constexpr bool a_k_major = !ATransposed, b_k_major = BTransposed;
-  auto* const smem = dynamic_shared_memory<unsigned char>();
-  const std::uint32_t skip = (wgmma::kSwizzleBytes - wgmma::shared_address(smem) % wgmma::kSwizzleBytes) %
-                             wgmma::kSwizzleBytes;
-  unsigned char* const stages = smem + skip;
+  unsigned char* const stages = wgmma::swizzle_aligned(dynamic_shared_memory<unsigned char>());
   const std::uint32_t stages_at = wgmma::shared_address(stages);
   const auto stage_a = [&](int s) { return stages_at + s * kStageBytes; };
   const auto stage_b = [&](int s) { return stages_at + s * kStageBytes + kABytes; };

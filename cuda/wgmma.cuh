@@ -57,6 +57,12 @@ __device__ __forceinline__ std::uint32_t shared_address(const void* p) {
 #endif
 }
 
+// The first byte at or after p (in dynamic shared memory) on a 1024-byte
+// boundary, where a kernel's swizzled tiles start: the swizzle is of addresses.
+__device__ __forceinline__ unsigned char* swizzle_aligned(unsigned char* p) {
+  return p + (kSwizzleBytes - shared_address(p) % kSwizzleBytes) % kSwizzleBytes;
+}
+
 // MN-major: one block of 64 rows, its 64 lines of k (the descriptor's leading byte offset).
 constexpr int kMnBlockBytes = gemm_tiles::WgmmaTile<64, false>::kBlockBytes;
 

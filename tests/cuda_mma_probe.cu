@@ -65,10 +65,7 @@ constexpr int kProbeSharedBytes = (64 + kProbeN) * cuda::wgmma::kLineBytes + cud
 template <bool AMnMajor, bool BMnMajor>
 __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float* C) {
   using namespace attograd::cuda;
-  auto* smem = dynamic_shared_memory<unsigned char>();
-  const std::uint32_t base = wgmma::shared_address(smem);
-  const std::uint32_t skip = (wgmma::kSwizzleBytes - base % wgmma::kSwizzleBytes) % wgmma::kSwizzleBytes;
-  unsigned char* a_tile = smem + skip;
+  unsigned char* a_tile = wgmma::swizzle_aligned(dynamic_shared_memory<unsigned char>());
   unsigned char* b_tile = a_tile + 64 * wgmma::kLineBytes;
   // X[row][k] into its tile: line and chunk as WgmmaTile<Rows, KFastest> has them.
   const auto put = [](unsigned char* tile, bool mn_major, int row, int k, float x) {
@@ -86,7 +83,7 @@ __global__ void warpgroup_product_kernel(const float* A, const float* Bt, float*
   float d[128];
   for (float& x : d) x = -1.0f;  // the first product overwrites them
   wgmma::fence();
-  const std::uint32_t a_at = base + skip, b_at = a_at + 64 * wgmma::kLineBytes;
+  const std::uint32_t a_at = wgmma::shared_address(a_tile), b_at = a_at + 64 * wgmma::kLineBytes;
 #pragma unroll
   for (int step = 0; step < kProbeK / 16; ++step)
     wgmma::mma_bf16_n256<AMnMajor, BMnMajor>(d, wgmma::tile_descriptor<!AMnMajor>(a_at, step),
@@ -106,10 +103,8 @@ constexpr int kBoxBytes = 64 * 16 * 2, kBoxSharedBytes = cuda::wgmma::kSwizzleBy
 __global__ void tma_box_kernel(const __grid_constant__ cuda::tma::TensorMap map, int x, int y, int z,
                                std::uint16_t* out) {
   using namespace attograd::cuda;
-  auto* const smem = dynamic_shared_memory<unsigned char>();
-  const std::uint32_t skip = (wgmma::kSwizzleBytes - wgmma::shared_address(smem) % wgmma::kSwizzleBytes) %
-                             wgmma::kSwizzleBytes;
-  const std::uint32_t box = wgmma::shared_address(smem + skip), barrier = box + kBoxBytes;
+  unsigned char* const tile = wgmma::swizzle_aligned(dynamic_shared_memory<unsigned char>());
+  const std::uint32_t box = wgmma::shared_address(tile), barrier = box + kBoxBytes;
   if (threadIdx.x == 0) {
     mbarrier::init(barrier, 1);
     mbarrier::fence_init();
@@ -120,7 +115,7 @@ __global__ void tma_box_kernel(const __grid_constant__ cuda::tma::TensorMap map,
     tma::load_box(&map, box, barrier, x, y, z);
   }
   mbarrier::wait(barrier, 0);
-  const auto* values = reinterpret_cast<const std::uint16_t*>(smem + skip);
+  const auto* values = reinterpret_cast<const std::uint16_t*>(tile);
   for (int i = static_cast<int>(threadIdx.x); i < kBoxBytes / 2; i += static_cast<int>(blockDim.x)) out[i] = values[i];
 }
 
