@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdio>
@@ -684,10 +685,16 @@ void device_fault(const char* what) {
   std::abort();
 }
 
+namespace {
+std::atomic<std::uint64_t> grids{0};
+}  // namespace
+std::uint64_t grids_run() { return grids; }
+
 void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
               const std::function<void()>& body) {
   const cudaError_t refused = check_launch(kernel, grid, block, dynamic_smem, stream);
   if (refused != cudaSuccess) return set_last_error(refused);
+  ++grids;
   if (in_kernel) {
     std::fprintf(stderr, "emulated CUDA: a kernel launched from inside a kernel\n");
     std::abort();

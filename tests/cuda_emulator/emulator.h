@@ -45,6 +45,9 @@ const ThreadCoordinates& coordinates();
 // cudaGetLastError returns next, as on a GPU.
 void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
               const std::function<void()>& body);
+// The grids this process has run (a launch a GPU refuses runs none): what a
+// test holds a training step's launches to.
+std::uint64_t grids_run();
 
 void syncthreads();
 void* dynamic_shared_memory();
