@@ -1,9 +1,9 @@
 // Gradient clipping's two passes on the GPU, each over up to 32 tensors a
-// launch, where a kernel a tensor (and, for the norm, a wait a tensor) made
-// GPT-2's step some 450 launches and 148 waits: the sum of squares, each
-// block's partial in float64 in a fixed order (its threads' strided sums,
-// then a fixed tree), then one block adds the partials in a fixed order; and
-// the scale, as mul_scalar.
+// launch, where kernels a tensor (and, for the norm, a wait a tensor) kept the
+// host from queueing a training step ahead of the GPU: the sum of squares,
+// each block's partial in float64 in a fixed order (its threads' strided
+// sums, then a fixed tree), then one block adds the partials in a fixed order;
+// and the scale, as mul_scalar.
 #include <algorithm>
 #include <cstdint>
 
