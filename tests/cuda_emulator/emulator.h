@@ -142,7 +142,8 @@ void named_barrier(int id, int threads);
 // threads until it does; a block in which none can go on stops the process
 // where a GPU would hang. A phase counts as complete when the barrier's
 // current phase has the other parity: a wait for parity 1 on a new barrier
-// returns at once.
+// returns at once. An arrival while the phase has all its arrivals and waits
+// only for bytes stops the process (on a GPU, the count goes wrong).
 void mbarrier_init(std::uint32_t address, int count);
 void mbarrier_arrive(std::uint32_t address, std::uint32_t expect_bytes);
 void mbarrier_wait(std::uint32_t address, int parity);

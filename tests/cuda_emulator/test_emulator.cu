@@ -232,6 +232,24 @@ __global__ void unfinished_phase_kernel() {
   mbarrier::wait(barrier, 0);  // 32 of the 33 arrivals come
 }
 
+// A barrier of one arrival, which has come with bytes still to come, gets another.
+__global__ void extra_arrival_kernel() {
+  using namespace attograd::cuda;
+  const std::uint32_t barrier = wgmma::shared_address(dynamic_shared_memory<unsigned char>());
+  mbarrier::init(barrier, 1);
+  mbarrier::arrive_expect_bytes(barrier, 2048);
+  mbarrier::arrive(barrier);
+}
+
+// A box copied to 64 bytes past a 128-byte boundary.
+__global__ void misaligned_tma_kernel(const __grid_constant__ attograd::cuda::tma::TensorMap map) {
+  using namespace attograd::cuda;
+  const std::uint32_t base = wgmma::shared_address(dynamic_shared_memory<unsigned char>()), barrier = base + 4096;
+  mbarrier::init(barrier, 1);
+  mbarrier::arrive_expect_bytes(barrier, 2048);
+  tma::load_box(&map, base + 64, barrier, 0, 0, 0);
+}
+
 __global__ void named_barrier_kernel(int* out) {
   __shared__ int seen[64];
   const int t = static_cast<int>(threadIdx.x);
@@ -514,6 +532,13 @@ TEST_CASE("emulator dies: a wgmma descriptor without the 128-byte swizzle", "[.d
 }
 TEST_CASE("emulator dies: an mbarrier phase that never completes", "[.dies]") {
   launch(unfinished_phase_kernel, 1, 32, 8, nullptr);
+}
+TEST_CASE("emulator dies: an mbarrier arrival past its count while the phase waits for bytes", "[.dies]") {
+  launch(extra_arrival_kernel, 1, 1, 8, nullptr);
+}
+TEST_CASE("emulator dies: a TMA copy to shared memory off a 128-byte boundary", "[.dies]") {
+  DeviceArray<std::uint16_t> tensor(64 * 16);
+  attograd::cuda::launch(misaligned_tma_kernel, 1, 1, 4096 + 8, nullptr, map_of(tensor, 64, 16, 16));
 }
 TEST_CASE("emulator dies: the lanes of a shuffle disagree on its mask", "[.dies]") {
   DeviceArray<int> out(32);
