@@ -3,32 +3,20 @@
 // update, and one launch updates up to 32 parameters. The arithmetic is
 // cpu/adamw.cpp's, in the same order, with the step's scalars folded
 // on the host in float64 (cuda::AdamWScalars).
-#include <algorithm>
 #include <cstdint>
 
 #include "cuda/device_utils.cuh"
 #include "cuda/launchers.h"
+#include "cuda/tensor_launches.cuh"
 
 namespace attograd::cuda {
 namespace {
 
-// A launch's tensors travel in the kernel's parameters (1.7 KB of the 4 KB
-// allowed): tensor k takes blocks [first_block[k], first_block[k + 1]).
-constexpr int kTensorsPerLaunch = 32;
-struct AdamWLaunch {
-  AdamWTensor tensors[kTensorsPerLaunch];
-  int first_block[kTensorsPerLaunch + 1];
-};
-
-__global__ void adamw_kernel(AdamWLaunch launch_tensors, AdamWScalars s) {
-  const int block = static_cast<int>(blockIdx.x);
-  int k = 0;
-  while (block >= launch_tensors.first_block[k + 1]) ++k;  // tensors with no blocks are passed over
-  const AdamWTensor t = launch_tensors.tensors[k];
-  const std::int64_t stride =
-      std::int64_t(launch_tensors.first_block[k + 1] - launch_tensors.first_block[k]) * kThreads;
-  for (std::int64_t i = std::int64_t(block - launch_tensors.first_block[k]) * kThreads + threadIdx.x; i < t.n;
-       i += stride) {
+// A launch's tensors travel in the kernel's parameters (1.7 KB of the 4 KB allowed).
+__global__ void adamw_kernel(TensorLaunch<AdamWTensor> launch_tensors, AdamWScalars s) {
+  const BlockOfTensor b(launch_tensors);
+  const AdamWTensor t = launch_tensors.tensors[b.k];
+  for (std::int64_t i = b.first(); i < t.n; i += b.stride()) {
     const float g = t.grad[i];
     const float mi = s.beta1 * t.m[i] + s.one_minus_beta1 * g;
     const float vi = s.beta2 * t.v[i] + s.one_minus_beta2 * g * g;
@@ -41,20 +29,10 @@ __global__ void adamw_kernel(AdamWLaunch launch_tensors, AdamWScalars s) {
 }  // namespace
 
 void adamw_step(const AdamWTensor* tensors, int count, const AdamWScalars& s, cudaStream_t stream) {
-  for (int first = 0; first < count; first += kTensorsPerLaunch) {
-    const int here = std::min(kTensorsPerLaunch, count - first);
-    AdamWLaunch launch_tensors{};
-    int blocks = 0;
-    for (int k = 0; k < here; ++k) {
-      launch_tensors.tensors[k] = tensors[first + k];
-      launch_tensors.first_block[k] = blocks;
-      blocks += tensors[first + k].n > 0 ? static_cast<int>(grid_for(tensors[first + k].n)) : 0;
-    }
-    launch_tensors.first_block[here] = blocks;
-    if (blocks == 0) continue;
+  for_each_tensor_launch(tensors, count, [&](const TensorLaunch<AdamWTensor>& launch_tensors, int blocks) {
     launch(adamw_kernel, blocks, kThreads, 0, stream, launch_tensors, s);
     CUDA_CHECK_LAUNCH();
-  }
+  });
 }
 
 }  // namespace attograd::cuda
