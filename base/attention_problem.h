@@ -43,6 +43,20 @@ struct AttentionProblem {
   float dropout_threshold = 0;                  // float(p): a weight is dropped when its draw is below it
   T keep_scale = 1;                             // 1 / (1 - p), the factor of a kept weight
   std::uint64_t seed = 0, offset = 0;           // of the dropout stream
+  // The same, as the CUDA kernels read them: a weight is dropped when its
+  // draw's bits are below drop_below (drop_bits_below), drawn with the seed's
+  // round keys.
+  std::uint32_t drop_below = 0;
+  PhiloxRoundKeys round_keys{};
+
+  // Dropout of probability `probability` drawn from (seed, offset): every field above that says so.
+  void set_dropout(double probability, std::uint64_t stream_seed, std::uint64_t stream_offset) {
+    dropout_threshold = static_cast<float>(probability);  // compared with float32 draws, as kernels::dropout_mask
+    keep_scale = static_cast<T>(1.0 / (1.0 - probability));
+    seed = stream_seed, offset = stream_offset;
+    drop_below = drop_bits_below(dropout_threshold);
+    round_keys = philox_round_keys(seed);
+  }
 
   AG_HOST_DEVICE bool dropout() const { return dropout_threshold > 0; }
   // Keys [0, visible_end(i)) can be visible to query i.

@@ -49,11 +49,7 @@ AttentionProblem<T> attention_problem_settings(const AttentionCall& call) {
     const Shape strides = broadcast_strides(call.mask.sizes(), call.mask.strides(), {p.B, p.H, p.Tq, p.Tk});
     std::copy(strides.begin(), strides.end(), p.mask_strides);
   }
-  // Compared with float32 draws as kernels::dropout_mask compares them.
-  p.dropout_threshold = static_cast<float>(o.dropout_p);
-  p.keep_scale = static_cast<T>(1.0 / (1.0 - o.dropout_p));
-  p.seed = o.seed;
-  p.offset = o.offset;
+  p.set_dropout(o.dropout_p, o.seed, o.offset);
   return p;
 }
 

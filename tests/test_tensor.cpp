@@ -1,5 +1,7 @@
 // Tensor basics: factories, views sharing storage, contiguity, casts, printing, errors.
+#include <cmath>
 #include <sstream>
+#include <vector>
 
 #include "helpers.h"
 #include "cpu/philox_block.h"
@@ -56,6 +58,39 @@ TEST_CASE("philox matches the Random123 known-answer vector", "[tensor][rng]") {
   CHECK(r.v[1] == 0xe169c58du);
   CHECK(r.v[2] == 0xbc57ac4cu);
   CHECK(r.v[3] == 0x9b00dbd8u);
+}
+
+TEST_CASE("Philox with its round keys worked out once draws what philox4x32 draws", "[tensor][rng]") {
+  // The CUDA attention kernels take the round keys among their parameters (AttentionProblem::round_keys).
+  for (const std::uint64_t key : {std::uint64_t{0}, std::uint64_t{0x123456789abcdefULL}, ~std::uint64_t{0}}) {
+    const PhiloxRoundKeys keys = philox_round_keys(key);
+    for (const std::uint64_t counter : {std::uint64_t{0}, std::uint64_t{7}, std::uint64_t{0xffffffffULL},
+                                        std::uint64_t{0xfedcba9876543210ULL}}) {
+      const Philox4 want = philox4x32(counter, key), got = philox4x32(counter, keys);
+      INFO("key " << key << " counter " << counter);
+      for (int w = 0; w < 4; ++w) CHECK(got.v[w] == want.v[w]);
+    }
+  }
+}
+
+TEST_CASE("a draw's bits are below drop_bits_below(p) exactly when its uniform is below p", "[tensor][rng]") {
+  // The CUDA attention kernels test a weight with the integer compare; the CPU compares uniforms.
+  std::vector<float> thresholds = {0.0f, 1e-30f, 0.1f, 0.25f, 0.3f, 0.5f, 1.0f / 3.0f, 0.9f, 0.999f,
+                                   std::nextafter(1.0f, 0.0f), 0x1p-24f, 0x1.8p-24f, 0x1p-25f};
+  for (std::uint32_t k : {1u, 2u, 1000u, (1u << 23) + 1, (1u << 24) - 1})  // on the 2^-24 grid and beside it
+    for (const float x : {k * 0x1p-24f, std::nextafter(k * 0x1p-24f, 0.0f), std::nextafter(k * 0x1p-24f, 1.0f)})
+      if (x < 1.0f) thresholds.push_back(x);  // a dropout probability is below 1
+  for (const float threshold : thresholds) {
+    const std::uint32_t below = drop_bits_below(threshold);
+    // Every bits value whose uniform lies near the boundary, and a sweep of the rest.
+    std::vector<std::uint32_t> bits = {0u, 1u, 255u, 256u, 0xffffffffu, 0xffffff00u, below, below - 1, below + 1};
+    for (std::uint32_t b = 0; b < 0xffffffffu - 0x01000193u; b += 0x01000193u) bits.push_back(b);
+    for (std::int64_t d = -1024; d <= 1024; ++d) bits.push_back(static_cast<std::uint32_t>(static_cast<std::int64_t>(below) + d));
+    for (const std::uint32_t b : bits) {
+      INFO("threshold " << threshold << " bits " << b << " below " << below);
+      REQUIRE((b < below) == (uniform_from_bits(b) < threshold));
+    }
+  }
 }
 
 TEST_CASE("block Philox dropout factors equal philox_uniform's, whatever the start and length", "[tensor][rng]") {
