@@ -29,10 +29,12 @@ __device__ __forceinline__ float exp2_fast(float x) {
 #endif
 }
 
-// Word k (0 to 3) of a draw, chosen by selects: indexing its array by a
-// run-time k would put the draw in local memory.
-__device__ __forceinline__ std::uint32_t draw_word(const Philox4& d, std::uint64_t k) {
-  return k == 0 ? d.v[0] : k == 1 ? d.v[1] : k == 2 ? d.v[2] : d.v[3];
+// Word k (0 to 3) of four (a draw's), chosen by selects on k's two bits:
+// indexing the array by a run-time k would put it in local memory, and
+// comparing k with each value made branches around the selects.
+__device__ __forceinline__ std::uint32_t word_at(const std::uint32_t (&words)[4], int k) {
+  const std::uint32_t low = k & 1 ? words[1] : words[0], high = k & 1 ? words[3] : words[2];
+  return k & 2 ? high : low;
 }
 
 // A lane's ldmatrix offsets into a tile whose lines hold the head size, one for

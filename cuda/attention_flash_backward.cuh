@@ -43,9 +43,9 @@
 namespace attograd::cuda::attention_detail::flash_backward {
 
 using flash::copy_rows;
-using flash::draw_word;
 using flash::exp2_fast;
 using flash::LaneAddresses;
+using flash::word_at;
 using gemm_tiles::byte_offset;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
@@ -83,18 +83,17 @@ struct Gradients {
 // four words, and lie with the four lanes c = g % 4 of group a = g / 4 (lane
 // 16a + 4c + t). Lane c draws for weight r = c (`counter`: query 2t + c % 2,
 // keys 4a + 8 (c / 2) on), keeps word c of it, and in round m hands word c ^ m
-// to lane c ^ m, getting back word c of draw c ^ m.
+// to lane c ^ m, getting back word c of draw c ^ m. A word is tested by one
+// integer compare (drop_bits_below).
 __device__ __forceinline__ void four_factors(float (&z)[4], const AttentionProblem& p, std::uint64_t counter, int c) {
-  const Philox4 draw = philox4x32(counter, p.seed);
+  const Philox4 draw = philox4x32(counter, p.round_keys);
   std::uint32_t got[4];  // got[m]: word c of draw c ^ m
-  got[0] = draw_word(draw, c);
+  got[0] = word_at(draw.v, c);
 #pragma unroll
-  for (int m = 1; m < 4; ++m) got[m] = __shfl_xor_sync(kFullMask, draw_word(draw, c ^ m), 4 * m);
+  for (int m = 1; m < 4; ++m) got[m] = __shfl_xor_sync(kFullMask, word_at(draw.v, c ^ m), 4 * m);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int m = c ^ r;
-    const std::uint32_t bits = m == 0 ? got[0] : m == 1 ? got[1] : m == 2 ? got[2] : got[3];
-    z[r] = uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale;
+    z[r] = word_at(got, c ^ r) < p.drop_below ? 0.0f : p.keep_scale;
   }
 }
 
@@ -170,7 +169,7 @@ struct TileWork {
   int warp, g, t;
   int valid_keys, past;  // the block's keys below Tk; causal, key > query + past is hidden
   float scale_log2;
-  std::uint64_t draw_counter, block_counters;  // dropout: the lane's draw for the tile's first block; a block's step
+  std::uint64_t draw_counter;  // dropout: the lane's draw for the tile's first block
 };
 
 // A kind's types at head size D from its templates: its tiles, its warps' keys
@@ -199,7 +198,8 @@ __device__ __forceinline__ void weights_and_ds(float (&s)[Blocks][4], float (&dp
     const float2 lse_pair = *reinterpret_cast<const float2*>(w.lse_log2 + 8 * block + 2 * t);
     const float2 delta_pair = *reinterpret_cast<const float2*>(w.delta_scaled + 8 * block + 2 * t);
     float z[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-    if (Dropout) four_factors(z, w.p, w.draw_counter + block * w.block_counters, g % 4);
+    // Each block 8 queries on is 2 Tk counters on.
+    if (Dropout) four_factors(z, w.p, w.draw_counter + block * 2 * static_cast<std::uint64_t>(w.p.Tk), g % 4);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       // The pair's query and key in the tile, and in (b, h) for the mask.
@@ -338,7 +338,6 @@ __device__ __forceinline__ void backward_sweep(const AttentionProblem& p, const 
     const int c = g % 4;
     std::uint64_t draw_counter = 0;
     if (Dropout) draw_counter = p.offset + p.weight_index(b, h, q0_first + 2 * t + c % 2, w0 + (g - c) + 8 * (c / 2)) / 4;
-    const std::uint64_t block_counters = 2 * static_cast<std::uint64_t>(p.Tk), tile_counters = 8 * block_counters;
     // Causal: key > query + past is hidden, past being the tile's first query less the block's
     // first key (0 on the first tile, the diagonal), and at most 64, past which nothing is.
     int past = 0;
@@ -355,7 +354,7 @@ __device__ __forceinline__ void backward_sweep(const AttentionProblem& p, const 
       const TileWork<typename Kind::template Keys<D>, typename Kind::template Reads<D>> work{
           p,         keys, reads, byte_offset(buffers, buf_at), byte_offset(buffers, buf_at + Bytes::kQuery),
           lse_log2,  lse_log2 + kQueries, ds_tile, b, h, q0, j0, warp, g, t, valid_keys, past, p.scale * kLog2e,
-          draw_counter, block_counters};
+          draw_counter};
       if (HasMask || valid_keys < kBlockKeys || (Causal && tile == first_tile)) {
 #pragma unroll
         for (int part = 0; part < kQueries / kPart; ++part)
@@ -371,7 +370,7 @@ __device__ __forceinline__ void backward_sweep(const AttentionProblem& p, const 
                            rows - kStripe * warp, g);
       if (more) stream.store_terms(buffers, buf_at ^ Bytes::kBuffer, next_rows, p.scale);
       dq_at.sums += kQueries * D, dq_at.turn += kWarps, dq_at.out += dq_tile_step;
-      past = min(past + kQueries, kQueries), draw_counter += tile_counters;
+      past = min(past + kQueries, kQueries), draw_counter += 16 * static_cast<std::uint64_t>(p.Tk);
     }
     store_key_rows<Kind, D>(dk, grad.dk, b, h, w0, p.Tk, g, t);
     store_key_rows<Kind, D>(dv, grad.dv, b, h, w0, p.Tk, g, t);

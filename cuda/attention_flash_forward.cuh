@@ -87,10 +87,12 @@ struct WarpRows {
   }
 };
 
-// Where a lane's scores of a tile lie: the warp's first query w0 of (b, h), the tile's first key j0.
+// Where a lane's scores of a tile lie: the warp's first query w0 of (b, h), the
+// tile's first key j0; with dropout, the counter of the lane's first draw (drop_weights).
 struct TileAt {
   std::int64_t b, h, w0, j0;
   int g, t;
+  std::uint64_t draws;
   __device__ __forceinline__ std::int64_t i(int mt, int r) const { return w0 + 16 * mt + g + 8 * (r / 2); }
   __device__ __forceinline__ std::int64_t j(int n, int r) const { return j0 + 8 * n + 2 * t + r % 2; }
 };
@@ -110,30 +112,33 @@ __device__ __forceinline__ void mask_tile(float (&s)[kM][N][4], const AttentionP
       }
 }
 
-// The dropped weights of the tile to 0, the kept ones times 1 / (1 - p): the
-// problem's stream (base/attention_problem.h), after their sum went into l.
+// The dropped weights of the tile to 0: the problem's stream
+// (base/attention_problem.h), after their sum went into l. The kept ones' factor
+// 1 / (1 - p) is the output's (store_rows), once a row rather than once a weight.
 // Every row of the weights starts at a multiple of 4 in the stream (Tk % 4 ==
 // 0, which the kernels' launchers ask of dropout), so keys 8n + 4u to
 // 8n + 4u + 3 of a row are one draw's four words, held by the lanes t = 2u
 // (words 0 and 1) and 2u + 1 (2 and 3), which share rows g and g + 8: the lane
 // of parity v draws for its rows g + 8v, keeps words 2v and 2v + 1, and hands
-// the other two to its partner. One draw for four weights.
+// the other two to its partner. One draw for four weights, each tested by one
+// integer compare (drop_bits_below).
 template <int N>  // N blocks of 8 keys
 __device__ __forceinline__ void drop_weights(float (&s)[kM][N][4], const AttentionProblem& p, const TileAt& at) {
-  const auto factor = [&](std::uint32_t bits) { return uniform_from_bits(bits) < p.dropout_threshold ? 0.0f : p.keep_scale; };
+  const auto kept = [&](float weight, std::uint32_t bits) { return bits < p.drop_below ? 0.0f : weight; };
   const int v = at.t % 2;
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt) {
-    // Counter of the lane's row g + 8v, keys j0 + 4u on; each 8 keys on is 2 counters on.
-    const std::uint64_t counter = p.offset + p.weight_index(at.b, at.h, at.i(mt, 2 * v), at.j0) / 4 + at.t / 2;
+    // Counter of the lane's row g + 8v, keys j0 + 4u on (16 rows on: 16 Tk / 4 counters); each 8 keys on is 2 counters on.
+    const std::uint64_t counter = at.draws + mt * 4 * static_cast<std::uint64_t>(p.Tk);
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      const Philox4 draw = philox4x32(counter + 2 * n, p.seed);
+      const Philox4 draw = philox4x32(counter + 2 * n, p.round_keys);
       const std::uint32_t keep0 = v ? draw.v[2] : draw.v[0], keep1 = v ? draw.v[3] : draw.v[1];
       const std::uint32_t got0 = __shfl_xor_sync(kFullMask, v ? draw.v[0] : draw.v[2], 1);
       const std::uint32_t got1 = __shfl_xor_sync(kFullMask, v ? draw.v[1] : draw.v[3], 1);
-      s[mt][n][0] *= factor(v ? got0 : keep0), s[mt][n][1] *= factor(v ? got1 : keep1);  // row g
-      s[mt][n][2] *= factor(v ? keep0 : got0), s[mt][n][3] *= factor(v ? keep1 : got1);  // row g + 8
+      float(&w)[4] = s[mt][n];
+      w[0] = kept(w[0], v ? got0 : keep0), w[1] = kept(w[1], v ? got1 : keep1);  // row g
+      w[2] = kept(w[2], v ? keep0 : got0), w[3] = kept(w[3], v ? keep1 : got1);  // row g + 8
     }
   }
 }
@@ -170,11 +175,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kM][N][4], WarpRows<D>
 }
 
 // The end of the warp's rows of (b, h) = bh: their log-sum-exp (-inf where
-// every key was hidden) and o / l, stored by Kind::store_pair(at, x0, x1), two
-// neighbouring values of out's row (zeros, not 0 / 0, where l is 0).
+// every key was hidden) and o kept_scale / l, stored by Kind::store_pair(at, x0,
+// x1), two neighbouring values of out's row (zeros, not 0 / 0, where l is 0).
 template <typename Kind, int D, typename Output>
 __device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const AttentionProblem& p, std::int64_t bh,
-                                           std::int64_t w0, int g, int t, Output out, float* lse) {
+                                           std::int64_t w0, int g, int t, float kept_scale, Output out, float* lse) {
 #pragma unroll
   for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -183,7 +188,7 @@ __device__ __forceinline__ void store_rows(const WarpRows<D>& rows, const Attent
       const std::int64_t i = w0 + 16 * mt + g + 8 * half;
       if (i >= p.Tq) continue;
       if (t == 0) lse[bh * p.Tq + i] = sum == 0.0f ? -INFINITY : rows.m[mt][half] * p.scale + logf(sum);
-      const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+      const float inv = sum == 0.0f ? 0.0f : kept_scale / sum;
       auto* row = out.row(bh / p.H, bh % p.H, i);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n)
@@ -232,6 +237,9 @@ __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const O
     const std::int64_t key_end = Causal ? min(p.Tk, i0 + kBlockQueries) : p.Tk;
     const int last = key_end > 0 ? static_cast<int>((key_end - 1) / kKeys) : -1;  // the key tile swept first
     const std::int64_t k_step16 = kRowsApart * x.k.st, v_step16 = kRowsApart * x.v.st;
+    // Dropout: the counter of the lane's draw for its row g + 8 (t % 2), keys 4 (t / 2) to 4 (t / 2) + 3 (drop_weights);
+    // a row's weights start at a multiple of 4 in the stream, so key j0 on is j0 / 4 counters on.
+    const std::uint64_t row_draws = Dropout ? p.offset + p.weight_index(b, h, w0 + g + 8 * (t % 2), 0) / 4 + t / 2 : 0;
     const auto k_row = [&](std::int64_t j) { return x.k.row(b, h, min(j, p.Tk - 1)) + copy_chunk * kChunkValues; };
     const auto v_row = [&](std::int64_t j) { return x.v.row(b, h, min(j, p.Tk - 1)) + copy_chunk * kChunkValues; };
     __syncthreads();  // the previous (b, h) is done with shared memory
@@ -259,7 +267,8 @@ __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const O
       for (int part = 0; part < kKeys / kPart; ++part) {
         Scores<kPart> s = {};
         Kind::template scores<D>(s, q, byte_offset(kv + 2 * buf * kTileValues, part * kPartBytes), reads);
-        const TileAt at{b, h, w0, j0 + part * kPart, g, t};
+        const TileAt at{b, h, w0, j0 + part * kPart, g, t,
+                        row_draws + static_cast<std::uint64_t>(j0 + part * kPart) / 4};
         if constexpr (HasMask || decltype(masked)::value) mask_tile<Causal, HasMask>(s, p, at);
         online_softmax(s, rows, scale_log2);
         if constexpr (Dropout) drop_weights(s, p, at);
@@ -294,7 +303,7 @@ __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const O
       commit_async_copies();
       sweep_tile(buf, std::int64_t(tile) * kKeys, std::false_type{});
     }
-    store_rows<Kind>(rows, p, bh, w0, g, t, out, lse);
+    store_rows<Kind>(rows, p, bh, w0, g, t, Dropout ? p.keep_scale : 1.0f, out, lse);
   }
 }
 
