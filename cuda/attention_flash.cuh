@@ -77,7 +77,11 @@ __device__ __forceinline__ void copy_rows(std::uint16_t* tile, int destination, 
 
 // The kernel a family of them makes for the problem: Family::kernel<D, Causal,
 // HasMask, Dropout>() at head size D (32, 64 or 128), one for each of causal,
-// masked and dropout, so that the common one has no code for the others.
+// masked and dropout, so that the common one has no code for the others. A
+// masked kernel tests every score with the problem's hidden(), causality
+// among its tests, so it takes causality at run time (kernel<D, false, true,
+// Dropout> with p.causal: the sweeps' ends, sweep_is_causal) and no causal
+// twin is made.
 template <typename Family, int D>
 typename Family::Kernel kernel_for(const AttentionProblem& p) {
   const auto made = [&](auto causal, auto mask) {
@@ -85,9 +89,16 @@ typename Family::Kernel kernel_for(const AttentionProblem& p) {
     return p.dropout() ? Family::template kernel<D, kCausal, kMask, true>()
                        : Family::template kernel<D, kCausal, kMask, false>();
   };
-  const bool mask = p.mask != nullptr;
-  if (p.causal) return mask ? made(std::true_type{}, std::true_type{}) : made(std::true_type{}, std::false_type{});
-  return mask ? made(std::false_type{}, std::true_type{}) : made(std::false_type{}, std::false_type{});
+  if (p.mask != nullptr) return made(std::false_type{}, std::true_type{});
+  return p.causal ? made(std::true_type{}, std::false_type{}) : made(std::false_type{}, std::false_type{});
+}
+
+// Whether a kernel's sweep skips what causality hides: Causal for the kernels
+// without a mask, the problem's flag for the masked one (kernel_for).
+template <bool Causal, bool HasMask>
+__device__ __forceinline__ bool sweep_is_causal(const AttentionProblem& p) {
+  static_assert(!(Causal && HasMask), "a masked kernel takes causality at run time");
+  return HasMask ? p.causal : Causal;
 }
 template <typename Family>
 typename Family::Kernel kernel_for(const AttentionProblem& p) {

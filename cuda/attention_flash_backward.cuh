@@ -45,6 +45,7 @@ namespace attograd::cuda::attention_detail::flash_backward {
 using flash::copy_rows;
 using flash::exp2_fast;
 using flash::LaneAddresses;
+using flash::sweep_is_causal;
 using flash::word_at;
 using gemm_tiles::byte_offset;
 
@@ -309,7 +310,7 @@ __device__ __forceinline__ void backward_sweep(const AttentionProblem& p, const 
 
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
-    const int first_tile = Causal ? jb : 0;  // the query tiles before it see none of these keys
+    const int first_tile = sweep_is_causal<Causal, HasMask>(p) ? jb : 0;  // the query tiles before it see none of these keys
     const std::int64_t q0_first = std::int64_t(first_tile) * kQueries;
     const int valid_keys = static_cast<int>(min(p.Tk - j0, std::int64_t(kBlockKeys)));
     __syncthreads();  // the previous (b, h) is done with shared memory
@@ -366,7 +367,8 @@ __device__ __forceinline__ void backward_sweep(const AttentionProblem& p, const 
       }
       __syncthreads();  // dS^T is whole
 
-      add_tile_dq<Kind, D>(dq_at, ds_tile, k_tile, reads, jb, Causal ? min(tile, key_blocks - 1) : key_blocks - 1,
+      const int last_block = sweep_is_causal<Causal, HasMask>(p) ? min(tile, key_blocks - 1) : key_blocks - 1;
+      add_tile_dq<Kind, D>(dq_at, ds_tile, k_tile, reads, jb, last_block,
                            rows - kStripe * warp, g);
       if (more) stream.store_terms(buffers, buf_at ^ Bytes::kBuffer, next_rows, p.scale);
       dq_at.sums += kQueries * D, dq_at.turn += kWarps, dq_at.out += dq_tile_step;

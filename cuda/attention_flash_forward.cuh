@@ -234,7 +234,7 @@ __device__ __forceinline__ void forward_sweep(const AttentionProblem& p, const O
 
   for (std::int64_t bh = blockIdx.y; bh < p.B * p.H; bh += gridDim.y) {
     const std::int64_t b = bh / p.H, h = bh % p.H;
-    const std::int64_t key_end = Causal ? min(p.Tk, i0 + kBlockQueries) : p.Tk;
+    const std::int64_t key_end = sweep_is_causal<Causal, HasMask>(p) ? min(p.Tk, i0 + kBlockQueries) : p.Tk;
     const int last = key_end > 0 ? static_cast<int>((key_end - 1) / kKeys) : -1;  // the key tile swept first
     const std::int64_t k_step16 = kRowsApart * x.k.st, v_step16 = kRowsApart * x.v.st;
     // Dropout: the counter of the lane's draw for its row g + 8 (t % 2), keys 4 (t / 2) to 4 (t / 2) + 3 (drop_weights);
