@@ -87,11 +87,14 @@ Tensor random_tokens(std::int64_t B, std::int64_t T, std::int64_t vocab, std::ui
   return from_vector(ids, {B, T});
 }
 
-Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too) {
+Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too, double dropout_p) {
   for (const Tensor& t : {in.q, in.k, in.v}) t.set_grad(Tensor());
+  Generator masks(31);
   AttentionOptions options;
   options.causal = true;
   options.impl = impl;
+  options.dropout_p = dropout_p;
+  options.generator = &masks;
   if (!backward_too) {
     NoGradGuard no_grad;
     return attention(in.q, in.k, in.v, options).out;
@@ -120,10 +123,10 @@ double largest_magnitude(const Tensor& t) {
 
 }  // namespace
 
-bool check_bf16_core(benchmark::State& state, const CoreInputs& in, bool backward_too) {
+bool check_bf16_core(benchmark::State& state, const CoreInputs& in, bool backward_too, double dropout_p) {
   const CoreInputs wide = cast_inputs(in, DType::f32);
-  const Tensor want = run_core(wide, AttentionImpl::fused, backward_too);
-  const Tensor got = run_core(in, AttentionImpl::fused, backward_too);
+  const Tensor want = run_core(wide, AttentionImpl::fused, backward_too, dropout_p);
+  const Tensor got = run_core(in, AttentionImpl::fused, backward_too, dropout_p);
   const double tol = 0x1p-6;
   if (!check_close(state, "bf16 attention output", kernels::cast(got, DType::f32), want, tol * largest_magnitude(want),
                    tol))

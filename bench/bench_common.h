@@ -87,14 +87,15 @@ struct CoreInputs {
   Tensor dout;     // (B, H, T, D)
 };
 // Causal attention of impl on in's q, k, v, and with backward_too its backward from in.dout; the output.
-Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too);
+// With dropout_p, dropout on the weights drawn from a generator of a fixed seed: the same masks on every call.
+Tensor run_core(const CoreInputs& in, AttentionImpl impl, bool backward_too, double dropout_p = 0.0);
 // The inputs cast to dtype: q, k and v leaves of their own.
 CoreInputs cast_inputs(const CoreInputs& in, DType dtype);
 // The fused path on bfloat16 inputs against float32's fused path on the same
 // (widened) values: a sanity check, within 2^-6 of the largest (a few
 // bfloat16 roundings of values of order one; tests/test_attention_bf16.cpp
 // holds the kernels to their derived bound). Skips the case when it fails.
-bool check_bf16_core(benchmark::State& state, const CoreInputs& in, bool backward_too);
+bool check_bf16_core(benchmark::State& state, const CoreInputs& in, bool backward_too, double dropout_p = 0.0);
 
 // A float32 N(0, 1) tensor from a fixed seed (optionally scaled), optionally a leaf requiring grad.
 Tensor random_input(const Shape& sizes, std::uint64_t seed, double scale = 1.0, bool requires_grad = false);

@@ -9,6 +9,7 @@
 //   cuda_matmul/bf16_wgmma_cp_async/{4096,4096_bt}       the sm_90a kernel with cp.async copies
 //   cuda_attn_core_{fwd,fwdbwd}/{fused,fused_tc,composed}/{S..XXL} causal attention on given q, k, v
 //   cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL}             the same fused on bfloat16 (cuda/attention_bf16.cu)
+//   cuda_attn_core_fwdbwd/bf16_dropout/XL                 the same with dropout 0.1 on the weights
 //   cuda_mha_fwdbwd/{fused,fused_tc}/{S..XXL}             nn::MultiHeadAttention, forward + backward
 //     (fused: the SIMT kernels; fused_tc: the tensor-core ones, 3xTF32; see cuda/runtime.h)
 //   cuda_softmax_fwdbwd/XL, cuda_layer_norm_fwdbwd/XL, cuda_cross_entropy_fwdbwd/V50304
@@ -208,11 +209,12 @@ void attn_core_case(benchmark::State& state, const AttentionShape& s, const Atte
 }
 
 // bfloat16 q, k, v on cuda/attention_bf16.cu, checked as the CPU's bfloat16 case is, on the first batch entry.
-void attn_core_bf16_case(benchmark::State& state, const AttentionShape& s, bool backward_too) {
-  if (!check_bf16_core(state, cast_inputs(core_inputs(s, 1), DType::bf16), backward_too)) return;
+void attn_core_bf16_case(benchmark::State& state, const AttentionShape& s, bool backward_too, double dropout_p = 0.0) {
+  if (!check_bf16_core(state, cast_inputs(core_inputs(s, 1), DType::bf16), backward_too, dropout_p)) return;
   const CoreInputs in = cast_inputs(core_inputs(s, s.B), DType::bf16);
-  time_iterations(state,
-                  [&] { benchmark::DoNotOptimize(run_core(in, AttentionImpl::fused, backward_too).raw_data()); });
+  time_iterations(state, [&] {
+    benchmark::DoNotOptimize(run_core(in, AttentionImpl::fused, backward_too, dropout_p).raw_data());
+  });
   const double bhtd = static_cast<double>(s.B * s.H * s.T * s.D());
   set_counters(state, (backward_too ? 3 : 1) * core_fwd_flops(s), (backward_too ? 24 : 8) * bhtd);
 }
@@ -341,6 +343,9 @@ const bool registered = [] {
     for (const AttentionShape& s : kGpuShapes)
       register_gpu_case(std::string(bwd ? "cuda_attn_core_fwdbwd" : "cuda_attn_core_fwd") + "/bf16/" + s.name,
                         [s, bwd](benchmark::State& st) { attn_core_bf16_case(st, s, bwd); });
+  // The same with dropout 0.1 on the weights (the flash kernels' Philox path), at GPT-2's shape.
+  register_gpu_case("cuda_attn_core_fwdbwd/bf16_dropout/XL",
+                    [](benchmark::State& st) { attn_core_bf16_case(st, kShapeXL, true, 0.1); });
   for (const AttentionVariant& variant : {kFusedSimt, kFusedTensorCore})
     for (const AttentionShape& s : kGpuShapes)
       register_gpu_case(std::string("cuda_mha_fwdbwd/") + variant.name + "/" + s.name,

@@ -22,7 +22,7 @@ cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_matmul/gpt_* (the toy GPT's pro
 cuda_attn_core_{fwd,fwdbwd}/{composed,fused}/{S..XXL} (no composed XXL),
 cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step; and in bfloat16 cuda_matmul/bf16/* (cuBLAS's
 bfloat16 GEMM), cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL} (SDPA on bfloat16: FlashAttention-2
-or cuDNN), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
+or cuDNN), cuda_attn_core_fwdbwd/bf16_dropout/XL (the same with dropout_p 0.1), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
 each iteration timed with CUDA events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
@@ -123,15 +123,18 @@ def core_fwd_flops(B, T, C, H):
     return 2.0 * B * H * (C // H) * T * (T + 1)
 
 
-def attn_core_case(shape_name, impl, backward_too, dtype=torch.float32):
+def attn_core_case(shape_name, impl, backward_too, dtype=torch.float32, dropout_p=0.0):
     """attn_core_*/<impl>/<shape>, or with dtype bfloat16 attn_core_*/bf16/<shape> (the fused path
-    on bfloat16 q, k, v and dout)."""
+    on bfloat16 q, k, v and dout); with dropout_p, dropout on the weights, unchecked (the masks are
+    torch's own draws; bench_cuda.cpp checks attograd's against its float32 path on the same masks)."""
     B, T, C, H = ALL_SHAPES[shape_name]
     D = C // H
     q, k, v = (randn(B, H, T, D, seed=s).to(dtype).requires_grad_(True) for s in (11, 12, 13))
     dout = randn(B, H, T, D, seed=14).to(dtype)
     hidden = causal_hidden(T)
     attend = ATTENTION[impl]
+    if dropout_p > 0:
+        attend = lambda q, k, v, hidden: ATTENTION[impl](q, k, v, hidden, dropout_p)
 
     def run(fn, dtype):
         qq, kk, vv = (x.detach().to(dtype).requires_grad_(backward_too) for x in (q, k, v))
@@ -144,17 +147,18 @@ def attn_core_case(shape_name, impl, backward_too, dtype=torch.float32):
 
     # Check: float32 against the composed path in float64; bfloat16 against the fused path in
     # float32 on the same values, within a few bfloat16 roundings (2^-6, as the C++ case).
-    out, grads = run(attend, dtype)
-    if dtype == torch.float32:
-        want, want_grads = run(attention_composed, torch.float64)
-        tolerances = lambda w: {}
-    else:
-        want, want_grads = run(attention_fused, torch.float32)
-        tolerances = lambda w: {"atol": 2.0 ** -6 * w.abs().max().item(), "rtol": 2.0 ** -6}
-    check_close(f"{impl} attention output", out, want, **tolerances(want))
-    if backward_too:
-        for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
-            check_close(f"{impl} attention {name}", g, w, **tolerances(w))
+    if dropout_p == 0:
+        out, grads = run(attend, dtype)
+        if dtype == torch.float32:
+            want, want_grads = run(attention_composed, torch.float64)
+            tolerances = lambda w: {}
+        else:
+            want, want_grads = run(attention_fused, torch.float32)
+            tolerances = lambda w: {"atol": 2.0 ** -6 * w.abs().max().item(), "rtol": 2.0 ** -6}
+        check_close(f"{impl} attention output", out, want, **tolerances(want))
+        if backward_too:
+            for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
+                check_close(f"{impl} attention {name}", g, w, **tolerances(w))
 
     def step():
         if not backward_too:
@@ -527,6 +531,8 @@ def gpu_cases():
         for s in GPU_SHAPES:
             cases.append((f"cuda_attn_core_{'fwdbwd' if bwd else 'fwd'}/bf16/{s}",
                           lambda s=s, bwd=bwd: attn_core_case(s, "fused", bwd, torch.bfloat16)))
+    cases.append(("cuda_attn_core_fwdbwd/bf16_dropout/XL",
+                  lambda: attn_core_case("XL", "fused", True, torch.bfloat16, dropout_p=0.1)))
     for s in GPU_SHAPES:
         cases.append((f"cuda_mha_fwdbwd/fused/{s}", lambda s=s: mha_case(s, "fused", True)))
     cases.append(("cuda_gpt_step", gpt_step_case))
