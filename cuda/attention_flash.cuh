@@ -6,7 +6,7 @@
 // exp2 in one instruction, a word of a Philox draw, a lane's ldmatrix offsets
 // along a line of the head size, copying a tile of rows into a swizzled tile
 // (cuda/gemm_tiles.h) by cp.async, a 16-byte chunk a copy, and choosing the
-// kernel made for a problem.
+// kernel made for a problem (and whether a masked one's sweep is causal).
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -93,16 +93,17 @@ typename Family::Kernel kernel_for(const AttentionProblem& p) {
   return p.causal ? made(std::true_type{}, std::false_type{}) : made(std::false_type{}, std::false_type{});
 }
 
+template <typename Family>
+typename Family::Kernel kernel_for(const AttentionProblem& p) {
+  return p.D == 32 ? kernel_for<Family, 32>(p) : p.D == 64 ? kernel_for<Family, 64>(p) : kernel_for<Family, 128>(p);
+}
+
 // Whether a kernel's sweep skips what causality hides: Causal for the kernels
 // without a mask, the problem's flag for the masked one (kernel_for).
 template <bool Causal, bool HasMask>
 __device__ __forceinline__ bool sweep_is_causal(const AttentionProblem& p) {
   static_assert(!(Causal && HasMask), "a masked kernel takes causality at run time");
   return HasMask ? p.causal : Causal;
-}
-template <typename Family>
-typename Family::Kernel kernel_for(const AttentionProblem& p) {
-  return p.D == 32 ? kernel_for<Family, 32>(p) : p.D == 64 ? kernel_for<Family, 64>(p) : kernel_for<Family, 128>(p);
 }
 
 }  // namespace attograd::cuda::attention_detail::flash
