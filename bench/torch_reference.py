@@ -22,8 +22,9 @@ cuda_matmul): cuda_matmul/{1024,2048,4096}, cuda_matmul/gpt_* (the toy GPT's pro
 cuda_attn_core_{fwd,fwdbwd}/{composed,fused}/{S..XXL} (no composed XXL),
 cuda_mha_fwdbwd/fused/{S..XXL}, cuda_gpt_step; and in bfloat16 cuda_matmul/bf16/* (cuBLAS's
 bfloat16 GEMM), cuda_attn_core_{fwd,fwdbwd}/bf16/{S..XXL} (SDPA on bfloat16: FlashAttention-2
-or cuDNN), cuda_attn_core_fwdbwd/bf16_dropout/XL (the same with dropout_p 0.1), cuda_gpt_step/bf16 and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast;
-each iteration timed with CUDA events, as attograd times its GPU cases.
+or cuDNN), cuda_attn_core_fwdbwd/bf16_dropout/XL (the same with dropout_p 0.1), cuda_gpt_step/bf16
+and cuda_gpt2_step[/bf16] (GPT-2 small, batch 8) under autocast; each iteration timed with CUDA
+events, as attograd times its GPU cases.
 The composed path is the hand-written q k^T, masked_fill, softmax, @ v (the causal
 mask is built once per case, as a module's buffer); the fused path is
 torch.nn.functional.scaled_dot_product_attention(is_causal=True), which
