@@ -68,6 +68,12 @@ struct ConsumersMeet {
   __device__ __forceinline__ void operator()() const { warp_roles::sync(kConsumersMeet, kConsumers); }
 };
 
+// C's tiles in one job, and a launch's work items: every job's tiles.
+AG_HOST_DEVICE std::int64_t c_tiles(const Bf16GemmArgs& g) { return ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN); }
+AG_HOST_DEVICE std::int64_t work_items(const Bf16GemmArgs& g, std::int64_t splits) {
+  return c_tiles(g) * g.batches * splits;
+}
+
 // A block's work: tile (m0, n0) of C in job `job` (batch z, the slice of K
 // from k_begin), and that slice's tiles of K. Work item w is tile w % tiles
 // (in raster order) of job w / tiles: the blocks at work together share a job's A and B in L2.
@@ -75,9 +81,9 @@ struct Work {
   std::int64_t job, z, k_begin, m0, n0;
   int tiles;
   __device__ __forceinline__ Work(const Bf16GemmArgs& g, std::int64_t w, std::int64_t splits) {
-    const std::int64_t c_tiles = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN);
-    job = w / c_tiles;
-    const TileAt at = raster_tile_at<kBM, kBN>(g.m, g.n, w % c_tiles);
+    const std::int64_t tiles_of_c = c_tiles(g);
+    job = w / tiles_of_c;
+    const TileAt at = raster_tile_at<kBM, kBN>(g.m, g.n, w % tiles_of_c);
     m0 = at.m0, n0 = at.n0;
     z = job / splits;
     k_begin = (job % splits) * g.k_slice;
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the last block-wide barrier: the producer's other warps leave
 
   const std::int64_t splits = SplitK ? g.splits : 1;
-  const std::int64_t work = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN) * g.batches * splits;
+  const std::int64_t work = work_items(g, splits);
   const int warpgroup = static_cast<int>(threadIdx.x) / wgmma::kWarpgroup;
   // Tiles of K copied (or consumed) in the block's earlier work and this one:
   // tile `it` in stage it % kStages, its barriers' phase it / kStages.
@@ -215,7 +221,7 @@ void launch_tiles(Kernel kernel, const OperandTensors& t, const Bf16GemmArgs& g,
   allow_shared_memory(kernel, kSharedBytes);
   ++launches;
   // Persistent: a block an SM (as many as there is work for), each taking every gridDim.x-th work item.
-  const std::int64_t work = ((g.m + kBM - 1) / kBM) * ((g.n + kBN - 1) / kBN) * g.batches * g.splits;
+  const std::int64_t work = work_items(g, g.splits);
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(work, multiprocessor_count(device)));
